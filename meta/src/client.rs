@@ -1,0 +1,339 @@
+//! [`MetaClient`]: the gateway's and datanode's handle on the meta cluster.
+//!
+//! It follows leader changes: a `NOT_LEADER` answer with a leader hint sends
+//! the call to the hinted node, an unreachable node sends it to the next
+//! configured one, and every call is retried with backoff until
+//! `retry_deadline` has passed. Every metadata mutation is idempotent by
+//! design (re-putting the same record, re-completing an upload with the same
+//! list), so retrying after an ambiguous transport failure is safe.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sluice_proto::meta::meta_client::MetaClient as RpcClient;
+use sluice_proto::meta::{self as pb, ErrorCode};
+use tonic::transport::{Channel, Endpoint};
+
+/// What a meta call can fail with, in terms a caller can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    /// The state machine refused the call for an S3-level reason
+    /// (`NoSuchBucket`, `InvalidPart`, ...).
+    #[error("{code:?}: {message}")]
+    Refused { code: ErrorCode, message: String },
+    /// No leader answered within the retry deadline.
+    #[error("meta cluster unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl MetaError {
+    /// The S3-level code, when the state machine refused the call.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            MetaError::Refused { code, .. } => Some(*code),
+            MetaError::Unavailable(_) => None,
+        }
+    }
+}
+
+/// A cloneable, leader-following client for the `sluice.meta.Meta` service.
+#[derive(Clone)]
+pub struct MetaClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Configured meta endpoints, e.g. `http://127.0.0.1:7001`.
+    seeds: Vec<String>,
+    /// One lazily connected channel per meta address; bounded by the number
+    /// of meta nodes (seeds plus leader hints, which name cluster members).
+    channels: Mutex<HashMap<String, Channel>>,
+    /// The address believed to be the leader.
+    current: Mutex<String>,
+    retry_deadline: Duration,
+    rpc_timeout: Duration,
+}
+
+impl MetaClient {
+    /// `seeds` are gRPC endpoints of meta nodes; at least one is required.
+    pub fn new(seeds: Vec<String>) -> Self {
+        Self::with_timeouts(seeds, Duration::from_secs(20), Duration::from_secs(5))
+    }
+
+    /// Like [`MetaClient::new`] with an explicit total retry deadline per
+    /// call and a timeout per attempt.
+    pub fn with_timeouts(seeds: Vec<String>, retry_deadline: Duration, rpc_timeout: Duration) -> Self {
+        assert!(!seeds.is_empty(), "MetaClient needs at least one meta endpoint");
+        let current = seeds[0].clone();
+        MetaClient {
+            inner: Arc::new(Inner {
+                seeds,
+                channels: Mutex::new(HashMap::new()),
+                current: Mutex::new(current),
+                retry_deadline,
+                rpc_timeout,
+            }),
+        }
+    }
+
+    fn channel(&self, addr: &str) -> Result<Channel, MetaError> {
+        let mut channels = self.inner.channels.lock().expect("channels lock");
+        if let Some(c) = channels.get(addr) {
+            return Ok(c.clone());
+        }
+        let endpoint = Endpoint::from_shared(addr.to_string())
+            .map_err(|e| MetaError::Unavailable(format!("bad meta address {addr}: {e}")))?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true);
+        let channel = endpoint.connect_lazy();
+        channels.insert(addr.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    fn next_seed_after(&self, addr: &str) -> String {
+        let seeds = &self.inner.seeds;
+        let pos = seeds.iter().position(|s| s == addr);
+        match pos {
+            Some(i) => seeds[(i + 1) % seeds.len()].clone(),
+            None => seeds[0].clone(),
+        }
+    }
+
+    /// Runs `f` against the leader, following hints and retrying until the
+    /// deadline. `f` gets a fresh generated client each attempt.
+    pub async fn call<T, F, Fut>(&self, what: &'static str, f: F) -> Result<T, MetaError>
+    where
+        F: Fn(RpcClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(20);
+        let mut last_error = String::new();
+        loop {
+            let addr = self.inner.current.lock().expect("current lock").clone();
+            let client = RpcClient::new(self.channel(&addr)?)
+                .max_decoding_message_size(64 * 1024 * 1024)
+                .max_encoding_message_size(64 * 1024 * 1024);
+            let result = tokio::time::timeout(self.inner.rpc_timeout, f(client)).await;
+            let status = match result {
+                Ok(Ok(resp)) => return Ok(resp.into_inner()),
+                Ok(Err(status)) => status,
+                Err(_) => tonic::Status::deadline_exceeded(format!("{what} timed out on {addr}")),
+            };
+            match sluice_proto::error::detail(&status) {
+                Some(d) if d.code() == ErrorCode::NotLeader => {
+                    let next = match d.leader_addr {
+                        Some(l) if !l.is_empty() && l != addr => l,
+                        // No leader known yet (election under way): wait, then
+                        // ask the next node.
+                        _ => self.next_seed_after(&addr),
+                    };
+                    last_error = format!("{addr} is not the leader");
+                    *self.inner.current.lock().expect("current lock") = next;
+                }
+                Some(d) => {
+                    return Err(MetaError::Refused {
+                        code: d.code(),
+                        message: d.message,
+                    });
+                }
+                None => {
+                    // Transport failure or timeout: try the next node.
+                    last_error = format!("{what} on {addr}: {status}");
+                    tracing::debug!(%addr, error = %status, "meta call failed, trying next node");
+                    *self.inner.current.lock().expect("current lock") = self.next_seed_after(&addr);
+                }
+            }
+            if started.elapsed() >= self.inner.retry_deadline {
+                return Err(MetaError::Unavailable(last_error));
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    pub async fn create_bucket(&self, name: &str, now_ms: i64) -> Result<bool, MetaError> {
+        let req = pb::CreateBucketRequest { name: name.to_string(), now_ms };
+        let r = self
+            .call("CreateBucket", |mut c| {
+                let req = req.clone();
+                async move { c.create_bucket(req).await }
+            })
+            .await?;
+        Ok(r.created)
+    }
+
+    pub async fn get_bucket(&self, name: &str) -> Result<pb::Bucket, MetaError> {
+        let req = pb::BucketRequest { name: name.to_string() };
+        let r = self
+            .call("GetBucket", |mut c| {
+                let req = req.clone();
+                async move { c.get_bucket(req).await }
+            })
+            .await?;
+        r.bucket.ok_or_else(|| MetaError::Unavailable("GetBucket answered without a bucket".into()))
+    }
+
+    pub async fn delete_bucket(&self, name: &str) -> Result<(), MetaError> {
+        let req = pb::BucketRequest { name: name.to_string() };
+        self.call("DeleteBucket", |mut c| {
+            let req = req.clone();
+            async move { c.delete_bucket(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub async fn list_buckets(&self) -> Result<Vec<pb::Bucket>, MetaError> {
+        let r = self
+            .call("ListBuckets", |mut c| async move { c.list_buckets(pb::ListBucketsRequest {}).await })
+            .await?;
+        Ok(r.buckets)
+    }
+
+    /// Commits an object record; returns placements it replaced.
+    pub async fn put_object(&self, object: pb::ObjectRecord) -> Result<Vec<pb::Placement>, MetaError> {
+        let req = pb::PutObjectRequest { object: Some(object) };
+        let r = self
+            .call("PutObject", |mut c| {
+                let req = req.clone();
+                async move { c.put_object(req).await }
+            })
+            .await?;
+        Ok(r.released)
+    }
+
+    pub async fn get_object(&self, bucket: &str, key: &str) -> Result<pb::ObjectRecord, MetaError> {
+        let req = pb::ObjectKey { bucket: bucket.to_string(), key: key.to_string() };
+        let r = self
+            .call("GetObject", |mut c| {
+                let req = req.clone();
+                async move { c.get_object(req).await }
+            })
+            .await?;
+        r.object.ok_or_else(|| MetaError::Unavailable("GetObject answered without an object".into()))
+    }
+
+    /// Deletes an object (a missing key is not an error); returns its placements.
+    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<Vec<pb::Placement>, MetaError> {
+        let req = pb::ObjectKey { bucket: bucket.to_string(), key: key.to_string() };
+        let r = self
+            .call("DeleteObject", |mut c| {
+                let req = req.clone();
+                async move { c.delete_object(req).await }
+            })
+            .await?;
+        Ok(r.released)
+    }
+
+    pub async fn list_objects(&self, req: pb::ListObjectsRequest) -> Result<pb::ListObjectsResponse, MetaError> {
+        self.call("ListObjects", |mut c| {
+            let req = req.clone();
+            async move { c.list_objects(req).await }
+        })
+        .await
+    }
+
+    pub async fn create_upload(&self, upload: pb::UploadRecord) -> Result<(), MetaError> {
+        let req = pb::CreateUploadRequest { upload: Some(upload) };
+        self.call("CreateUpload", |mut c| {
+            let req = req.clone();
+            async move { c.create_upload(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub async fn get_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<pb::UploadRecord, MetaError> {
+        let req = pb::UploadKey { bucket: bucket.into(), key: key.into(), upload_id: upload_id.into() };
+        let r = self
+            .call("GetUpload", |mut c| {
+                let req = req.clone();
+                async move { c.get_upload(req).await }
+            })
+            .await?;
+        r.upload.ok_or_else(|| MetaError::Unavailable("GetUpload answered without an upload".into()))
+    }
+
+    /// Commits a part record; returns the placement of the part it replaced.
+    pub async fn put_part(&self, bucket: &str, key: &str, part: pb::PartRecord) -> Result<Vec<pb::Placement>, MetaError> {
+        let req = pb::PutPartRequest { bucket: bucket.into(), key: key.into(), part: Some(part) };
+        let r = self
+            .call("PutPart", |mut c| {
+                let req = req.clone();
+                async move { c.put_part(req).await }
+            })
+            .await?;
+        Ok(r.released)
+    }
+
+    pub async fn list_parts(&self, req: pb::ListPartsRequest) -> Result<pb::ListPartsResponse, MetaError> {
+        self.call("ListParts", |mut c| {
+            let req = req.clone();
+            async move { c.list_parts(req).await }
+        })
+        .await
+    }
+
+    pub async fn complete_upload(&self, req: pb::CompleteUploadRequest) -> Result<pb::CompleteUploadResponse, MetaError> {
+        self.call("CompleteUpload", |mut c| {
+            let req = req.clone();
+            async move { c.complete_upload(req).await }
+        })
+        .await
+    }
+
+    /// Aborts an upload; returns the placements of its parts.
+    pub async fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<Vec<pb::Placement>, MetaError> {
+        let req = pb::UploadKey { bucket: bucket.into(), key: key.into(), upload_id: upload_id.into() };
+        let r = self
+            .call("AbortUpload", |mut c| {
+                let req = req.clone();
+                async move { c.abort_upload(req).await }
+            })
+            .await?;
+        Ok(r.released)
+    }
+
+    pub async fn list_uploads(&self, req: pb::ListUploadsRequest) -> Result<pb::ListUploadsResponse, MetaError> {
+        self.call("ListUploads", |mut c| {
+            let req = req.clone();
+            async move { c.list_uploads(req).await }
+        })
+        .await
+    }
+
+    pub async fn register_datanode(&self, id: u64, addr: &str) -> Result<(), MetaError> {
+        let req = pb::RegisterDatanodeRequest { id, addr: addr.into() };
+        self.call("RegisterDatanode", |mut c| {
+            let req = req.clone();
+            async move { c.register_datanode(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub async fn heartbeat(&self, id: u64, addr: &str) -> Result<(), MetaError> {
+        let req = pb::HeartbeatRequest { id, addr: addr.into() };
+        self.call("Heartbeat", |mut c| {
+            let req = req.clone();
+            async move { c.heartbeat(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub async fn list_datanodes(&self) -> Result<Vec<pb::DatanodeInfo>, MetaError> {
+        let r = self
+            .call("ListDatanodes", |mut c| async move { c.list_datanodes(pb::ListDatanodesRequest {}).await })
+            .await?;
+        Ok(r.datanodes)
+    }
+
+    pub async fn cluster_status(&self) -> Result<pb::ClusterStatusResponse, MetaError> {
+        self.call("ClusterStatus", |mut c| async move { c.cluster_status(pb::ClusterStatusRequest {}).await })
+            .await
+    }
+}

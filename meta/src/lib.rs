@@ -1,0 +1,3 @@
+//! Sluice meta role (under construction).
+pub mod client;
+pub use client::{MetaClient, MetaError};

@@ -1,0 +1,19 @@
+//! Sluice wire protocol: the gRPC services and messages shared by the meta,
+//! datanode and gateway roles, and the error detail carried in a status.
+//!
+//! # Layout
+//! * `proto/meta.proto` — metadata API and the records the state machine stores.
+//! * `proto/datanode.proto` — shard streams between gateways and datanodes.
+//! * `proto/raft.proto` — Raft RPCs between meta nodes.
+//! * [`error`] — encoding of [`meta::ErrorDetail`] in a `tonic::Status`.
+
+pub mod meta {
+    tonic::include_proto!("sluice.meta");
+}
+pub mod datanode {
+    tonic::include_proto!("sluice.datanode");
+}
+pub mod raft {
+    tonic::include_proto!("sluice.raft");
+}
+pub mod error;

@@ -1,0 +1,1 @@
+//! Integration tests for Sluice live in `tests/*/main.rs`; this crate has no library code.
