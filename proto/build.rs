@@ -1,13 +1,17 @@
-//! Compiles the `.proto` files with the vendored `protoc`.
+//! Compiles the `.proto` files with the vendored `protoc` (no system protoc needed).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protoc = protoc_bin_vendored::protoc_bin_path()?;
-    let protos = ["proto/meta.proto", "proto/datanode.proto", "proto/raft.proto"];
+    let protos = [
+        "proto/meta.proto",
+        "proto/datanode.proto",
+        "proto/raft.proto",
+    ];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");
     }
+    let mut config = prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     tonic_prost_build::configure()
-        .protoc_executable(protoc)
         .type_attribute(".", "#[derive(serde::Serialize, serde::Deserialize)]")
-        .compile_protos(&protos, &["proto"])?;
+        .compile_with_config(config, &protos, &["proto"])?;
     Ok(())
 }
