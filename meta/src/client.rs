@@ -64,8 +64,15 @@ impl MetaClient {
 
     /// Like [`MetaClient::new`] with an explicit total retry deadline per
     /// call and a timeout per attempt.
-    pub fn with_timeouts(seeds: Vec<String>, retry_deadline: Duration, rpc_timeout: Duration) -> Self {
-        assert!(!seeds.is_empty(), "MetaClient needs at least one meta endpoint");
+    pub fn with_timeouts(
+        seeds: Vec<String>,
+        retry_deadline: Duration,
+        rpc_timeout: Duration,
+    ) -> Self {
+        assert!(
+            !seeds.is_empty(),
+            "MetaClient needs at least one meta endpoint"
+        );
         let current = seeds[0].clone();
         MetaClient {
             inner: Arc::new(Inner {
@@ -110,7 +117,7 @@ impl MetaClient {
     {
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
-        let mut last_error = String::new();
+        let mut last_error: String;
         loop {
             let addr = self.inner.current.lock().expect("current lock").clone();
             let client = RpcClient::new(self.channel(&addr)?)
@@ -155,7 +162,10 @@ impl MetaClient {
     }
 
     pub async fn create_bucket(&self, name: &str, now_ms: i64) -> Result<bool, MetaError> {
-        let req = pb::CreateBucketRequest { name: name.to_string(), now_ms };
+        let req = pb::CreateBucketRequest {
+            name: name.to_string(),
+            now_ms,
+        };
         let r = self
             .call("CreateBucket", |mut c| {
                 let req = req.clone();
@@ -166,18 +176,23 @@ impl MetaClient {
     }
 
     pub async fn get_bucket(&self, name: &str) -> Result<pb::Bucket, MetaError> {
-        let req = pb::BucketRequest { name: name.to_string() };
+        let req = pb::BucketRequest {
+            name: name.to_string(),
+        };
         let r = self
             .call("GetBucket", |mut c| {
                 let req = req.clone();
                 async move { c.get_bucket(req).await }
             })
             .await?;
-        r.bucket.ok_or_else(|| MetaError::Unavailable("GetBucket answered without a bucket".into()))
+        r.bucket
+            .ok_or_else(|| MetaError::Unavailable("GetBucket answered without a bucket".into()))
     }
 
     pub async fn delete_bucket(&self, name: &str) -> Result<(), MetaError> {
-        let req = pb::BucketRequest { name: name.to_string() };
+        let req = pb::BucketRequest {
+            name: name.to_string(),
+        };
         self.call("DeleteBucket", |mut c| {
             let req = req.clone();
             async move { c.delete_bucket(req).await }
@@ -188,14 +203,21 @@ impl MetaClient {
 
     pub async fn list_buckets(&self) -> Result<Vec<pb::Bucket>, MetaError> {
         let r = self
-            .call("ListBuckets", |mut c| async move { c.list_buckets(pb::ListBucketsRequest {}).await })
+            .call("ListBuckets", |mut c| async move {
+                c.list_buckets(pb::ListBucketsRequest {}).await
+            })
             .await?;
         Ok(r.buckets)
     }
 
     /// Commits an object record; returns placements it replaced.
-    pub async fn put_object(&self, object: pb::ObjectRecord) -> Result<Vec<pb::Placement>, MetaError> {
-        let req = pb::PutObjectRequest { object: Some(object) };
+    pub async fn put_object(
+        &self,
+        object: pb::ObjectRecord,
+    ) -> Result<Vec<pb::Placement>, MetaError> {
+        let req = pb::PutObjectRequest {
+            object: Some(object),
+        };
         let r = self
             .call("PutObject", |mut c| {
                 let req = req.clone();
@@ -206,19 +228,30 @@ impl MetaClient {
     }
 
     pub async fn get_object(&self, bucket: &str, key: &str) -> Result<pb::ObjectRecord, MetaError> {
-        let req = pb::ObjectKey { bucket: bucket.to_string(), key: key.to_string() };
+        let req = pb::ObjectKey {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        };
         let r = self
             .call("GetObject", |mut c| {
                 let req = req.clone();
                 async move { c.get_object(req).await }
             })
             .await?;
-        r.object.ok_or_else(|| MetaError::Unavailable("GetObject answered without an object".into()))
+        r.object
+            .ok_or_else(|| MetaError::Unavailable("GetObject answered without an object".into()))
     }
 
     /// Deletes an object (a missing key is not an error); returns its placements.
-    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<Vec<pb::Placement>, MetaError> {
-        let req = pb::ObjectKey { bucket: bucket.to_string(), key: key.to_string() };
+    pub async fn delete_object(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Vec<pb::Placement>, MetaError> {
+        let req = pb::ObjectKey {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        };
         let r = self
             .call("DeleteObject", |mut c| {
                 let req = req.clone();
@@ -228,7 +261,10 @@ impl MetaClient {
         Ok(r.released)
     }
 
-    pub async fn list_objects(&self, req: pb::ListObjectsRequest) -> Result<pb::ListObjectsResponse, MetaError> {
+    pub async fn list_objects(
+        &self,
+        req: pb::ListObjectsRequest,
+    ) -> Result<pb::ListObjectsResponse, MetaError> {
         self.call("ListObjects", |mut c| {
             let req = req.clone();
             async move { c.list_objects(req).await }
@@ -237,7 +273,9 @@ impl MetaClient {
     }
 
     pub async fn create_upload(&self, upload: pb::UploadRecord) -> Result<(), MetaError> {
-        let req = pb::CreateUploadRequest { upload: Some(upload) };
+        let req = pb::CreateUploadRequest {
+            upload: Some(upload),
+        };
         self.call("CreateUpload", |mut c| {
             let req = req.clone();
             async move { c.create_upload(req).await }
@@ -246,20 +284,39 @@ impl MetaClient {
         Ok(())
     }
 
-    pub async fn get_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<pb::UploadRecord, MetaError> {
-        let req = pb::UploadKey { bucket: bucket.into(), key: key.into(), upload_id: upload_id.into() };
+    pub async fn get_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<pb::UploadRecord, MetaError> {
+        let req = pb::UploadKey {
+            bucket: bucket.into(),
+            key: key.into(),
+            upload_id: upload_id.into(),
+        };
         let r = self
             .call("GetUpload", |mut c| {
                 let req = req.clone();
                 async move { c.get_upload(req).await }
             })
             .await?;
-        r.upload.ok_or_else(|| MetaError::Unavailable("GetUpload answered without an upload".into()))
+        r.upload
+            .ok_or_else(|| MetaError::Unavailable("GetUpload answered without an upload".into()))
     }
 
     /// Commits a part record; returns the placement of the part it replaced.
-    pub async fn put_part(&self, bucket: &str, key: &str, part: pb::PartRecord) -> Result<Vec<pb::Placement>, MetaError> {
-        let req = pb::PutPartRequest { bucket: bucket.into(), key: key.into(), part: Some(part) };
+    pub async fn put_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        part: pb::PartRecord,
+    ) -> Result<Vec<pb::Placement>, MetaError> {
+        let req = pb::PutPartRequest {
+            bucket: bucket.into(),
+            key: key.into(),
+            part: Some(part),
+        };
         let r = self
             .call("PutPart", |mut c| {
                 let req = req.clone();
@@ -269,7 +326,10 @@ impl MetaClient {
         Ok(r.released)
     }
 
-    pub async fn list_parts(&self, req: pb::ListPartsRequest) -> Result<pb::ListPartsResponse, MetaError> {
+    pub async fn list_parts(
+        &self,
+        req: pb::ListPartsRequest,
+    ) -> Result<pb::ListPartsResponse, MetaError> {
         self.call("ListParts", |mut c| {
             let req = req.clone();
             async move { c.list_parts(req).await }
@@ -277,7 +337,10 @@ impl MetaClient {
         .await
     }
 
-    pub async fn complete_upload(&self, req: pb::CompleteUploadRequest) -> Result<pb::CompleteUploadResponse, MetaError> {
+    pub async fn complete_upload(
+        &self,
+        req: pb::CompleteUploadRequest,
+    ) -> Result<pb::CompleteUploadResponse, MetaError> {
         self.call("CompleteUpload", |mut c| {
             let req = req.clone();
             async move { c.complete_upload(req).await }
@@ -286,8 +349,17 @@ impl MetaClient {
     }
 
     /// Aborts an upload; returns the placements of its parts.
-    pub async fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<Vec<pb::Placement>, MetaError> {
-        let req = pb::UploadKey { bucket: bucket.into(), key: key.into(), upload_id: upload_id.into() };
+    pub async fn abort_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<Vec<pb::Placement>, MetaError> {
+        let req = pb::UploadKey {
+            bucket: bucket.into(),
+            key: key.into(),
+            upload_id: upload_id.into(),
+        };
         let r = self
             .call("AbortUpload", |mut c| {
                 let req = req.clone();
@@ -297,7 +369,10 @@ impl MetaClient {
         Ok(r.released)
     }
 
-    pub async fn list_uploads(&self, req: pb::ListUploadsRequest) -> Result<pb::ListUploadsResponse, MetaError> {
+    pub async fn list_uploads(
+        &self,
+        req: pb::ListUploadsRequest,
+    ) -> Result<pb::ListUploadsResponse, MetaError> {
         self.call("ListUploads", |mut c| {
             let req = req.clone();
             async move { c.list_uploads(req).await }
@@ -306,7 +381,10 @@ impl MetaClient {
     }
 
     pub async fn register_datanode(&self, id: u64, addr: &str) -> Result<(), MetaError> {
-        let req = pb::RegisterDatanodeRequest { id, addr: addr.into() };
+        let req = pb::RegisterDatanodeRequest {
+            id,
+            addr: addr.into(),
+        };
         self.call("RegisterDatanode", |mut c| {
             let req = req.clone();
             async move { c.register_datanode(req).await }
@@ -316,7 +394,10 @@ impl MetaClient {
     }
 
     pub async fn heartbeat(&self, id: u64, addr: &str) -> Result<(), MetaError> {
-        let req = pb::HeartbeatRequest { id, addr: addr.into() };
+        let req = pb::HeartbeatRequest {
+            id,
+            addr: addr.into(),
+        };
         self.call("Heartbeat", |mut c| {
             let req = req.clone();
             async move { c.heartbeat(req).await }
@@ -327,13 +408,17 @@ impl MetaClient {
 
     pub async fn list_datanodes(&self) -> Result<Vec<pb::DatanodeInfo>, MetaError> {
         let r = self
-            .call("ListDatanodes", |mut c| async move { c.list_datanodes(pb::ListDatanodesRequest {}).await })
+            .call("ListDatanodes", |mut c| async move {
+                c.list_datanodes(pb::ListDatanodesRequest {}).await
+            })
             .await?;
         Ok(r.datanodes)
     }
 
     pub async fn cluster_status(&self) -> Result<pb::ClusterStatusResponse, MetaError> {
-        self.call("ClusterStatus", |mut c| async move { c.cluster_status(pb::ClusterStatusRequest {}).await })
-            .await
+        self.call("ClusterStatus", |mut c| async move {
+            c.cluster_status(pb::ClusterStatusRequest {}).await
+        })
+        .await
     }
 }

@@ -1,3 +1,40 @@
-//! Sluice meta role (under construction).
+//! Sluice meta role: the metadata state machine (buckets, objects,
+//! multipart uploads and their parts, the datanode registry), replicated
+//! with openraft 0.9 and stored in sled behind a narrow storage trait.
+//!
+//! Start a node with [`run`] and a [`Config`]; talk to the cluster with
+//! [`MetaClient`], which follows the leader.
+//!
+//! # Layout
+//! * [`config`] — [`Config`] (TOML, defaults, `validate`).
+//! * [`node`](run) — `run`: store, Raft, bootstrap, one gRPC server for the
+//!   `sluice.raft.Raft` and `sluice.meta.Meta` services, ordered shutdown.
+//! * [`store`] — the [`KvStore`](store::KvStore) seam: keyspaces, atomic
+//!   batches, flush; [`SledStore`](store::SledStore) and
+//!   [`MemStore`](store::MemStore).
+//! * [`sm`] — the state machine as pure functions over a `KvStore`:
+//!   mutations (S3 rules for buckets, objects, multipart) and listings.
+//! * [`raft`] — openraft type config, log store, state machine adapter and
+//!   snapshots, protobuf conversions, tonic network and Raft service.
+//! * `api` — the `sluice.meta.Meta` gRPC service (leader checks, NOT_LEADER
+//!   hints); `liveness` — datanode heartbeats in leader memory.
+//! * [`client`] — [`MetaClient`], the leader-following client.
+//!
+//! # Metrics
+//! `sluice_meta_applied_entries_total`: Raft log entries applied to the
+//! state machine.
+
+mod api;
 pub mod client;
+pub mod config;
+pub mod error;
+mod liveness;
+mod node;
+pub mod raft;
+pub mod sm;
+pub mod store;
+
 pub use client::{MetaClient, MetaError};
+pub use config::{Config, ConfigError};
+pub use error::Error;
+pub use node::run;

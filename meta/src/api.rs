@@ -1,0 +1,350 @@
+//! The `sluice.meta.Meta` gRPC service.
+//!
+//! Mutations are proposed with `client_write` on the leader; reads run
+//! after `ensure_linearizable` on the leader. A follower answers both with
+//! `NOT_LEADER` and the leader hint (`sluice_proto::error::not_leader`).
+//! Heartbeats and ListDatanodes are leader-only too: liveness lives in the
+//! leader's memory.
+
+use std::sync::Arc;
+
+use openraft::BasicNode;
+use openraft::ServerState;
+use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use sluice_proto::error::{not_leader, status};
+use sluice_proto::meta::{self as pb, ErrorCode, meta_server::Meta};
+use sluice_proto::raft::{MetaCommand, meta_command::Command};
+use tonic::{Request, Response, Status};
+
+use crate::liveness::Liveness;
+use crate::raft::MetaRaft;
+use crate::sm::{self, Applied, SmError};
+use crate::store::KvStore;
+
+pub(crate) struct MetaService<K: KvStore> {
+    pub(crate) node_id: u64,
+    pub(crate) raft: MetaRaft,
+    pub(crate) kv: Arc<K>,
+    pub(crate) liveness: Arc<Liveness>,
+}
+
+fn forward(f: ForwardToLeader<u64, BasicNode>) -> Status {
+    not_leader(f.leader_id, f.leader_node.map(|n| n.addr))
+}
+
+fn sm_status(e: SmError) -> Status {
+    match e {
+        SmError::Refused { code, message } => status(code, message),
+        other => {
+            tracing::error!(error = %other, "metadata read failed");
+            status(ErrorCode::Internal, other.to_string())
+        }
+    }
+}
+
+fn unexpected(what: &str, applied: &Applied) -> Status {
+    status(
+        ErrorCode::Internal,
+        format!("{what} applied as {applied:?}"),
+    )
+}
+
+fn released(what: &str, applied: Applied) -> Result<Response<pb::ReleasedResponse>, Status> {
+    match applied {
+        Applied::Released(released) => Ok(Response::new(pb::ReleasedResponse { released })),
+        other => Err(unexpected(what, &other)),
+    }
+}
+
+fn done(what: &str, applied: &Applied) -> Result<(), Status> {
+    match applied {
+        Applied::Done => Ok(()),
+        other => Err(unexpected(what, other)),
+    }
+}
+
+impl<K: KvStore> MetaService<K> {
+    /// Proposes `command` and waits for it to be applied.
+    async fn write(&self, command: Command) -> Result<Applied, Status> {
+        let cmd = MetaCommand {
+            command: Some(command),
+        };
+        match self.raft.client_write(cmd).await {
+            Ok(resp) => match resp.data {
+                Applied::Refused { code, message } => Err(status(code, message)),
+                applied => Ok(applied),
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(forward(f)),
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                Err(status(ErrorCode::Internal, e.to_string()))
+            }
+            Err(RaftError::Fatal(f)) => {
+                Err(Status::unavailable(format!("raft is not running: {f}")))
+            }
+        }
+    }
+
+    /// Returns once this node is the leader and has applied everything
+    /// committed before the call.
+    async fn linearizable(&self) -> Result<(), Status> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(forward(f)),
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e))) => {
+                Err(Status::unavailable(format!("leader lost its quorum: {e}")))
+            }
+            Err(RaftError::Fatal(f)) => {
+                Err(Status::unavailable(format!("raft is not running: {f}")))
+            }
+        }
+    }
+
+    /// `Ok` on the leader; `NOT_LEADER` with the hint elsewhere.
+    fn leader_only(&self) -> Result<(), Status> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        if m.state == ServerState::Leader && m.current_leader == Some(self.node_id) {
+            return Ok(());
+        }
+        let addr = m
+            .current_leader
+            .and_then(|id| m.membership_config.membership().get_node(&id))
+            .map(|n| n.addr.clone());
+        Err(not_leader(m.current_leader, addr))
+    }
+}
+
+#[tonic::async_trait]
+impl<K: KvStore> Meta for MetaService<K> {
+    async fn create_bucket(
+        &self,
+        request: Request<pb::CreateBucketRequest>,
+    ) -> Result<Response<pb::CreateBucketResponse>, Status> {
+        match self
+            .write(Command::CreateBucket(request.into_inner()))
+            .await?
+        {
+            Applied::Created(created) => Ok(Response::new(pb::CreateBucketResponse { created })),
+            other => Err(unexpected("CreateBucket", &other)),
+        }
+    }
+
+    async fn get_bucket(
+        &self,
+        request: Request<pb::BucketRequest>,
+    ) -> Result<Response<pb::GetBucketResponse>, Status> {
+        self.linearizable().await?;
+        let bucket =
+            sm::get_bucket(self.kv.as_ref(), &request.get_ref().name).map_err(sm_status)?;
+        Ok(Response::new(pb::GetBucketResponse {
+            bucket: Some(bucket),
+        }))
+    }
+
+    async fn delete_bucket(
+        &self,
+        request: Request<pb::BucketRequest>,
+    ) -> Result<Response<pb::DeleteBucketResponse>, Status> {
+        let applied = self
+            .write(Command::DeleteBucket(request.into_inner()))
+            .await?;
+        done("DeleteBucket", &applied)?;
+        Ok(Response::new(pb::DeleteBucketResponse {}))
+    }
+
+    async fn list_buckets(
+        &self,
+        _request: Request<pb::ListBucketsRequest>,
+    ) -> Result<Response<pb::ListBucketsResponse>, Status> {
+        self.linearizable().await?;
+        let buckets = sm::list_buckets(self.kv.as_ref()).map_err(sm_status)?;
+        Ok(Response::new(pb::ListBucketsResponse { buckets }))
+    }
+
+    async fn put_object(
+        &self,
+        request: Request<pb::PutObjectRequest>,
+    ) -> Result<Response<pb::ReleasedResponse>, Status> {
+        released(
+            "PutObject",
+            self.write(Command::PutObject(request.into_inner())).await?,
+        )
+    }
+
+    async fn get_object(
+        &self,
+        request: Request<pb::ObjectKey>,
+    ) -> Result<Response<pb::GetObjectResponse>, Status> {
+        self.linearizable().await?;
+        let r = request.get_ref();
+        let object = sm::get_object(self.kv.as_ref(), &r.bucket, &r.key).map_err(sm_status)?;
+        Ok(Response::new(pb::GetObjectResponse {
+            object: Some(object),
+        }))
+    }
+
+    async fn delete_object(
+        &self,
+        request: Request<pb::ObjectKey>,
+    ) -> Result<Response<pb::ReleasedResponse>, Status> {
+        released(
+            "DeleteObject",
+            self.write(Command::DeleteObject(request.into_inner()))
+                .await?,
+        )
+    }
+
+    async fn list_objects(
+        &self,
+        request: Request<pb::ListObjectsRequest>,
+    ) -> Result<Response<pb::ListObjectsResponse>, Status> {
+        self.linearizable().await?;
+        let resp = sm::list_objects(self.kv.as_ref(), request.get_ref()).map_err(sm_status)?;
+        Ok(Response::new(resp))
+    }
+
+    async fn create_upload(
+        &self,
+        request: Request<pb::CreateUploadRequest>,
+    ) -> Result<Response<pb::CreateUploadResponse>, Status> {
+        let applied = self
+            .write(Command::CreateUpload(request.into_inner()))
+            .await?;
+        done("CreateUpload", &applied)?;
+        Ok(Response::new(pb::CreateUploadResponse {}))
+    }
+
+    async fn get_upload(
+        &self,
+        request: Request<pb::UploadKey>,
+    ) -> Result<Response<pb::GetUploadResponse>, Status> {
+        self.linearizable().await?;
+        let r = request.get_ref();
+        let upload =
+            sm::get_upload(self.kv.as_ref(), &r.bucket, &r.key, &r.upload_id).map_err(sm_status)?;
+        Ok(Response::new(pb::GetUploadResponse {
+            upload: Some(upload),
+        }))
+    }
+
+    async fn put_part(
+        &self,
+        request: Request<pb::PutPartRequest>,
+    ) -> Result<Response<pb::ReleasedResponse>, Status> {
+        released(
+            "PutPart",
+            self.write(Command::PutPart(request.into_inner())).await?,
+        )
+    }
+
+    async fn list_parts(
+        &self,
+        request: Request<pb::ListPartsRequest>,
+    ) -> Result<Response<pb::ListPartsResponse>, Status> {
+        self.linearizable().await?;
+        let resp = sm::list_parts(self.kv.as_ref(), request.get_ref()).map_err(sm_status)?;
+        Ok(Response::new(resp))
+    }
+
+    async fn complete_upload(
+        &self,
+        request: Request<pb::CompleteUploadRequest>,
+    ) -> Result<Response<pb::CompleteUploadResponse>, Status> {
+        match self
+            .write(Command::CompleteUpload(request.into_inner()))
+            .await?
+        {
+            Applied::Completed(resp) => Ok(Response::new(*resp)),
+            other => Err(unexpected("CompleteUpload", &other)),
+        }
+    }
+
+    async fn abort_upload(
+        &self,
+        request: Request<pb::UploadKey>,
+    ) -> Result<Response<pb::ReleasedResponse>, Status> {
+        released(
+            "AbortUpload",
+            self.write(Command::AbortUpload(request.into_inner()))
+                .await?,
+        )
+    }
+
+    async fn list_uploads(
+        &self,
+        request: Request<pb::ListUploadsRequest>,
+    ) -> Result<Response<pb::ListUploadsResponse>, Status> {
+        self.linearizable().await?;
+        let resp = sm::list_uploads(self.kv.as_ref(), request.get_ref()).map_err(sm_status)?;
+        Ok(Response::new(resp))
+    }
+
+    async fn register_datanode(
+        &self,
+        request: Request<pb::RegisterDatanodeRequest>,
+    ) -> Result<Response<pb::RegisterDatanodeResponse>, Status> {
+        let r = request.into_inner();
+        let id = r.id;
+        let applied = self.write(Command::RegisterDatanode(r)).await?;
+        done("RegisterDatanode", &applied)?;
+        // Registration is a sign of life.
+        if self.leader_only().is_ok() {
+            self.liveness.beat(id);
+        }
+        Ok(Response::new(pb::RegisterDatanodeResponse {}))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        self.leader_only()?;
+        let r = request.into_inner();
+        let registered = sm::get_datanode(self.kv.as_ref(), r.id).map_err(sm_status)?;
+        if registered.as_ref().map(|d| d.addr.as_str()) != Some(r.addr.as_str()) {
+            // Unknown datanode or a new address: (re)register it first, so
+            // the liveness map only ever holds registered ids.
+            let applied = self
+                .write(Command::RegisterDatanode(pb::RegisterDatanodeRequest {
+                    id: r.id,
+                    addr: r.addr.clone(),
+                }))
+                .await?;
+            done("RegisterDatanode", &applied)?;
+        }
+        self.liveness.beat(r.id);
+        Ok(Response::new(pb::HeartbeatResponse {}))
+    }
+
+    async fn list_datanodes(
+        &self,
+        _request: Request<pb::ListDatanodesRequest>,
+    ) -> Result<Response<pb::ListDatanodesResponse>, Status> {
+        self.leader_only()?;
+        let mut datanodes = sm::list_datanodes(self.kv.as_ref()).map_err(sm_status)?;
+        for d in &mut datanodes {
+            (d.live, d.last_heartbeat_ms) = self.liveness.status(d.id);
+        }
+        Ok(Response::new(pb::ListDatanodesResponse { datanodes }))
+    }
+
+    async fn cluster_status(
+        &self,
+        _request: Request<pb::ClusterStatusRequest>,
+    ) -> Result<Response<pb::ClusterStatusResponse>, Status> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        let membership = m.membership_config.membership();
+        Ok(Response::new(pb::ClusterStatusResponse {
+            node_id: self.node_id,
+            leader_id: m.current_leader,
+            leader_addr: m
+                .current_leader
+                .and_then(|id| membership.get_node(&id))
+                .map(|n| n.addr.clone()),
+            term: m.current_term,
+            last_applied_index: m.last_applied.map_or(0, |l| l.index),
+            voters: membership.voter_ids().collect(),
+        }))
+    }
+}

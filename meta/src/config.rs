@@ -1,0 +1,270 @@
+//! [`Config`] of a meta node (TOML, `[meta]`-style table of the binary).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Configuration of one meta node. Every field has a default (see
+/// [`Config::default`]); durations are humantime strings ("250ms", "6s"),
+/// sizes plain byte counts or bytesize strings ("64 MiB").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Raft node id, unique in the cluster. Default 1.
+    pub node_id: u64,
+    /// Address the gRPC server (Raft and Meta services) binds. Default
+    /// `127.0.0.1:7001`. `run` takes an already bound listener; the binary
+    /// binds this address.
+    pub listen: SocketAddr,
+    /// gRPC endpoint peers and clients use to reach this node. Default
+    /// `http://127.0.0.1:7001`.
+    pub advertise_addr: String,
+    /// Directory of the sled database (Raft log, vote, state machine,
+    /// snapshot). Default `data/meta`.
+    pub data_dir: PathBuf,
+    /// Initial voters: node id -> advertise address. Empty means a
+    /// single-voter cluster of this node. The node with the lowest id
+    /// initializes the cluster on first start. In TOML a table whose keys
+    /// are the ids: `[voters]` / `1 = "http://10.0.0.1:7001"`. Default empty.
+    #[serde(with = "voter_map")]
+    pub voters: BTreeMap<u64, String>,
+    /// sled page cache size in bytes. Default 64 MiB.
+    #[serde(with = "byte_size")]
+    pub sled_cache_bytes: u64,
+    /// Raft election timeout range. Defaults 1s and 2s.
+    #[serde(with = "humantime_serde")]
+    pub election_timeout_min: Duration,
+    #[serde(with = "humantime_serde")]
+    pub election_timeout_max: Duration,
+    /// Leader heartbeat interval. Default 250ms.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+    /// Build a snapshot (and purge the log) after this many applied entries
+    /// since the last one. Default 5000.
+    pub snapshot_logs_since_last: u64,
+    /// Log entries kept before the last snapshot for lagging followers.
+    /// Default 1000.
+    pub max_in_snapshot_log_to_keep: u64,
+    /// A datanode is live if it heartbeat within this window; for this long
+    /// after becoming leader every registered datanode counts as live.
+    /// Default 6s.
+    #[serde(with = "humantime_serde")]
+    pub datanode_liveness: Duration,
+    /// TCP connect timeout for Raft RPCs to peers. Default 1s.
+    #[serde(with = "humantime_serde")]
+    pub peer_connect_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_id: 1,
+            listen: SocketAddr::from(([127, 0, 0, 1], 7001)),
+            advertise_addr: "http://127.0.0.1:7001".to_string(),
+            data_dir: PathBuf::from("data/meta"),
+            voters: BTreeMap::new(),
+            sled_cache_bytes: 64 * 1024 * 1024,
+            election_timeout_min: Duration::from_millis(1000),
+            election_timeout_max: Duration::from_millis(2000),
+            heartbeat_interval: Duration::from_millis(250),
+            snapshot_logs_since_last: 5000,
+            max_in_snapshot_log_to_keep: 1000,
+            datanode_liveness: Duration::from_secs(6),
+            peer_connect_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What is wrong with a [`Config`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("advertise_addr {0:?} must be an http:// or https:// URL")]
+    AdvertiseAddr(String),
+    #[error("voter {id} has address {addr:?}, which is not an http:// or https:// URL")]
+    VoterAddr { id: u64, addr: String },
+    #[error("voters do not include this node's id {0}")]
+    NotAVoter(u64),
+    #[error(
+        "need heartbeat_interval ({heartbeat:?}) < election_timeout_min ({min:?}) < election_timeout_max ({max:?})"
+    )]
+    Timeouts {
+        heartbeat: Duration,
+        min: Duration,
+        max: Duration,
+    },
+    #[error("snapshot_logs_since_last must be greater than 0")]
+    SnapshotInterval,
+    #[error("datanode_liveness must be greater than 0")]
+    Liveness,
+    #[error("sled_cache_bytes is {0}, below the minimum of 1 MiB")]
+    CacheTooSmall(u64),
+}
+
+fn is_url(s: &str) -> bool {
+    (s.starts_with("http://") || s.starts_with("https://")) && s.len() > "https://".len()
+}
+
+impl Config {
+    /// Checks the fields against each other.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !is_url(&self.advertise_addr) {
+            return Err(ConfigError::AdvertiseAddr(self.advertise_addr.clone()));
+        }
+        if let Some((id, addr)) = self.voters.iter().find(|(_, a)| !is_url(a)) {
+            return Err(ConfigError::VoterAddr {
+                id: *id,
+                addr: addr.clone(),
+            });
+        }
+        if !self.voters.is_empty() && !self.voters.contains_key(&self.node_id) {
+            return Err(ConfigError::NotAVoter(self.node_id));
+        }
+        if !(self.heartbeat_interval < self.election_timeout_min
+            && self.election_timeout_min < self.election_timeout_max)
+        {
+            return Err(ConfigError::Timeouts {
+                heartbeat: self.heartbeat_interval,
+                min: self.election_timeout_min,
+                max: self.election_timeout_max,
+            });
+        }
+        if self.snapshot_logs_since_last == 0 {
+            return Err(ConfigError::SnapshotInterval);
+        }
+        if self.datanode_liveness.is_zero() {
+            return Err(ConfigError::Liveness);
+        }
+        if self.sled_cache_bytes < 1024 * 1024 {
+            return Err(ConfigError::CacheTooSmall(self.sled_cache_bytes));
+        }
+        Ok(())
+    }
+
+    /// The initial voters, with this node alone when `voters` is empty.
+    pub fn initial_voters(&self) -> BTreeMap<u64, String> {
+        if self.voters.is_empty() {
+            BTreeMap::from([(self.node_id, self.advertise_addr.clone())])
+        } else {
+            self.voters.clone()
+        }
+    }
+}
+
+/// Node id -> address, with the ids as map keys (TOML keys are strings).
+mod voter_map {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(v: &BTreeMap<u64, String>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(v.iter().map(|(id, addr)| (id.to_string(), addr)))
+    }
+
+    #[derive(Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+    #[serde(untagged)]
+    enum Key {
+        Int(u64),
+        Str(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, String>, D::Error> {
+        let raw = BTreeMap::<Key, String>::deserialize(d)?;
+        raw.into_iter()
+            .map(|(k, addr)| match k {
+                Key::Int(id) => Ok((id, addr)),
+                Key::Str(s) => s
+                    .parse::<u64>()
+                    .map(|id| (id, addr))
+                    .map_err(|_| D::Error::custom(format!("voter id {s:?} is not an integer"))),
+            })
+            .collect()
+    }
+}
+
+/// A byte count as an integer or a bytesize string ("64 MiB").
+mod byte_size {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(*v)
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Int(u64),
+        Str(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(n),
+            Raw::Str(s) => s
+                .parse::<bytesize::ByteSize>()
+                .map(|b| b.as_u64())
+                .map_err(|e| D::Error::custom(format!("invalid size {s:?}: {e}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_toml_with_defaults_and_sizes() {
+        let c: Config = toml::from_str(
+            r#"
+            node_id = 2
+            advertise_addr = "http://10.0.0.2:7001"
+            sled_cache_bytes = "128 MiB"
+            election_timeout_min = "500ms"
+            election_timeout_max = "1s"
+            heartbeat_interval = "100ms"
+            [voters]
+            1 = "http://10.0.0.1:7001"
+            2 = "http://10.0.0.2:7001"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.node_id, 2);
+        assert_eq!(c.sled_cache_bytes, 128 * 1024 * 1024);
+        assert_eq!(c.election_timeout_min, Duration::from_millis(500));
+        assert_eq!(c.voters.len(), 2);
+        assert_eq!(c.snapshot_logs_since_last, 5000);
+        assert_eq!(c.datanode_liveness, Duration::from_secs(6));
+        c.validate().unwrap();
+
+        let n: Config = toml::from_str("sled_cache_bytes = 2097152").unwrap();
+        assert_eq!(n.sled_cache_bytes, 2 * 1024 * 1024);
+        assert!(toml::from_str::<Config>("bogus = 1").is_err());
+        assert!(toml::from_str::<Config>("[voters]\nx = \"http://a:1\"").is_err());
+        // Serializes back to TOML that parses to the same config.
+        let back: Config = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn validate_rejects_bad_values() {
+        Config::default().validate().unwrap();
+        let bad = Config {
+            voters: BTreeMap::from([(5, "http://x:1".to_string())]),
+            ..Config::default()
+        };
+        assert_eq!(bad.validate(), Err(ConfigError::NotAVoter(1)));
+        let bad = Config {
+            election_timeout_min: Duration::from_millis(100),
+            ..Config::default()
+        };
+        assert!(matches!(bad.validate(), Err(ConfigError::Timeouts { .. })));
+        let bad = Config {
+            advertise_addr: "127.0.0.1:7001".into(),
+            ..Config::default()
+        };
+        assert!(matches!(bad.validate(), Err(ConfigError::AdvertiseAddr(_))));
+        assert_eq!(Config::default().initial_voters().len(), 1);
+    }
+}

@@ -1,0 +1,213 @@
+//! [`run`]: one meta node — sled store, openraft, and the gRPC server
+//! (Raft and Meta services on one listener).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::error::{InitializeError, RaftError};
+use openraft::{BasicNode, SnapshotPolicy};
+use sluice_proto::meta::meta_server::MetaServer;
+use sluice_proto::raft::raft_server::RaftServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::api::MetaService;
+use crate::config::Config;
+use crate::error::Error;
+use crate::liveness::{Liveness, watch_leadership};
+use crate::raft::network::{MAX_MESSAGE_BYTES, Network};
+use crate::raft::service::RaftService;
+use crate::raft::{LogStore, MetaRaft, StateMachine};
+use crate::store::SledStore;
+
+/// How long `run` waits, on start, for a previous instance in this process
+/// to release the same data dir, and on shutdown for its own handles.
+const STORE_RELEASE_WAIT: Duration = Duration::from_secs(10);
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Runs a meta node on `listener` until `shutdown` resolves.
+///
+/// On first start the node with the lowest id among the initial voters
+/// (see [`Config::voters`]) initializes the cluster; a restarted node
+/// keeps its state and does not initialize again. On shutdown the Raft is
+/// stopped, then the gRPC server, and the function returns only after the
+/// sled database is closed, so the same `data_dir` can be reopened at once.
+///
+/// Errors: invalid config, the store cannot be opened, Raft fails to start
+/// or initialize, or the gRPC server fails.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    config.validate()?;
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::DataDir {
+        path: config.data_dir.clone(),
+        source,
+    })?;
+    let kv = Arc::new(open_store(&config).await?);
+
+    let raft_config = openraft::Config {
+        cluster_name: "sluice-meta".to_string(),
+        heartbeat_interval: ms(config.heartbeat_interval),
+        election_timeout_min: ms(config.election_timeout_min),
+        election_timeout_max: ms(config.election_timeout_max),
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs_since_last),
+        max_in_snapshot_log_to_keep: config.max_in_snapshot_log_to_keep,
+        ..Default::default()
+    }
+    .validate()?;
+    let network = Network {
+        node_id: config.node_id,
+        connect_timeout: config.peer_connect_timeout,
+    };
+    let raft = MetaRaft::new(
+        config.node_id,
+        Arc::new(raft_config),
+        network,
+        LogStore::new(kv.clone()),
+        StateMachine::new(kv.clone()),
+    )
+    .await?;
+    tracing::info!(node_id = config.node_id, addr = %config.advertise_addr, "meta node started");
+
+    if let Err(e) = bootstrap(&raft, &config).await {
+        let _ = raft.shutdown().await;
+        return Err(e);
+    }
+
+    let liveness = Arc::new(Liveness::new(config.datanode_liveness));
+    let watcher = tokio::spawn(watch_leadership(raft.clone(), liveness.clone()));
+
+    let meta = MetaService {
+        node_id: config.node_id,
+        raft: raft.clone(),
+        kv: kv.clone(),
+        liveness,
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .add_service(
+            RaftServer::new(RaftService::new(raft.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .add_service(
+            MetaServer::new(meta)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            let _ = stop_rx.await;
+        });
+    let mut server = tokio::spawn(server);
+
+    let mut shutdown = std::pin::pin!(shutdown);
+    let early = tokio::select! {
+        _ = &mut shutdown => None,
+        r = &mut server => Some(r),
+    };
+    tracing::info!(node_id = config.node_id, "meta node stopping");
+    if let Err(e) = raft.shutdown().await {
+        tracing::warn!(error = %e, "raft shutdown");
+    }
+    let _ = stop_tx.send(());
+    let served = match early {
+        Some(r) => r,
+        None => server.await,
+    };
+    watcher.abort();
+    let _ = watcher.await;
+    drop(raft);
+    release_store(kv).await;
+    tracing::info!(node_id = config.node_id, "meta node stopped");
+    served??;
+    Ok(())
+}
+
+/// Opens the sled store, waiting a little for a previous instance in this
+/// process that is still closing the same directory.
+async fn open_store(config: &Config) -> Result<SledStore, Error> {
+    let started = Instant::now();
+    loop {
+        match SledStore::open(&config.data_dir, config.sled_cache_bytes) {
+            Ok(s) => return Ok(s),
+            Err(e) if started.elapsed() < STORE_RELEASE_WAIT && is_lock_error(&e) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(source) => {
+                return Err(Error::Store {
+                    path: config.data_dir.clone(),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+/// sled reports a held directory lock as an `Other` I/O error with this text.
+fn is_lock_error(e: &crate::store::KvError) -> bool {
+    matches!(e, crate::store::KvError::Sled(sled::Error::Io(io)) if io.to_string().contains("could not acquire lock"))
+}
+
+/// Drops the last handle to the store once the Raft tasks have released
+/// theirs, so sled closes and unlocks the directory.
+async fn release_store(kv: Arc<SledStore>) {
+    let started = Instant::now();
+    let mut kv = kv;
+    loop {
+        match Arc::try_unwrap(kv) {
+            Ok(store) => {
+                drop(store);
+                return;
+            }
+            Err(still_shared) if started.elapsed() < STORE_RELEASE_WAIT => {
+                kv = still_shared;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "metadata store still referenced after shutdown; it closes when the last handle drops"
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// Initializes the cluster if this node has never been initialized and is
+/// the lowest-id initial voter.
+async fn bootstrap(raft: &MetaRaft, config: &Config) -> Result<(), Error> {
+    if raft.is_initialized().await? {
+        tracing::info!("raft state found, not initializing");
+        return Ok(());
+    }
+    let voters = config.initial_voters();
+    let lowest = voters.keys().next().copied().unwrap_or(config.node_id);
+    if lowest != config.node_id {
+        tracing::info!(
+            initializer = lowest,
+            "waiting for the lowest-id voter to initialize the cluster"
+        );
+        return Ok(());
+    }
+    let members: std::collections::BTreeMap<u64, BasicNode> = voters
+        .into_iter()
+        .map(|(id, addr)| (id, BasicNode { addr }))
+        .collect();
+    match raft.initialize(members).await {
+        Ok(()) => {
+            tracing::info!("initialized the meta cluster");
+            Ok(())
+        }
+        Err(RaftError::APIError(InitializeError::NotAllowed(e))) => {
+            tracing::info!(reason = %e, "cluster already initialized");
+            Ok(())
+        }
+        Err(e) => Err(Error::Initialize(e)),
+    }
+}

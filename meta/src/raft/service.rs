@@ -1,0 +1,72 @@
+//! The `sluice.raft.Raft` gRPC service: decodes a peer's RPC, hands it to
+//! the local Raft, encodes the answer.
+
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use sluice_proto::raft as rpb;
+use tonic::{Request, Response, Status};
+
+use super::MetaRaft;
+use super::convert::{FromPb, ToPb};
+use super::network::fatal_status;
+
+/// Serves Raft RPCs from peers.
+#[derive(Clone)]
+pub struct RaftService {
+    raft: MetaRaft,
+}
+
+impl RaftService {
+    /// Serves RPCs for `raft`.
+    pub fn new(raft: MetaRaft) -> Self {
+        RaftService { raft }
+    }
+}
+
+fn bad_request(e: super::convert::ConvertError) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+fn raft_status<E: std::error::Error>(e: RaftError<u64, E>) -> Status {
+    match e {
+        RaftError::Fatal(f) => fatal_status(&f),
+        RaftError::APIError(api) => Status::internal(api.to_string()),
+    }
+}
+
+#[tonic::async_trait]
+impl rpb::raft_server::Raft for RaftService {
+    async fn vote(
+        &self,
+        request: Request<rpb::VoteRequest>,
+    ) -> Result<Response<rpb::VoteResponse>, Status> {
+        let rpc = VoteRequest::from_pb(request.into_inner()).map_err(bad_request)?;
+        let resp = self.raft.vote(rpc).await.map_err(raft_status)?;
+        Ok(Response::new(resp.to_pb()))
+    }
+
+    async fn append_entries(
+        &self,
+        request: Request<rpb::AppendEntriesRequest>,
+    ) -> Result<Response<rpb::AppendEntriesResponse>, Status> {
+        let rpc = AppendEntriesRequest::from_pb(request.into_inner()).map_err(bad_request)?;
+        let resp = self.raft.append_entries(rpc).await.map_err(raft_status)?;
+        Ok(Response::new(resp.to_pb()))
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<rpb::InstallSnapshotRequest>,
+    ) -> Result<Response<rpb::InstallSnapshotResponse>, Status> {
+        let rpc = InstallSnapshotRequest::from_pb(request.into_inner()).map_err(bad_request)?;
+        match self.raft.install_snapshot(rpc).await {
+            Ok(resp) => Ok(Response::new(resp.to_pb())),
+            Err(RaftError::APIError(InstallSnapshotError::SnapshotMismatch(m))) => {
+                Ok(Response::new(rpb::InstallSnapshotResponse {
+                    result: Some(rpb::install_snapshot_response::Result::Mismatch(m.to_pb())),
+                }))
+            }
+            Err(RaftError::Fatal(f)) => Err(fatal_status(&f)),
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! The metadata state machine as pure functions over a [`KvStore`]: a
+//! mutation reads the current state and returns the [`Batch`] that applies
+//! it plus its [`Applied`] outcome; reads return the answer. No Raft, no
+//! I/O besides the store, so every rule is unit tested directly.
+//!
+//! Semantics follow the comments of `proto/meta.proto` (S3 rules for
+//! buckets, objects, multipart uploads and listings).
+
+pub mod keys;
+mod mutate;
+mod read;
+
+#[cfg(test)]
+mod tests;
+
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use sluice_proto::meta::{self as pb, ErrorCode};
+
+use crate::store::{KvError, KvStore, Space};
+
+pub use mutate::{apply_command, multipart_etag, part_etag};
+pub use read::{
+    get_bucket, get_datanode, get_object, get_upload, list_buckets, list_datanodes, list_objects,
+    list_parts, list_uploads,
+};
+
+/// Most entries one listing returns (S3's limit); a request for 0 gets this.
+pub const MAX_LIST: u32 = 1000;
+
+/// Highest S3 part number.
+pub const MAX_PART_NUMBER: u32 = 10_000;
+
+/// The outcome of applying one log entry (openraft's `R`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub enum Applied {
+    /// A blank or membership entry.
+    #[default]
+    None,
+    /// A mutation without a payload in its answer succeeded.
+    Done,
+    /// CreateBucket: `true` when the bucket was created.
+    Created(bool),
+    /// Placements no longer referenced after the mutation.
+    Released(Vec<pb::Placement>),
+    /// CompleteUpload succeeded.
+    Completed(Box<pb::CompleteUploadResponse>),
+    /// The mutation was refused for an S3-level reason; nothing changed.
+    Refused { code: ErrorCode, message: String },
+}
+
+/// Why a state machine call did not produce its answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SmError {
+    /// Refused for an S3-level reason (NoSuchBucket, InvalidPart, ...).
+    #[error("{code:?}: {message}")]
+    Refused { code: ErrorCode, message: String },
+    /// The store failed.
+    #[error("metadata store: {0}")]
+    Store(#[from] KvError),
+    /// A stored record does not decode (corruption).
+    #[error("decode {what}: {source}")]
+    Decode {
+        what: &'static str,
+        #[source]
+        source: prost::DecodeError,
+    },
+    /// A stored key is not what its space promises (corruption).
+    #[error("malformed key in {0:?}")]
+    BadKey(Space),
+}
+
+pub(crate) fn refuse<T>(code: ErrorCode, message: impl Into<String>) -> Result<T, SmError> {
+    Err(SmError::Refused {
+        code,
+        message: message.into(),
+    })
+}
+
+pub(crate) fn decode<M: Message + Default>(what: &'static str, bytes: &[u8]) -> Result<M, SmError> {
+    M::decode(bytes).map_err(|source| SmError::Decode { what, source })
+}
+
+pub(crate) fn get<M: Message + Default, K: KvStore>(
+    kv: &K,
+    space: Space,
+    key: &[u8],
+    what: &'static str,
+) -> Result<Option<M>, SmError> {
+    match kv.get(space, key)? {
+        Some(v) => Ok(Some(decode(what, &v)?)),
+        None => Ok(None),
+    }
+}
+
+pub(crate) fn require_bucket<K: KvStore>(kv: &K, bucket: &str) -> Result<pb::Bucket, SmError> {
+    match get(kv, Space::Buckets, &keys::bucket(bucket), "bucket")? {
+        Some(b) => Ok(b),
+        None => refuse(ErrorCode::NoSuchBucket, format!("no such bucket: {bucket}")),
+    }
+}
+
+/// The page size of a listing: 0 means the default ([`MAX_LIST`]), larger
+/// values are capped at it.
+pub(crate) fn page_size(requested: u32) -> usize {
+    if requested == 0 {
+        MAX_LIST as usize
+    } else {
+        requested.min(MAX_LIST) as usize
+    }
+}

@@ -1,0 +1,379 @@
+//! Mutations: each reads the current state and returns the batch that
+//! applies it and its outcome. A refusal returns an empty batch.
+
+use std::collections::{BTreeMap, HashSet};
+
+use md5::{Digest, Md5};
+use prost::Message;
+use sluice_proto::meta::{self as pb, ErrorCode};
+use sluice_proto::raft::{MetaCommand, meta_command::Command};
+
+use super::{Applied, MAX_PART_NUMBER, SmError, get, keys, refuse, require_bucket};
+use crate::store::{Batch, KvStore, Space};
+
+/// Applies `cmd` to the state in `kv`: the writes to make (atomically,
+/// together with the applied log id) and the outcome. Only store failures
+/// and corrupt records are errors; S3-level refusals are
+/// [`Applied::Refused`] with an empty batch.
+pub fn apply_command<K: KvStore>(kv: &K, cmd: &MetaCommand) -> Result<(Batch, Applied), SmError> {
+    let Some(command) = &cmd.command else {
+        return Ok((Batch::new(), Applied::None));
+    };
+    let result = match command {
+        Command::CreateBucket(r) => create_bucket(kv, r),
+        Command::DeleteBucket(r) => delete_bucket(kv, r),
+        Command::PutObject(r) => put_object(kv, r),
+        Command::DeleteObject(r) => delete_object(kv, r),
+        Command::CreateUpload(r) => create_upload(kv, r),
+        Command::PutPart(r) => put_part(kv, r),
+        Command::CompleteUpload(r) => complete_upload(kv, r),
+        Command::AbortUpload(r) => abort_upload(kv, r),
+        Command::RegisterDatanode(r) => register_datanode(r),
+    };
+    match result {
+        Ok(ok) => Ok(ok),
+        Err(SmError::Refused { code, message }) => {
+            Ok((Batch::new(), Applied::Refused { code, message }))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+type Outcome = Result<(Batch, Applied), SmError>;
+
+fn check_name(what: &str, value: &str) -> Result<(), SmError> {
+    if value.is_empty() || value.contains('\0') {
+        return refuse(
+            ErrorCode::InvalidArgument,
+            format!("invalid {what}: {value:?}"),
+        );
+    }
+    Ok(())
+}
+
+/// Hex MD5 of a part body: the ETag of a part or a single-PUT object.
+pub fn part_etag(md5: &[u8]) -> String {
+    hex::encode(md5)
+}
+
+/// The multipart ETag: hex(MD5(concatenated binary part MD5s)) "-" count.
+pub fn multipart_etag<'a>(part_md5s: impl IntoIterator<Item = &'a [u8]>) -> String {
+    let mut h = Md5::new();
+    let mut n = 0usize;
+    for m in part_md5s {
+        h.update(m);
+        n += 1;
+    }
+    format!("{}-{n}", hex::encode(h.finalize()))
+}
+
+fn normalize_etag(etag: &str) -> String {
+    etag.trim().trim_matches('"').to_ascii_lowercase()
+}
+
+fn placements(object: &pb::ObjectRecord) -> impl Iterator<Item = &pb::Placement> {
+    object.parts.iter().filter_map(|p| p.placement.as_ref())
+}
+
+/// Placements of `old` whose blob is not also referenced by `new` (a
+/// retried write references the same blobs and releases nothing).
+fn released_by_replace(
+    old: Option<&pb::ObjectRecord>,
+    new: Option<&pb::ObjectRecord>,
+) -> Vec<pb::Placement> {
+    let Some(old) = old else { return Vec::new() };
+    let kept: HashSet<&str> = new
+        .into_iter()
+        .flat_map(placements)
+        .map(|p| p.blob_id.as_str())
+        .collect();
+    placements(old)
+        .filter(|p| !kept.contains(p.blob_id.as_str()))
+        .cloned()
+        .collect()
+}
+
+fn create_bucket<K: KvStore>(kv: &K, r: &pb::CreateBucketRequest) -> Outcome {
+    check_name("bucket name", &r.name)?;
+    let key = keys::bucket(&r.name);
+    if kv.get(Space::Buckets, &key)?.is_some() {
+        return Ok((Batch::new(), Applied::Created(false)));
+    }
+    let mut b = Batch::new();
+    let bucket = pb::Bucket {
+        name: r.name.clone(),
+        created_at_ms: r.now_ms,
+    };
+    b.put(Space::Buckets, key, bucket.encode_to_vec());
+    Ok((b, Applied::Created(true)))
+}
+
+fn delete_bucket<K: KvStore>(kv: &K, r: &pb::BucketRequest) -> Outcome {
+    require_bucket(kv, &r.name)?;
+    let base = keys::bucket_base(&r.name);
+    if !kv.scan_prefix(Space::Objects, &base, 1)?.is_empty() {
+        return refuse(
+            ErrorCode::BucketNotEmpty,
+            format!("bucket {} has objects", r.name),
+        );
+    }
+    if !kv.scan_prefix(Space::Uploads, &base, 1)?.is_empty() {
+        return refuse(
+            ErrorCode::BucketNotEmpty,
+            format!("bucket {} has multipart uploads", r.name),
+        );
+    }
+    let mut b = Batch::new();
+    b.delete(Space::Buckets, keys::bucket(&r.name));
+    Ok((b, Applied::Done))
+}
+
+fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest) -> Outcome {
+    let Some(object) = &r.object else {
+        return refuse(ErrorCode::InvalidArgument, "PutObject without an object");
+    };
+    require_bucket(kv, &object.bucket)?;
+    check_name("key", &object.key)?;
+    let key = keys::object(&object.bucket, &object.key);
+    let old: Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")?;
+    let released = released_by_replace(old.as_ref(), Some(object));
+    let mut b = Batch::new();
+    b.put(Space::Objects, key, object.encode_to_vec());
+    Ok((b, Applied::Released(released)))
+}
+
+fn delete_object<K: KvStore>(kv: &K, r: &pb::ObjectKey) -> Outcome {
+    require_bucket(kv, &r.bucket)?;
+    let key = keys::object(&r.bucket, &r.key);
+    let old: Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")?;
+    let mut b = Batch::new();
+    if old.is_some() {
+        b.delete(Space::Objects, key);
+    }
+    Ok((
+        b,
+        Applied::Released(released_by_replace(old.as_ref(), None)),
+    ))
+}
+
+fn create_upload<K: KvStore>(kv: &K, r: &pb::CreateUploadRequest) -> Outcome {
+    let Some(upload) = &r.upload else {
+        return refuse(ErrorCode::InvalidArgument, "CreateUpload without an upload");
+    };
+    require_bucket(kv, &upload.bucket)?;
+    check_name("key", &upload.key)?;
+    check_name("upload id", &upload.upload_id)?;
+    let key = keys::upload(&upload.bucket, &upload.key, &upload.upload_id);
+    let mut b = Batch::new();
+    // A retried create keeps the first record (and its initiation time).
+    if kv.get(Space::Uploads, &key)?.is_none() {
+        b.put(Space::Uploads, key, upload.encode_to_vec());
+    }
+    Ok((b, Applied::Done))
+}
+
+fn require_upload<K: KvStore>(
+    kv: &K,
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+) -> Result<pb::UploadRecord, SmError> {
+    match get(
+        kv,
+        Space::Uploads,
+        &keys::upload(bucket, key, upload_id),
+        "upload",
+    )? {
+        Some(u) => Ok(u),
+        None => refuse(
+            ErrorCode::NoSuchUpload,
+            format!("no such upload: {upload_id}"),
+        ),
+    }
+}
+
+fn put_part<K: KvStore>(kv: &K, r: &pb::PutPartRequest) -> Outcome {
+    let Some(part) = &r.part else {
+        return refuse(ErrorCode::InvalidArgument, "PutPart without a part");
+    };
+    if part.part_number == 0 || part.part_number > MAX_PART_NUMBER {
+        return refuse(
+            ErrorCode::InvalidArgument,
+            format!(
+                "part number {} is not in 1..={MAX_PART_NUMBER}",
+                part.part_number
+            ),
+        );
+    }
+    require_upload(kv, &r.bucket, &r.key, &part.upload_id)?;
+    let key = keys::part(&part.upload_id, part.part_number);
+    let old: Option<pb::PartRecord> = get(kv, Space::Parts, &key, "part")?;
+    let new_blob = part.placement.as_ref().map(|p| p.blob_id.as_str());
+    let released = old
+        .and_then(|o| o.placement)
+        .filter(|p| Some(p.blob_id.as_str()) != new_blob)
+        .into_iter()
+        .collect();
+    let mut b = Batch::new();
+    b.put(Space::Parts, key, part.encode_to_vec());
+    Ok((b, Applied::Released(released)))
+}
+
+/// All part records of an upload, by part number (at most 10000).
+fn upload_parts<K: KvStore>(
+    kv: &K,
+    upload_id: &str,
+) -> Result<BTreeMap<u32, pb::PartRecord>, SmError> {
+    let rows = kv.scan_prefix(
+        Space::Parts,
+        &keys::parts_prefix(upload_id),
+        MAX_PART_NUMBER as usize + 1,
+    )?;
+    let mut parts = BTreeMap::new();
+    for (_, v) in rows {
+        let p: pb::PartRecord = super::decode("part", &v)?;
+        parts.insert(p.part_number, p);
+    }
+    Ok(parts)
+}
+
+fn same_list(object: &pb::ObjectRecord, listed: &[pb::CompletedPart]) -> bool {
+    object.parts.len() == listed.len()
+        && object.parts.iter().zip(listed).all(|(p, l)| {
+            p.part_number == l.part_number && part_etag(&p.md5) == normalize_etag(&l.etag)
+        })
+}
+
+fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest) -> Outcome {
+    let upload_key = keys::upload(&r.bucket, &r.key, &r.upload_id);
+    let object_key = keys::object(&r.bucket, &r.key);
+    let current: Option<pb::ObjectRecord> = get(kv, Space::Objects, &object_key, "object")?;
+    let Some(upload) = get::<pb::UploadRecord, _>(kv, Space::Uploads, &upload_key, "upload")?
+    else {
+        // Completing an already completed upload with the same list returns
+        // the object it created.
+        if let Some(obj) = current
+            && obj.multipart
+            && obj.upload_id == r.upload_id
+            && same_list(&obj, &r.parts)
+        {
+            let response = pb::CompleteUploadResponse {
+                object: Some(obj),
+                released: Vec::new(),
+            };
+            return Ok((Batch::new(), Applied::Completed(Box::new(response))));
+        }
+        return refuse(
+            ErrorCode::NoSuchUpload,
+            format!("no such upload: {}", r.upload_id),
+        );
+    };
+
+    if r.parts.is_empty() {
+        return refuse(ErrorCode::InvalidPartOrder, "the part list is empty");
+    }
+    if r.parts
+        .windows(2)
+        .any(|w| w[1].part_number <= w[0].part_number)
+    {
+        return refuse(
+            ErrorCode::InvalidPartOrder,
+            "parts are not in ascending order",
+        );
+    }
+    let mut stored = upload_parts(kv, &r.upload_id)?;
+    let all_numbers: Vec<u32> = stored.keys().copied().collect();
+    let mut chosen = Vec::with_capacity(r.parts.len());
+    for listed in &r.parts {
+        let Some(record) = stored.remove(&listed.part_number) else {
+            return refuse(
+                ErrorCode::InvalidPart,
+                format!("part {} was not uploaded", listed.part_number),
+            );
+        };
+        if part_etag(&record.md5) != normalize_etag(&listed.etag) {
+            return refuse(
+                ErrorCode::InvalidPart,
+                format!(
+                    "part {} has ETag {}, not {}",
+                    listed.part_number,
+                    part_etag(&record.md5),
+                    listed.etag
+                ),
+            );
+        }
+        chosen.push(record);
+    }
+    if let Some((_, init)) = chosen.split_last()
+        && let Some(small) = init.iter().find(|p| p.size < r.min_part_size)
+    {
+        return refuse(
+            ErrorCode::EntityTooSmall,
+            format!(
+                "part {} is {} bytes, below the minimum {}",
+                small.part_number, small.size, r.min_part_size
+            ),
+        );
+    }
+
+    let object = pb::ObjectRecord {
+        bucket: r.bucket.clone(),
+        key: r.key.clone(),
+        size: chosen.iter().map(|p| p.size).sum(),
+        etag: multipart_etag(chosen.iter().map(|p| p.md5.as_slice())),
+        last_modified_ms: r.now_ms,
+        http: upload.http,
+        checksums: r.checksums.clone(),
+        parts: chosen,
+        multipart: true,
+        upload_id: r.upload_id.clone(),
+    };
+    // What remains in `stored` was uploaded but not listed.
+    let mut released: Vec<pb::Placement> =
+        stored.into_values().filter_map(|p| p.placement).collect();
+    released.extend(released_by_replace(current.as_ref(), Some(&object)));
+
+    let mut b = Batch::new();
+    for n in all_numbers {
+        b.delete(Space::Parts, keys::part(&r.upload_id, n));
+    }
+    b.delete(Space::Uploads, upload_key);
+    b.put(Space::Objects, object_key, object.encode_to_vec());
+    Ok((
+        b,
+        Applied::Completed(Box::new(pb::CompleteUploadResponse {
+            object: Some(object),
+            released,
+        })),
+    ))
+}
+
+fn abort_upload<K: KvStore>(kv: &K, r: &pb::UploadKey) -> Outcome {
+    require_upload(kv, &r.bucket, &r.key, &r.upload_id)?;
+    let parts = upload_parts(kv, &r.upload_id)?;
+    let mut b = Batch::new();
+    for n in parts.keys() {
+        b.delete(Space::Parts, keys::part(&r.upload_id, *n));
+    }
+    b.delete(
+        Space::Uploads,
+        keys::upload(&r.bucket, &r.key, &r.upload_id),
+    );
+    let released = parts.into_values().filter_map(|p| p.placement).collect();
+    Ok((b, Applied::Released(released)))
+}
+
+fn register_datanode(r: &pb::RegisterDatanodeRequest) -> Outcome {
+    if r.addr.is_empty() {
+        return refuse(ErrorCode::InvalidArgument, "datanode address is empty");
+    }
+    let info = pb::DatanodeInfo {
+        id: r.id,
+        addr: r.addr.clone(),
+        live: false,
+        last_heartbeat_ms: 0,
+    };
+    let mut b = Batch::new();
+    b.put(Space::Datanodes, keys::datanode(r.id), info.encode_to_vec());
+    Ok((b, Applied::Done))
+}

@@ -1,0 +1,716 @@
+//! State machine rules, exercised on the in-memory store without Raft.
+
+use md5::{Digest, Md5};
+use sluice_proto::meta::{self as pb, ErrorCode};
+use sluice_proto::raft::{MetaCommand, meta_command::Command};
+
+use super::*;
+use crate::store::MemStore;
+
+const MIB: u64 = 1024 * 1024;
+
+fn exec(kv: &MemStore, command: Command) -> Applied {
+    let (batch, applied) = apply_command(
+        kv,
+        &MetaCommand {
+            command: Some(command),
+        },
+    )
+    .unwrap();
+    kv.apply(batch).unwrap();
+    applied
+}
+
+fn refused_code(a: &Applied) -> Option<ErrorCode> {
+    match a {
+        Applied::Refused { code, .. } => Some(*code),
+        _ => None,
+    }
+}
+
+fn bucket(kv: &MemStore, name: &str) {
+    let a = exec(
+        kv,
+        Command::CreateBucket(pb::CreateBucketRequest {
+            name: name.into(),
+            now_ms: 1,
+        }),
+    );
+    assert_eq!(a, Applied::Created(true));
+}
+
+fn placement(blob: &str) -> pb::Placement {
+    pb::Placement {
+        blob_id: blob.into(),
+        size: 1,
+        data_shards: 4,
+        parity_shards: 2,
+        block_size: 262_144,
+        nodes: vec![1, 2, 3, 4, 5, 6],
+        missing: vec![],
+    }
+}
+
+fn object(b: &str, key: &str, blob: &str) -> pb::ObjectRecord {
+    pb::ObjectRecord {
+        bucket: b.into(),
+        key: key.into(),
+        size: 1,
+        etag: "e".into(),
+        parts: vec![pb::PartRecord {
+            part_number: 1,
+            placement: Some(placement(blob)),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn put(kv: &MemStore, b: &str, key: &str, blob: &str) -> Applied {
+    exec(
+        kv,
+        Command::PutObject(pb::PutObjectRequest {
+            object: Some(object(b, key, blob)),
+        }),
+    )
+}
+
+fn md5_of(data: &[u8]) -> Vec<u8> {
+    Md5::digest(data).to_vec()
+}
+
+fn upload(kv: &MemStore, b: &str, key: &str, id: &str) {
+    let up = pb::UploadRecord {
+        bucket: b.into(),
+        key: key.into(),
+        upload_id: id.into(),
+        initiated_ms: 5,
+        ..Default::default()
+    };
+    assert_eq!(
+        exec(
+            kv,
+            Command::CreateUpload(pb::CreateUploadRequest { upload: Some(up) })
+        ),
+        Applied::Done
+    );
+}
+
+fn part(kv: &MemStore, key: &str, id: &str, n: u32, size: u64, body: &[u8], blob: &str) -> Applied {
+    let part = pb::PartRecord {
+        upload_id: id.into(),
+        part_number: n,
+        size,
+        md5: md5_of(body),
+        placement: Some(placement(blob)),
+        ..Default::default()
+    };
+    exec(
+        kv,
+        Command::PutPart(pb::PutPartRequest {
+            bucket: "b".into(),
+            key: key.into(),
+            part: Some(part),
+        }),
+    )
+}
+
+fn completed(n: u32, body: &[u8]) -> pb::CompletedPart {
+    pb::CompletedPart {
+        part_number: n,
+        etag: format!("\"{}\"", hex::encode(md5_of(body))),
+    }
+}
+
+fn complete(kv: &MemStore, id: &str, parts: Vec<pb::CompletedPart>) -> Applied {
+    exec(
+        kv,
+        Command::CompleteUpload(pb::CompleteUploadRequest {
+            bucket: "b".into(),
+            key: "k".into(),
+            upload_id: id.into(),
+            parts,
+            now_ms: 9,
+            min_part_size: 5 * MIB,
+            checksums: None,
+        }),
+    )
+}
+
+#[test]
+fn create_bucket_twice_reports_existing_and_delete_requires_empty() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    let again = exec(
+        &kv,
+        Command::CreateBucket(pb::CreateBucketRequest {
+            name: "b".into(),
+            now_ms: 2,
+        }),
+    );
+    assert_eq!(again, Applied::Created(false));
+    assert_eq!(get_bucket(&kv, "b").unwrap().created_at_ms, 1);
+
+    put(&kv, "b", "k", "blob1");
+    let del = exec(
+        &kv,
+        Command::DeleteBucket(pb::BucketRequest { name: "b".into() }),
+    );
+    assert_eq!(refused_code(&del), Some(ErrorCode::BucketNotEmpty));
+    exec(
+        &kv,
+        Command::DeleteObject(pb::ObjectKey {
+            bucket: "b".into(),
+            key: "k".into(),
+        }),
+    );
+
+    upload(&kv, "b", "k", "u1");
+    let del = exec(
+        &kv,
+        Command::DeleteBucket(pb::BucketRequest { name: "b".into() }),
+    );
+    assert_eq!(refused_code(&del), Some(ErrorCode::BucketNotEmpty));
+    exec(
+        &kv,
+        Command::AbortUpload(pb::UploadKey {
+            bucket: "b".into(),
+            key: "k".into(),
+            upload_id: "u1".into(),
+        }),
+    );
+
+    assert_eq!(
+        exec(
+            &kv,
+            Command::DeleteBucket(pb::BucketRequest { name: "b".into() })
+        ),
+        Applied::Done
+    );
+    let del = exec(
+        &kv,
+        Command::DeleteBucket(pb::BucketRequest { name: "b".into() }),
+    );
+    assert_eq!(refused_code(&del), Some(ErrorCode::NoSuchBucket));
+    assert!(list_buckets(&kv).unwrap().is_empty());
+}
+
+#[test]
+fn put_object_releases_replaced_placements_but_not_on_retry() {
+    let kv = MemStore::new();
+    assert_eq!(
+        refused_code(&put(&kv, "nope", "k", "x")),
+        Some(ErrorCode::NoSuchBucket)
+    );
+    bucket(&kv, "b");
+    assert_eq!(put(&kv, "b", "k", "blob1"), Applied::Released(vec![]));
+    assert_eq!(
+        put(&kv, "b", "k", "blob1"),
+        Applied::Released(vec![]),
+        "retry releases nothing"
+    );
+    assert_eq!(
+        put(&kv, "b", "k", "blob2"),
+        Applied::Released(vec![placement("blob1")])
+    );
+    assert_eq!(
+        get_object(&kv, "b", "k").unwrap().parts[0].placement,
+        Some(placement("blob2"))
+    );
+    let del = exec(
+        &kv,
+        Command::DeleteObject(pb::ObjectKey {
+            bucket: "b".into(),
+            key: "k".into(),
+        }),
+    );
+    assert_eq!(del, Applied::Released(vec![placement("blob2")]));
+    let del = exec(
+        &kv,
+        Command::DeleteObject(pb::ObjectKey {
+            bucket: "b".into(),
+            key: "k".into(),
+        }),
+    );
+    assert_eq!(
+        del,
+        Applied::Released(vec![]),
+        "deleting a missing key is fine"
+    );
+    assert!(matches!(
+        get_object(&kv, "b", "k"),
+        Err(SmError::Refused {
+            code: ErrorCode::NoSuchKey,
+            ..
+        })
+    ));
+    assert!(matches!(
+        get_object(&kv, "x", "k"),
+        Err(SmError::Refused {
+            code: ErrorCode::NoSuchBucket,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn put_part_replaces_by_number_and_needs_upload() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    assert_eq!(
+        refused_code(&part(&kv, "k", "u1", 1, 1, b"x", "p1")),
+        Some(ErrorCode::NoSuchUpload)
+    );
+    upload(&kv, "b", "k", "u1");
+    assert_eq!(
+        part(&kv, "k", "u1", 1, 1, b"x", "p1"),
+        Applied::Released(vec![])
+    );
+    assert_eq!(
+        part(&kv, "k", "u1", 1, 1, b"x", "p1"),
+        Applied::Released(vec![])
+    );
+    assert_eq!(
+        part(&kv, "k", "u1", 1, 1, b"y", "p1b"),
+        Applied::Released(vec![placement("p1")])
+    );
+    assert_eq!(
+        refused_code(&part(&kv, "k", "u1", 0, 1, b"x", "p0")),
+        Some(ErrorCode::InvalidArgument)
+    );
+    assert_eq!(
+        refused_code(&part(&kv, "k", "u1", 10_001, 1, b"x", "p")),
+        Some(ErrorCode::InvalidArgument)
+    );
+    assert_eq!(
+        refused_code(&part(&kv, "other", "u1", 2, 1, b"x", "p")),
+        Some(ErrorCode::NoSuchUpload)
+    );
+}
+
+/// Five parts of an upload "u1" on b/k: 1..=3 of 5 MiB, 4 of 1 byte, 5 of 5 MiB.
+fn upload_with_parts(kv: &MemStore) {
+    bucket(kv, "b");
+    upload(kv, "b", "k", "u1");
+    for n in 1..=5u32 {
+        let size = if n == 4 { 1 } else { 5 * MIB };
+        part(
+            kv,
+            "k",
+            "u1",
+            n,
+            size,
+            format!("part{n}").as_bytes(),
+            &format!("blob{n}"),
+        );
+    }
+}
+
+#[test]
+fn complete_refuses_bad_lists() {
+    let kv = MemStore::new();
+    upload_with_parts(&kv);
+    let c = |n| completed(n, format!("part{n}").as_bytes());
+
+    assert_eq!(
+        refused_code(&complete(&kv, "u1", vec![])),
+        Some(ErrorCode::InvalidPartOrder)
+    );
+    assert_eq!(
+        refused_code(&complete(&kv, "u1", vec![c(2), c(1)])),
+        Some(ErrorCode::InvalidPartOrder)
+    );
+    assert_eq!(
+        refused_code(&complete(&kv, "u1", vec![c(1), c(1)])),
+        Some(ErrorCode::InvalidPartOrder)
+    );
+    assert_eq!(
+        refused_code(&complete(&kv, "u1", vec![c(1), c(6)])),
+        Some(ErrorCode::InvalidPart)
+    );
+    let wrong_etag = pb::CompletedPart {
+        part_number: 2,
+        etag: hex::encode(md5_of(b"other")),
+    };
+    assert_eq!(
+        refused_code(&complete(&kv, "u1", vec![c(1), wrong_etag])),
+        Some(ErrorCode::InvalidPart)
+    );
+    // Part 4 (1 byte) may only be last.
+    assert_eq!(
+        refused_code(&complete(&kv, "u1", vec![c(3), c(4), c(5)])),
+        Some(ErrorCode::EntityTooSmall)
+    );
+    assert_eq!(
+        refused_code(&complete(&kv, "nope", vec![c(1)])),
+        Some(ErrorCode::NoSuchUpload)
+    );
+    // Nothing changed by the refusals.
+    assert_eq!(get_upload(&kv, "b", "k", "u1").unwrap().upload_id, "u1");
+    let parts = list_parts(
+        &kv,
+        &pb::ListPartsRequest {
+            bucket: "b".into(),
+            key: "k".into(),
+            upload_id: "u1".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(parts.parts.len(), 5);
+}
+
+#[test]
+fn complete_builds_object_releases_unlisted_and_is_idempotent() {
+    let kv = MemStore::new();
+    upload_with_parts(&kv);
+    put(&kv, "b", "k", "old-blob");
+    let list = vec![
+        completed(1, b"part1"),
+        completed(3, b"part3"),
+        completed(4, b"part4"),
+    ];
+    let Applied::Completed(resp) = complete(&kv, "u1", list.clone()) else {
+        panic!("not completed")
+    };
+    let obj = resp.object.clone().unwrap();
+
+    // ETag = hex(md5(md5(part1) ++ md5(part3) ++ md5(part4))) "-3".
+    let mut cat = Vec::new();
+    for body in [b"part1", b"part3", b"part4"] {
+        cat.extend(md5_of(body));
+    }
+    assert_eq!(obj.etag, format!("{}-3", hex::encode(md5_of(&cat))));
+    assert_eq!(obj.size, 10 * MIB + 1);
+    assert_eq!(
+        obj.parts.iter().map(|p| p.part_number).collect::<Vec<_>>(),
+        [1, 3, 4]
+    );
+    assert!(obj.multipart);
+    assert_eq!(obj.upload_id, "u1");
+    assert_eq!(obj.last_modified_ms, 9);
+    let mut released: Vec<_> = resp.released.iter().map(|p| p.blob_id.clone()).collect();
+    released.sort();
+    assert_eq!(released, ["blob2", "blob5", "old-blob"]);
+
+    // Upload and all part records are gone.
+    assert!(get_upload(&kv, "b", "k", "u1").is_err());
+    assert!(
+        kv.scan_prefix(crate::store::Space::Parts, b"", 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(get_object(&kv, "b", "k").unwrap(), obj);
+
+    // Completing again with the same list returns the same object.
+    let Applied::Completed(again) = complete(&kv, "u1", list) else {
+        panic!("not idempotent")
+    };
+    assert_eq!(again.object.unwrap(), obj);
+    assert!(again.released.is_empty());
+    // A different list is NoSuchUpload.
+    let other = complete(&kv, "u1", vec![completed(1, b"part1")]);
+    assert_eq!(refused_code(&other), Some(ErrorCode::NoSuchUpload));
+}
+
+#[test]
+fn multipart_etag_matches_known_value() {
+    // Two parts whose binary MD5s are those of "a" and "b".
+    let a = md5_of(b"a");
+    let b = md5_of(b"b");
+    let mut cat = a.clone();
+    cat.extend(&b);
+    let expected = format!("{}-2", hex::encode(md5_of(&cat)));
+    assert_eq!(multipart_etag([a.as_slice(), b.as_slice()]), expected);
+    assert_eq!(part_etag(&a), "0cc175b9c0f1b6a831c399e269772661");
+}
+
+#[test]
+fn abort_releases_parts_and_unknown_upload_is_refused() {
+    let kv = MemStore::new();
+    upload_with_parts(&kv);
+    let key = pb::UploadKey {
+        bucket: "b".into(),
+        key: "k".into(),
+        upload_id: "u1".into(),
+    };
+    let Applied::Released(rel) = exec(&kv, Command::AbortUpload(key.clone())) else {
+        panic!()
+    };
+    assert_eq!(rel.len(), 5);
+    assert!(
+        kv.scan_prefix(crate::store::Space::Parts, b"", 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        refused_code(&exec(&kv, Command::AbortUpload(key))),
+        Some(ErrorCode::NoSuchUpload)
+    );
+}
+
+fn list(
+    kv: &MemStore,
+    prefix: &str,
+    delimiter: Option<&str>,
+    start_after: &str,
+    max: u32,
+) -> pb::ListObjectsResponse {
+    list_objects(
+        kv,
+        &pb::ListObjectsRequest {
+            bucket: "b".into(),
+            prefix: prefix.into(),
+            delimiter: delimiter.map(str::to_string),
+            start_after: start_after.into(),
+            max_keys: max,
+        },
+    )
+    .unwrap()
+}
+
+fn names(r: &pb::ListObjectsResponse) -> Vec<String> {
+    r.objects.iter().map(|o| o.key.clone()).collect()
+}
+
+#[test]
+fn list_objects_prefix_delimiter_max_keys_start_after() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    bucket(&kv, "b2");
+    put(&kv, "b2", "a", "x");
+    for k in ["a", "b/1", "b/2", "b/3/x", "c", "d/1", "e", "é", "Z"] {
+        put(&kv, "b", k, k);
+    }
+    let all = list(&kv, "", None, "", 0);
+    assert_eq!(
+        names(&all),
+        ["Z", "a", "b/1", "b/2", "b/3/x", "c", "d/1", "e", "é"]
+    );
+    assert!(!all.is_truncated);
+    assert!(all.objects.iter().all(|o| o.parts.is_empty()));
+
+    let d = list(&kv, "", Some("/"), "", 0);
+    assert_eq!(names(&d), ["Z", "a", "c", "e", "é"]);
+    assert_eq!(d.common_prefixes, ["b/", "d/"]);
+
+    // Common prefixes count once toward max_keys; pages continue from next_marker.
+    let p1 = list(&kv, "", Some("/"), "", 3);
+    assert_eq!(names(&p1), ["Z", "a"]);
+    assert_eq!(p1.common_prefixes, ["b/"]);
+    assert!(p1.is_truncated);
+    assert_eq!(p1.next_marker, "b/");
+    let p2 = list(&kv, "", Some("/"), &p1.next_marker, 3);
+    assert_eq!(names(&p2), ["c", "e"]);
+    assert_eq!(p2.common_prefixes, ["d/"]);
+    assert!(p2.is_truncated);
+    assert_eq!(p2.next_marker, "e");
+    let p3 = list(&kv, "", Some("/"), &p2.next_marker, 3);
+    assert_eq!(names(&p3), ["é"]);
+    assert!(!p3.is_truncated);
+
+    let sub = list(&kv, "b/", Some("/"), "", 0);
+    assert_eq!(names(&sub), ["b/1", "b/2"]);
+    assert_eq!(sub.common_prefixes, ["b/3/"]);
+    let after = list(&kv, "b/", None, "b/1", 0);
+    assert_eq!(names(&after), ["b/2", "b/3/x"]);
+    let before_prefix = list(&kv, "b/", None, "a", 0);
+    assert_eq!(names(&before_prefix), ["b/1", "b/2", "b/3/x"]);
+    let exact = list(&kv, "", None, "", 9);
+    assert!(
+        !exact.is_truncated,
+        "exactly max_keys entries is not truncated"
+    );
+    let trunc = list(&kv, "", None, "", 2);
+    assert!(trunc.is_truncated);
+    assert_eq!(trunc.next_marker, "a");
+
+    let missing = list_objects(
+        &kv,
+        &pb::ListObjectsRequest {
+            bucket: "none".into(),
+            ..Default::default()
+        },
+    );
+    assert!(matches!(
+        missing,
+        Err(SmError::Refused {
+            code: ErrorCode::NoSuchBucket,
+            ..
+        })
+    ));
+}
+
+fn uploads(
+    kv: &MemStore,
+    prefix: &str,
+    delimiter: Option<&str>,
+    key_marker: &str,
+    id_marker: &str,
+    max: u32,
+) -> pb::ListUploadsResponse {
+    list_uploads(
+        kv,
+        &pb::ListUploadsRequest {
+            bucket: "b".into(),
+            prefix: prefix.into(),
+            delimiter: delimiter.map(str::to_string),
+            key_marker: key_marker.into(),
+            upload_id_marker: id_marker.into(),
+            max_uploads: max,
+        },
+    )
+    .unwrap()
+}
+
+fn pairs(r: &pb::ListUploadsResponse) -> Vec<(String, String)> {
+    r.uploads
+        .iter()
+        .map(|u| (u.key.clone(), u.upload_id.clone()))
+        .collect()
+}
+
+fn p(k: &str, id: &str) -> (String, String) {
+    (k.to_string(), id.to_string())
+}
+
+#[test]
+fn list_uploads_markers_follow_s3() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    for (k, id) in [
+        ("a", "2"),
+        ("a", "1"),
+        ("a/x", "1"),
+        ("b", "1"),
+        ("c/1", "1"),
+        ("c/2", "1"),
+    ] {
+        upload(&kv, "b", k, id);
+    }
+    let all = uploads(&kv, "", None, "", "", 0);
+    assert_eq!(
+        pairs(&all),
+        [
+            p("a", "1"),
+            p("a", "2"),
+            p("a/x", "1"),
+            p("b", "1"),
+            p("c/1", "1"),
+            p("c/2", "1")
+        ]
+    );
+
+    // key_marker only: keys strictly after it.
+    assert_eq!(
+        pairs(&uploads(&kv, "", None, "a", "", 0)),
+        [p("a/x", "1"), p("b", "1"), p("c/1", "1"), p("c/2", "1")]
+    );
+    // Both markers: same key with a later id, then later keys.
+    assert_eq!(
+        pairs(&uploads(&kv, "", None, "a", "1", 2)),
+        [p("a", "2"), p("a/x", "1")]
+    );
+    // upload_id_marker alone is ignored.
+    assert_eq!(uploads(&kv, "", None, "", "9", 0).uploads.len(), 6);
+
+    let page = uploads(&kv, "", None, "", "", 2);
+    assert!(page.is_truncated);
+    assert_eq!(
+        (
+            page.next_key_marker.as_str(),
+            page.next_upload_id_marker.as_str()
+        ),
+        ("a", "2")
+    );
+    let next = uploads(
+        &kv,
+        "",
+        None,
+        &page.next_key_marker,
+        &page.next_upload_id_marker,
+        2,
+    );
+    assert_eq!(pairs(&next), [p("a/x", "1"), p("b", "1")]);
+
+    let d = uploads(&kv, "", Some("/"), "", "", 0);
+    assert_eq!(pairs(&d), [p("a", "1"), p("a", "2"), p("b", "1")]);
+    assert_eq!(d.common_prefixes, ["a/", "c/"]);
+    let d = uploads(&kv, "c", Some("/"), "", "", 0);
+    assert!(d.uploads.is_empty());
+    assert_eq!(d.common_prefixes, ["c/"]);
+}
+
+#[test]
+fn list_parts_pages_by_marker() {
+    let kv = MemStore::new();
+    upload_with_parts(&kv);
+    let req = |marker, max| pb::ListPartsRequest {
+        bucket: "b".into(),
+        key: "k".into(),
+        upload_id: "u1".into(),
+        part_number_marker: marker,
+        max_parts: max,
+    };
+    let r = list_parts(&kv, &req(0, 2)).unwrap();
+    assert_eq!(
+        r.parts.iter().map(|p| p.part_number).collect::<Vec<_>>(),
+        [1, 2]
+    );
+    assert!(r.is_truncated);
+    assert_eq!(r.next_part_number_marker, 2);
+    let r = list_parts(&kv, &req(2, 0)).unwrap();
+    assert_eq!(
+        r.parts.iter().map(|p| p.part_number).collect::<Vec<_>>(),
+        [3, 4, 5]
+    );
+    assert!(!r.is_truncated);
+    let missing = list_parts(
+        &kv,
+        &pb::ListPartsRequest {
+            upload_id: "zz".into(),
+            ..req(0, 0)
+        },
+    );
+    assert!(matches!(
+        missing,
+        Err(SmError::Refused {
+            code: ErrorCode::NoSuchUpload,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn register_datanode_upserts_address() {
+    let kv = MemStore::new();
+    exec(
+        &kv,
+        Command::RegisterDatanode(pb::RegisterDatanodeRequest {
+            id: 2,
+            addr: "http://a".into(),
+        }),
+    );
+    exec(
+        &kv,
+        Command::RegisterDatanode(pb::RegisterDatanodeRequest {
+            id: 1,
+            addr: "http://b".into(),
+        }),
+    );
+    exec(
+        &kv,
+        Command::RegisterDatanode(pb::RegisterDatanodeRequest {
+            id: 2,
+            addr: "http://c".into(),
+        }),
+    );
+    let nodes = list_datanodes(&kv).unwrap();
+    assert_eq!(
+        nodes
+            .iter()
+            .map(|n| (n.id, n.addr.as_str()))
+            .collect::<Vec<_>>(),
+        [(1, "http://b"), (2, "http://c")]
+    );
+}

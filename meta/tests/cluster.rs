@@ -1,0 +1,407 @@
+//! In-process meta clusters on port-0 listeners, driven through MetaClient:
+//! three voters with leader failover, snapshot catch-up and restart; a
+//! single voter restarted on the same directory.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use sluice_meta::{Config, MetaClient, MetaError};
+use sluice_proto::meta::{self as pb, ErrorCode};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Logs to the test output when `RUST_LOG` is set.
+fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// Polls `check` until it yields a value or `WAIT` passes.
+async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A started node: its stop signal and its `run` task.
+type Running = (
+    oneshot::Sender<()>,
+    JoinHandle<Result<(), sluice_meta::Error>>,
+);
+
+struct Node {
+    id: u64,
+    addr: SocketAddr,
+    dir: PathBuf,
+    voters: BTreeMap<u64, String>,
+    running: Option<Running>,
+}
+
+fn url(addr: SocketAddr) -> String {
+    format!("http://{addr}")
+}
+
+impl Node {
+    fn config(&self) -> Config {
+        Config {
+            node_id: self.id,
+            listen: self.addr,
+            advertise_addr: url(self.addr),
+            data_dir: self.dir.clone(),
+            voters: self.voters.clone(),
+            sled_cache_bytes: 4 << 20,
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout_min: Duration::from_millis(400),
+            election_timeout_max: Duration::from_millis(800),
+            snapshot_logs_since_last: 20,
+            max_in_snapshot_log_to_keep: 5,
+            ..Config::default()
+        }
+    }
+
+    fn start(&mut self, listener: TcpListener) {
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(sluice_meta::run(self.config(), listener, async {
+            let _ = rx.await;
+        }));
+        self.running = Some((tx, handle));
+    }
+
+    async fn restart(&mut self) -> Result<()> {
+        let listener = TcpListener::bind(self.addr)
+            .await
+            .context("rebind the same port")?;
+        self.start(listener);
+        Ok(())
+    }
+
+    async fn stop(&mut self) -> Result<()> {
+        let (tx, handle) = self.running.take().context("node not running")?;
+        let _ = tx.send(());
+        tokio::time::timeout(WAIT, handle)
+            .await
+            .context("node did not stop")???;
+        Ok(())
+    }
+
+    fn client(&self) -> MetaClient {
+        MetaClient::with_timeouts(
+            vec![url(self.addr)],
+            Duration::from_secs(2),
+            Duration::from_secs(2),
+        )
+    }
+}
+
+async fn cluster(dir: &Path, n: u64) -> Result<(Vec<Node>, Vec<TcpListener>)> {
+    let mut listeners = Vec::new();
+    for _ in 0..n {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await?);
+    }
+    let addrs: Vec<SocketAddr> = listeners
+        .iter()
+        .map(|l| l.local_addr())
+        .collect::<Result<_, _>>()?;
+    let voters: BTreeMap<u64, String> = if n == 1 {
+        BTreeMap::new()
+    } else {
+        addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u64 + 1, url(*a)))
+            .collect()
+    };
+    let nodes = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| Node {
+            id: i as u64 + 1,
+            addr: *a,
+            dir: dir.join(format!("meta{}", i + 1)),
+            voters: voters.clone(),
+            running: None,
+        })
+        .collect();
+    Ok((nodes, listeners))
+}
+
+fn object(bucket: &str, key: &str, blob: &str) -> pb::ObjectRecord {
+    pb::ObjectRecord {
+        bucket: bucket.into(),
+        key: key.into(),
+        size: 3,
+        etag: "acbd18db4cc2f85cedef654fccc4a4d8".into(),
+        last_modified_ms: 1,
+        parts: vec![pb::PartRecord {
+            part_number: 1,
+            size: 3,
+            placement: Some(pb::Placement {
+                blob_id: blob.into(),
+                size: 3,
+                data_shards: 4,
+                parity_shards: 2,
+                block_size: 262_144,
+                nodes: vec![1, 2, 3, 4, 5, 6],
+                missing: vec![],
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+async fn leader_of(client: &MetaClient) -> Option<(u64, u64)> {
+    let s = client.cluster_status().await.ok()?;
+    s.leader_id.map(|l| (l, s.term))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_voters_fail_over_catch_up_and_restart() -> Result<()> {
+    init_tracing();
+    let tmp = tempfile::tempdir()?;
+    let (mut nodes, listeners) = cluster(tmp.path(), 3).await?;
+    for (node, listener) in nodes.iter_mut().zip(listeners) {
+        node.start(listener);
+    }
+    let seeds: Vec<String> = nodes.iter().map(|n| url(n.addr)).collect();
+    let client = MetaClient::new(seeds);
+
+    let (leader, _) = wait_for("a leader", || leader_of(&client)).await?;
+    assert!((1..=3).contains(&leader));
+    assert!(client.create_bucket("b", 10).await?);
+    assert!(
+        !client.create_bucket("b", 11).await?,
+        "re-create by the owner"
+    );
+    for i in 0..30 {
+        assert!(
+            client
+                .put_object(object("b", &format!("k{i:02}"), &format!("blob{i}")))
+                .await?
+                .is_empty()
+        );
+    }
+    let listing = client
+        .list_objects(pb::ListObjectsRequest {
+            bucket: "b".into(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(listing.objects.len(), 30);
+
+    // A follower answers NOT_LEADER with the leader's address.
+    let follower = nodes
+        .iter()
+        .find(|n| n.id != leader)
+        .context("a follower")?;
+    let mut raw = pb::meta_client::MetaClient::connect(url(follower.addr)).await?;
+    let status = raw
+        .heartbeat(pb::HeartbeatRequest {
+            id: 1,
+            addr: "http://127.0.0.1:1".into(),
+        })
+        .await
+        .expect_err("heartbeat on a follower");
+    let detail = sluice_proto::error::detail(&status).context("NOT_LEADER detail")?;
+    assert_eq!(detail.code(), ErrorCode::NotLeader);
+    assert_eq!(detail.leader_id, Some(leader));
+    let leader_node = nodes
+        .iter()
+        .find(|n| n.id == leader)
+        .context("leader node")?;
+    assert_eq!(detail.leader_addr, Some(url(leader_node.addr)));
+
+    // Stop the leader: a new one is elected and the client follows it.
+    let old = leader;
+    nodes
+        .iter_mut()
+        .find(|n| n.id == old)
+        .context("leader")?
+        .stop()
+        .await?;
+    let survivor = nodes
+        .iter()
+        .find(|n| n.id != old)
+        .context("survivor")?
+        .client();
+    let (new_leader, _) = wait_for("a new leader", || async {
+        leader_of(&survivor).await.filter(|(l, _)| *l != old)
+    })
+    .await?;
+    assert_ne!(new_leader, old);
+    // Enough writes for snapshots and log purges past what the stopped node has.
+    for i in 30..80 {
+        client
+            .put_object(object("b", &format!("k{i:02}"), &format!("blob{i}")))
+            .await?;
+    }
+    let replaced = client.put_object(object("b", "k05", "blob5-new")).await?;
+    assert_eq!(replaced.len(), 1);
+    assert_eq!(replaced[0].blob_id, "blob5");
+    assert_eq!(
+        client.get_object("b", "k05").await?.parts[0]
+            .placement
+            .as_ref()
+            .unwrap()
+            .blob_id,
+        "blob5-new"
+    );
+    let status = client.cluster_status().await?;
+    let target_index = status.last_applied_index;
+
+    // Restart the old leader on the same directory and port; it catches up
+    // (from a snapshot, its log tail was purged) and follows the new leader.
+    let restarted = nodes
+        .iter_mut()
+        .find(|n| n.id == old)
+        .context("old leader")?;
+    restarted.restart().await?;
+    let direct = restarted.client();
+    wait_for("the restarted node to catch up", || async {
+        let s = direct.cluster_status().await.ok()?;
+        (s.leader_id == Some(new_leader) && s.last_applied_index >= target_index).then_some(())
+    })
+    .await?;
+    assert_eq!(direct.cluster_status().await?.voters, vec![1, 2, 3]);
+
+    let listing = client
+        .list_objects(pb::ListObjectsRequest {
+            bucket: "b".into(),
+            max_keys: 1000,
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(listing.objects.len(), 80);
+    match client.get_object("b", "missing").await {
+        Err(MetaError::Refused {
+            code: ErrorCode::NoSuchKey,
+            ..
+        }) => {}
+        other => bail!("expected NoSuchKey, got {other:?}"),
+    }
+
+    for node in &mut nodes {
+        if node.running.is_some() {
+            node.stop().await?;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_voter_restart_keeps_everything() -> Result<()> {
+    init_tracing();
+    let tmp = tempfile::tempdir()?;
+    let (mut nodes, listeners) = cluster(tmp.path(), 1).await?;
+    let node = &mut nodes[0];
+    node.start(listeners.into_iter().next().context("listener")?);
+    let client = MetaClient::with_timeouts(
+        vec![url(node.addr)],
+        Duration::from_secs(20),
+        Duration::from_secs(5),
+    );
+
+    assert!(client.create_bucket("photos", 1).await?);
+    client
+        .put_object(object("photos", "a/1.jpg", "blob-a"))
+        .await?;
+    client
+        .create_upload(pb::UploadRecord {
+            bucket: "photos".into(),
+            key: "big".into(),
+            upload_id: "u1".into(),
+            initiated_ms: 2,
+            ..Default::default()
+        })
+        .await?;
+    let part = pb::PartRecord {
+        upload_id: "u1".into(),
+        part_number: 1,
+        size: 6 << 20,
+        md5: vec![7; 16],
+        ..Default::default()
+    };
+    assert!(
+        client
+            .put_part("photos", "big", part.clone())
+            .await?
+            .is_empty()
+    );
+    client.register_datanode(4, "http://127.0.0.1:7104").await?;
+    client.heartbeat(4, "http://127.0.0.1:7104").await?;
+    // An unknown datanode's heartbeat registers it.
+    client.heartbeat(5, "http://127.0.0.1:7105").await?;
+    let dns = client.list_datanodes().await?;
+    assert_eq!(
+        dns.iter().map(|d| (d.id, d.live)).collect::<Vec<_>>(),
+        [(4, true), (5, true)]
+    );
+    assert!(dns.iter().all(|d| d.last_heartbeat_ms > 0));
+
+    node.stop().await?;
+    // run() returned: the sled directory is unlocked and opens at once.
+    drop(
+        sluice_meta::store::SledStore::open(&node.dir, 1 << 20)
+            .context("reopen right after stop")?,
+    );
+    node.restart().await?;
+
+    let obj = client.get_object("photos", "a/1.jpg").await?;
+    assert_eq!(
+        obj.parts[0].placement.as_ref().map(|p| p.blob_id.as_str()),
+        Some("blob-a")
+    );
+    let uploads = client
+        .list_uploads(pb::ListUploadsRequest {
+            bucket: "photos".into(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(uploads.uploads.len(), 1);
+    let parts = client
+        .list_parts(pb::ListPartsRequest {
+            bucket: "photos".into(),
+            key: "big".into(),
+            upload_id: "u1".into(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(parts.parts, vec![part]);
+    assert_eq!(client.list_buckets().await?.len(), 1);
+    let dns = client.list_datanodes().await?;
+    assert_eq!(dns.len(), 2);
+    assert!(
+        dns.iter().all(|d| d.live),
+        "registered datanodes are live right after election"
+    );
+
+    match client.delete_bucket("photos").await {
+        Err(MetaError::Refused {
+            code: ErrorCode::BucketNotEmpty,
+            ..
+        }) => {}
+        other => bail!("expected BucketNotEmpty, got {other:?}"),
+    }
+    node.stop().await?;
+    Ok(())
+}
