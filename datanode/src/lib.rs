@@ -1,1 +1,62 @@
-//! placeholder
+//! Sluice datanode: stores erasure-coded shards on local disk and serves
+//! them over gRPC (`sluice.datanode.Datanode`, see `proto/datanode.proto`).
+//!
+//! Each shard is a sequence of blocks, each kept with its CRC32C
+//! ([`block_crc32c`]); a shard is written to a temp file, fsynced, renamed
+//! into place and its directory fsynced before PutShard answers. Reads
+//! verify every block and answer `DATA_LOSS` on bitrot, so the gateway
+//! reconstructs from parity.
+//!
+//! Writes are bounded by byte credits: the datanode shares
+//! `write_budget_bytes` among gateways over `Credits` streams and grants
+//! bytes again only once they are fsynced (see [`credit`]).
+//!
+//! # Layout
+//! * [`config`] — [`Config`] and its validation.
+//! * [`credit`] — the pure byte-credit ledger and the gateway's side of the
+//!   credit protocol; `grants` wires it to the Credits streams and the
+//!   PutShard writers.
+//! * [`store`] — the [`ShardStore`](store::ShardStore) seam: the shard file
+//!   format, [`DiskStore`](store::DiskStore), [`MemoryStore`](store::MemoryStore)
+//!   and their shared conformance suite.
+//! * `service` — the gRPC handlers over a store (bounded channels both ways).
+//! * `status` — every error-to-gRPC-code mapping.
+//! * `membership` — registration with meta and heartbeats.
+//! * `server` — [`run`]: store, server and background tasks, and shutdown.
+//! * [`metrics`] — metric names.
+
+pub mod config;
+pub mod credit;
+mod error;
+mod grants;
+mod membership;
+pub mod metrics;
+mod server;
+mod service;
+mod status;
+pub mod store;
+
+pub use config::{Config, ConfigError};
+pub use error::Error;
+pub use grants::CREDIT_GRANT_CHANNEL_DEPTH;
+pub use server::{CONNECTION_WINDOW_BYTES, STREAM_WINDOW_BYTES, run};
+pub use service::{DEFAULT_LIST_LIMIT, GET_SHARD_CHANNEL_DEPTH, MAX_LIST_LIMIT, MAX_MESSAGE_BYTES};
+pub use store::MAX_BLOCK_SIZE;
+
+/// CRC32C (Castagnoli, the iSCSI polynomial) of `data`: the checksum of
+/// every shard block, computed by the gateway before sending and verified
+/// by the datanode on receipt and on every read.
+pub fn block_crc32c(data: &[u8]) -> u32 {
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
+}
+
+#[cfg(test)]
+mod crc_tests {
+    #[test]
+    fn block_crc32c_is_castagnoli() {
+        // RFC 3720 B.4 check value and 32 bytes of zeros.
+        assert_eq!(super::block_crc32c(b"123456789"), 0xE306_9283);
+        assert_eq!(super::block_crc32c(&[0u8; 32]), 0x8A91_36AA);
+        assert_eq!(super::block_crc32c(b""), 0);
+    }
+}

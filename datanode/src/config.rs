@@ -1,0 +1,275 @@
+//! Datanode configuration: TOML into [`Config`], checked by
+//! [`Config::validate`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Largest accepted `shard_channel_depth` (blocks).
+pub const MAX_SHARD_CHANNEL_DEPTH: usize = 1024;
+/// Write budget when `write_budget_bytes` is unset: 64 MiB.
+pub const DEFAULT_WRITE_BUDGET_BYTES: u64 = 64 * 1024 * 1024;
+/// Default `credit_fsync_bytes`: 1 MiB.
+pub const DEFAULT_CREDIT_FSYNC_BYTES: u64 = 1024 * 1024;
+
+/// Configuration of one datanode. Durations are humantime strings in TOML
+/// (`"2s"`); every field has a default (see [`Config::default`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// This datanode's id in the cluster (>= 1); placements name it.
+    pub node_id: u64,
+    /// Address the binary binds the gRPC listener to.
+    pub listen: SocketAddr,
+    /// gRPC endpoint other roles use to reach this node, e.g.
+    /// `"http://127.0.0.1:7101"`; registered with meta.
+    pub advertise_addr: String,
+    /// Directory holding the shard files (`<data_dir>/shards/`).
+    pub data_dir: PathBuf,
+    /// gRPC endpoints of the meta nodes, e.g. `["http://127.0.0.1:7001"]`.
+    pub meta_endpoints: Vec<String>,
+    /// Time between heartbeats to meta; registration is retried at the same
+    /// pace until meta accepts it.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+    /// Shard blocks buffered between a PutShard stream and the disk writer
+    /// (1..=[`MAX_SHARD_CHANNEL_DEPTH`]); bounds each upload's memory to
+    /// about `(depth + 2) * block_size`.
+    pub shard_channel_depth: usize,
+    /// After shutdown is requested: how long in-flight requests may finish
+    /// before they are cancelled (uncommitted shards are then discarded).
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// Bytes of shard data this node may hold received-but-not-fsynced plus
+    /// granted-but-unspent, shared among gateways as credits (see
+    /// [`crate::credit`]). Unset = [`DEFAULT_WRITE_BUDGET_BYTES`] (a later
+    /// release derives the default from the cgroup memory limit). A gateway
+    /// needs credit for a whole block, so keep it at least
+    /// `gateways × block size`; see [`Config::write_budget`].
+    pub write_budget_bytes: Option<u64>,
+    /// For PutShard streams that use credits: fsync the shard's temp file
+    /// after every this many bytes written, and re-grant them (bytes,
+    /// 1..=write budget).
+    pub credit_fsync_bytes: u64,
+    /// For PutShard streams that use credits: fsync what is written when no
+    /// block has arrived for this long, so a sender waiting for credit does
+    /// not wait on its own unsynced bytes.
+    #[serde(with = "humantime_serde")]
+    pub credit_fsync_idle: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_id: 1,
+            listen: SocketAddr::from(([127, 0, 0, 1], 7101)),
+            advertise_addr: "http://127.0.0.1:7101".into(),
+            data_dir: PathBuf::from("data/datanode"),
+            meta_endpoints: vec!["http://127.0.0.1:7001".into()],
+            heartbeat_interval: Duration::from_secs(2),
+            shard_channel_depth: 8,
+            shutdown_grace: Duration::from_secs(10),
+            write_budget_bytes: None,
+            credit_fsync_bytes: DEFAULT_CREDIT_FSYNC_BYTES,
+            credit_fsync_idle: Duration::from_millis(5),
+        }
+    }
+}
+
+/// Why a [`Config`] was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("node_id must be at least 1")]
+    ZeroNodeId,
+    #[error("advertise_addr {0:?} is not an http:// or https:// endpoint")]
+    BadAdvertiseAddr(String),
+    #[error("data_dir is empty")]
+    EmptyDataDir,
+    #[error("meta_endpoints is empty")]
+    NoMetaEndpoints,
+    #[error("meta endpoint {0:?} is not an http:// or https:// endpoint")]
+    BadMetaEndpoint(String),
+    #[error("heartbeat_interval must be positive")]
+    ZeroHeartbeatInterval,
+    #[error("shard_channel_depth {0} is outside 1..={MAX_SHARD_CHANNEL_DEPTH}")]
+    BadShardChannelDepth(usize),
+    #[error("write_budget_bytes must be positive")]
+    ZeroWriteBudget,
+    #[error("credit_fsync_bytes {fsync} is outside 1..={budget} (the write budget)")]
+    BadCreditFsyncBytes { fsync: u64, budget: u64 },
+    #[error("credit_fsync_idle must be positive")]
+    ZeroCreditFsyncIdle,
+}
+
+impl Config {
+    /// Checks every field; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.node_id == 0 {
+            return Err(ConfigError::ZeroNodeId);
+        }
+        if !is_endpoint(&self.advertise_addr) {
+            return Err(ConfigError::BadAdvertiseAddr(self.advertise_addr.clone()));
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(ConfigError::EmptyDataDir);
+        }
+        if self.meta_endpoints.is_empty() {
+            return Err(ConfigError::NoMetaEndpoints);
+        }
+        if let Some(bad) = self.meta_endpoints.iter().find(|e| !is_endpoint(e)) {
+            return Err(ConfigError::BadMetaEndpoint(bad.clone()));
+        }
+        if self.heartbeat_interval.is_zero() {
+            return Err(ConfigError::ZeroHeartbeatInterval);
+        }
+        if !(1..=MAX_SHARD_CHANNEL_DEPTH).contains(&self.shard_channel_depth) {
+            return Err(ConfigError::BadShardChannelDepth(self.shard_channel_depth));
+        }
+        let budget = self.write_budget();
+        if budget == 0 {
+            return Err(ConfigError::ZeroWriteBudget);
+        }
+        if !(1..=budget).contains(&self.credit_fsync_bytes) {
+            return Err(ConfigError::BadCreditFsyncBytes {
+                fsync: self.credit_fsync_bytes,
+                budget,
+            });
+        }
+        if self.credit_fsync_idle.is_zero() {
+            return Err(ConfigError::ZeroCreditFsyncIdle);
+        }
+        Ok(())
+    }
+
+    /// The effective write budget in bytes: `write_budget_bytes`, or
+    /// [`DEFAULT_WRITE_BUDGET_BYTES`] when unset.
+    pub fn write_budget(&self) -> u64 {
+        self.write_budget_bytes
+            .unwrap_or(DEFAULT_WRITE_BUDGET_BYTES)
+    }
+}
+
+/// An `http://` or `https://` URL tonic can connect to.
+fn is_endpoint(s: &str) -> bool {
+    (s.starts_with("http://") || s.starts_with("https://"))
+        && tonic::transport::Endpoint::from_shared(s.to_string()).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid() {
+        Config::default()
+            .validate()
+            .expect("default config validates");
+    }
+
+    #[test]
+    fn parses_toml_with_defaults() {
+        let c: Config = toml::from_str(
+            r#"
+            node_id = 3
+            listen = "0.0.0.0:7103"
+            advertise_addr = "http://10.0.0.3:7103"
+            data_dir = "/var/lib/sluice/dn3"
+            meta_endpoints = ["http://10.0.0.1:7001", "http://10.0.0.2:7001"]
+            heartbeat_interval = "500ms"
+            "#,
+        )
+        .expect("parse");
+        assert_eq!(c.node_id, 3);
+        assert_eq!(c.listen, "0.0.0.0:7103".parse().unwrap());
+        assert_eq!(c.meta_endpoints.len(), 2);
+        assert_eq!(c.heartbeat_interval, Duration::from_millis(500));
+        assert_eq!(c.shard_channel_depth, 8);
+        assert_eq!(c.shutdown_grace, Duration::from_secs(10));
+        assert_eq!(c.write_budget_bytes, None);
+        assert_eq!(c.write_budget(), 64 * 1024 * 1024);
+        assert_eq!(c.credit_fsync_bytes, 1024 * 1024);
+        assert_eq!(c.credit_fsync_idle, Duration::from_millis(5));
+        c.validate().expect("valid");
+
+        let c: Config = toml::from_str(
+            r#"
+            write_budget_bytes = 4194304
+            credit_fsync_bytes = 262144
+            credit_fsync_idle = "2ms"
+            "#,
+        )
+        .expect("parse credit fields");
+        assert_eq!(c.write_budget(), 4 * 1024 * 1024);
+        assert_eq!(c.credit_fsync_bytes, 256 * 1024);
+        assert_eq!(c.credit_fsync_idle, Duration::from_millis(2));
+        c.validate().expect("valid");
+
+        let empty: Config = toml::from_str("").expect("parse empty");
+        assert_eq!(empty, Config::default());
+        assert!(
+            toml::from_str::<Config>("nodeid = 1").is_err(),
+            "unknown fields are rejected"
+        );
+    }
+
+    #[test]
+    fn validate_rejects_bad_fields() {
+        let bad = |f: fn(&mut Config)| {
+            let mut c = Config::default();
+            f(&mut c);
+            c.validate().expect_err("invalid")
+        };
+        assert_eq!(bad(|c| c.node_id = 0), ConfigError::ZeroNodeId);
+        assert_eq!(
+            bad(|c| c.advertise_addr = "127.0.0.1:7101".into()),
+            ConfigError::BadAdvertiseAddr("127.0.0.1:7101".into())
+        );
+        assert_eq!(
+            bad(|c| c.data_dir = PathBuf::new()),
+            ConfigError::EmptyDataDir
+        );
+        assert_eq!(
+            bad(|c| c.meta_endpoints.clear()),
+            ConfigError::NoMetaEndpoints
+        );
+        assert_eq!(
+            bad(|c| c.meta_endpoints.push("meta:7001".into())),
+            ConfigError::BadMetaEndpoint("meta:7001".into())
+        );
+        assert_eq!(
+            bad(|c| c.heartbeat_interval = Duration::ZERO),
+            ConfigError::ZeroHeartbeatInterval
+        );
+        assert_eq!(
+            bad(|c| c.shard_channel_depth = 0),
+            ConfigError::BadShardChannelDepth(0)
+        );
+        assert_eq!(
+            bad(|c| c.write_budget_bytes = Some(0)),
+            ConfigError::ZeroWriteBudget
+        );
+        assert_eq!(
+            bad(|c| c.credit_fsync_bytes = 0),
+            ConfigError::BadCreditFsyncBytes {
+                fsync: 0,
+                budget: DEFAULT_WRITE_BUDGET_BYTES
+            }
+        );
+        assert_eq!(
+            bad(|c| {
+                c.write_budget_bytes = Some(1000);
+                c.credit_fsync_bytes = 1001;
+            }),
+            ConfigError::BadCreditFsyncBytes {
+                fsync: 1001,
+                budget: 1000
+            }
+        );
+        assert_eq!(
+            bad(|c| c.credit_fsync_idle = Duration::ZERO),
+            ConfigError::ZeroCreditFsyncIdle
+        );
+    }
+}

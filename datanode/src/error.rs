@@ -1,0 +1,18 @@
+//! [`Error`]: why [`crate::run`] failed.
+
+use crate::config::ConfigError;
+use crate::store::StoreError;
+
+/// Errors of [`crate::run`]; the cause is kept as the source.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration failed [`crate::Config::validate`].
+    #[error("invalid datanode config")]
+    Config(#[from] ConfigError),
+    /// The shard store could not be opened (directory creation, recovery scan).
+    #[error("open shard store")]
+    Store(#[from] StoreError),
+    /// The gRPC server failed.
+    #[error("serve datanode gRPC")]
+    Serve(#[from] tonic::transport::Error),
+}

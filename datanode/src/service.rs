@@ -1,0 +1,455 @@
+//! The `sluice.datanode.Datanode` gRPC service over a [`ShardStore`].
+//!
+//! PutShard: the first message is a [`ShardHeader`], then blocks. Each
+//! block's CRC32C is verified as it arrives and the block goes through a
+//! channel of `shard_channel_depth` blocks to the shard writer, so the
+//! network and the disk overlap while memory stays bounded. The response
+//! is sent only after the shard is durable (see [`ShardWriter::commit`]).
+//! Any error or a client reset drops the writer, which discards the shard.
+//!
+//! With `ShardHeader.gateway_id` set, each received block is debited from
+//! that gateway's credit ([`crate::credit`]) and the writer fsyncs
+//! incrementally — after every `credit_fsync_bytes`, or when no block came
+//! for `credit_fsync_idle` — releasing the synced bytes so they can be
+//! granted again; the rest is released at commit, or when the stream fails.
+//! Without it, PutShard behaves as before credits existed.
+//!
+//! Credits: one forwarding task per open stream moves the gateway's
+//! coalesced grants into a channel of [`CREDIT_GRANT_CHANNEL_DEPTH`]; it
+//! ends (and the gateway's credit returns to the pool) when the client goes
+//! away, a newer stream of the same gateway replaces it, or the node starts
+//! shutting down. ReportCredits updates demand and takes back idle credit.
+//!
+//! GetShard: a task reads the range block by block into a channel of
+//! [`GET_SHARD_CHANNEL_DEPTH`] blocks; the first bad block ends the stream
+//! with `DATA_LOSS`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_proto::datanode::datanode_server::{Datanode, DatanodeServer};
+use sluice_proto::datanode::put_shard_request::Msg;
+use sluice_proto::datanode::{
+    CreditGrant, CreditReport, CreditReportResponse, CreditStreamRequest, DeleteBlobsRequest,
+    DeleteBlobsResponse, GetShardRequest, GetShardResponse, ListShardsRequest, ListShardsResponse,
+    NodeStatusRequest, NodeStatusResponse, PutShardRequest, PutShardResponse, ShardBlock,
+    ShardInfo,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::block_crc32c;
+use crate::credit::validate_gateway_id;
+use crate::grants::{CREDIT_GRANT_CHANNEL_DEPTH, CreditHub, Mailbox, SessionGuard, StreamCredit};
+use crate::metrics;
+use crate::status::RequestError;
+use crate::store::{Block, ShardKey, ShardReader, ShardStore, ShardWriter, StoreError};
+
+/// Blocks read ahead of a GetShard client.
+pub const GET_SHARD_CHANNEL_DEPTH: usize = 2;
+/// ListShards page size when the request says 0 (blobs per page).
+pub const DEFAULT_LIST_LIMIT: u32 = 1000;
+/// Largest ListShards page (blobs per page).
+pub const MAX_LIST_LIMIT: u32 = 10_000;
+/// Largest gRPC message accepted or sent, in bytes: one block of at most
+/// [`crate::store::MAX_BLOCK_SIZE`] plus framing.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The service's settings (from [`crate::Config`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ServiceOptions {
+    pub(crate) node_id: u64,
+    /// Blocks between a PutShard stream and its writer.
+    pub(crate) shard_channel_depth: usize,
+    /// Bytes shared among gateways as credit.
+    pub(crate) write_budget: u64,
+    /// Incremental fsync of credited streams: every this many bytes…
+    pub(crate) credit_fsync_bytes: u64,
+    /// …or after this long without a block.
+    pub(crate) credit_fsync_idle: Duration,
+}
+
+/// Serves one datanode's shards.
+#[derive(Clone)]
+pub(crate) struct DatanodeService<S> {
+    store: S,
+    options: ServiceOptions,
+    node_label: String,
+    credits: Arc<CreditHub>,
+    /// Cancelled when shutdown starts: long-lived Credits streams end.
+    drain: CancellationToken,
+    /// Cancelled when in-flight requests must stop (shutdown past its grace).
+    cancel: CancellationToken,
+    /// GetShard reader and Credits forwarding tasks, awaited at shutdown.
+    tasks: TaskTracker,
+}
+
+impl<S: ShardStore> DatanodeService<S> {
+    pub(crate) fn new(
+        store: S,
+        options: ServiceOptions,
+        drain: CancellationToken,
+        cancel: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Self {
+        let node_label = options.node_id.to_string();
+        let service = DatanodeService {
+            store,
+            options,
+            credits: CreditHub::new(options.write_budget, node_label.clone()),
+            node_label,
+            drain,
+            cancel,
+            tasks,
+        };
+        service.publish_stats();
+        service
+    }
+
+    pub(crate) fn into_server(self) -> DatanodeServer<Self> {
+        DatanodeServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    fn publish_stats(&self) {
+        metrics::set_shards_stored(&self.node_label, self.store.stats().shards);
+    }
+
+    async fn put(
+        &self,
+        mut stream: Streaming<PutShardRequest>,
+    ) -> Result<PutShardResponse, Status> {
+        let header = match stream.message().await? {
+            Some(PutShardRequest {
+                msg: Some(Msg::Header(h)),
+            }) => h,
+            _ => return Err(RequestError::MissingHeader.into()),
+        };
+        let key = ShardKey::new(header.blob_id, header.shard_index)?;
+        // Declared before the writer: on failure the writer (and its temp
+        // file) goes first, then the held credit is released.
+        let credit = match header.gateway_id {
+            id if id.is_empty() => None,
+            id => {
+                validate_gateway_id(&id)?;
+                Some(StreamCredit::new(Arc::clone(&self.credits), id))
+            }
+        };
+        let credit = credit.as_ref();
+        let mut writer = self.store.create(&key, header.block_size).await?;
+        let (tx, mut rx) = mpsc::channel::<Block>(self.options.shard_channel_depth);
+
+        let node_id = self.options.node_id;
+        let receive = async move {
+            let mut index = 0u64;
+            while let Some(message) = stream.message().await? {
+                let block = match message.msg {
+                    Some(Msg::Block(b)) => b,
+                    Some(Msg::Header(_)) => return Err(RequestError::RepeatedHeader.into()),
+                    None => return Err(RequestError::EmptyMessage.into()),
+                };
+                // The bytes are in memory now, whatever happens next.
+                if let Some(credit) = credit {
+                    let debit = credit.debit(block.data.len() as u64);
+                    if debit.overdrawn > 0 {
+                        tracing::debug!(
+                            node = node_id,
+                            gateway = credit.gateway(),
+                            block = index,
+                            overdrawn = debit.overdrawn,
+                            "shard bytes beyond credit"
+                        );
+                    }
+                }
+                let computed = block_crc32c(&block.data);
+                if computed != block.crc32c {
+                    return Err(Status::from(RequestError::ChecksumMismatch {
+                        block: index,
+                        sent: block.crc32c,
+                        computed,
+                    }));
+                }
+                index += 1;
+                let block = Block {
+                    data: block.data.into(),
+                    crc32c: block.crc32c,
+                };
+                if tx.send(block).await.is_err() {
+                    // The writer stopped; `write` returns its error.
+                    break;
+                }
+            }
+            Ok::<(), Status>(())
+        };
+        let (fsync_bytes, fsync_idle) = (
+            self.options.credit_fsync_bytes,
+            self.options.credit_fsync_idle,
+        );
+        let write = async move {
+            // Written but not yet fsynced (credited streams only).
+            let mut unsynced = 0u64;
+            loop {
+                let next = match credit {
+                    Some(credit) if unsynced > 0 => {
+                        match tokio::time::timeout(fsync_idle, rx.recv()).await {
+                            Ok(next) => next,
+                            Err(_idle) => {
+                                writer.sync().await?;
+                                credit.persisted(std::mem::take(&mut unsynced));
+                                continue;
+                            }
+                        }
+                    }
+                    _ => rx.recv().await,
+                };
+                let Some(block) = next else { break };
+                let len = block.data.len() as u64;
+                writer.write_block(block).await?;
+                if let Some(credit) = credit {
+                    unsynced += len;
+                    if unsynced >= fsync_bytes {
+                        writer.sync().await?;
+                        credit.persisted(std::mem::take(&mut unsynced));
+                    }
+                }
+            }
+            Ok::<_, Status>(writer)
+        };
+        let ((), writer) = tokio::try_join!(receive, write)?;
+        let committed = writer.commit().await?;
+        if let Some(credit) = credit {
+            credit.persisted_all();
+        }
+
+        metrics::add_bytes_written(&self.node_label, committed.payload_bytes);
+        self.publish_stats();
+        tracing::debug!(node = self.options.node_id, shard = %key, bytes = committed.payload_bytes, blocks = committed.blocks, "stored shard");
+        Ok(PutShardResponse {
+            bytes_written: committed.payload_bytes,
+            blocks: committed.blocks,
+        })
+    }
+
+    /// Logs a failure where it is handled: store trouble loudly, client
+    /// mistakes quietly.
+    fn log_failure(&self, what: &'static str, status: &Status) {
+        match status.code() {
+            tonic::Code::Internal | tonic::Code::ResourceExhausted | tonic::Code::DataLoss => {
+                tracing::warn!(node = self.options.node_id, error = %status.message(), "{what} failed");
+            }
+            _ => {
+                tracing::debug!(node = self.options.node_id, code = ?status.code(), error = %status.message(), "{what} refused")
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl<S: ShardStore> Datanode for DatanodeService<S> {
+    async fn put_shard(
+        &self,
+        request: Request<Streaming<PutShardRequest>>,
+    ) -> Result<Response<PutShardResponse>, Status> {
+        let result = tokio::select! {
+            () = self.cancel.cancelled() => Err(RequestError::ShuttingDown.into()),
+            r = self.put(request.into_inner()) => r,
+        };
+        if let Err(status) = &result {
+            self.log_failure("PutShard", status);
+        }
+        result.map(Response::new)
+    }
+
+    type GetShardStream = ReceiverStream<Result<GetShardResponse, Status>>;
+
+    async fn get_shard(
+        &self,
+        request: Request<GetShardRequest>,
+    ) -> Result<Response<Self::GetShardStream>, Status> {
+        let req = request.into_inner();
+        let key = ShardKey::new(req.blob_id, req.shard_index)?;
+        let mut reader = self
+            .store
+            .open(&key, req.first_block, req.block_count)
+            .await
+            .map_err(|e| {
+                let status = Status::from(e);
+                self.log_failure("GetShard", &status);
+                status
+            })?;
+        let (tx, rx) = mpsc::channel(GET_SHARD_CHANNEL_DEPTH);
+        let (cancel, node_label, node_id) = (
+            self.cancel.clone(),
+            self.node_label.clone(),
+            self.options.node_id,
+        );
+        self.tasks.spawn(async move {
+            loop {
+                let next = tokio::select! {
+                    () = cancel.cancelled() => Some(Err(Status::from(RequestError::ShuttingDown))),
+                    next = reader.next_block() => next.map(|r| r.map_err(|e| {
+                        if let StoreError::Corrupt { block, .. } = &e {
+                            metrics::add_corrupt_block(&node_label);
+                            tracing::warn!(node = node_id, shard = %key, ?block, "bitrot: stored block failed its checksum");
+                        }
+                        Status::from(e)
+                    })),
+                };
+                let Some(item) = next else { break };
+                let last = item.is_err();
+                let item = item.map(|b| GetShardResponse {
+                    block: Some(ShardBlock { data: b.data.into(), crc32c: b.crc32c }),
+                });
+                tokio::select! {
+                    () = cancel.cancelled() => break,
+                    sent = tx.send(item) => if sent.is_err() { break },
+                }
+                if last {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn delete_blobs(
+        &self,
+        request: Request<DeleteBlobsRequest>,
+    ) -> Result<Response<DeleteBlobsResponse>, Status> {
+        let blob_ids = request.into_inner().blob_ids;
+        let deleted = self.store.delete_blobs(&blob_ids).await.map_err(|e| {
+            let status = Status::from(e);
+            self.log_failure("DeleteBlobs", &status);
+            status
+        })?;
+        self.publish_stats();
+        tracing::debug!(
+            node = self.options.node_id,
+            blobs = blob_ids.len(),
+            deleted,
+            "deleted blobs"
+        );
+        Ok(Response::new(DeleteBlobsResponse {
+            shards_deleted: deleted,
+        }))
+    }
+
+    async fn list_shards(
+        &self,
+        request: Request<ListShardsRequest>,
+    ) -> Result<Response<ListShardsResponse>, Status> {
+        let req = request.into_inner();
+        let limit = match req.limit {
+            0 => DEFAULT_LIST_LIMIT,
+            n => n.min(MAX_LIST_LIMIT),
+        };
+        let page = self.store.list(&req.after_blob_id, limit as usize).await?;
+        let shards = page
+            .shards
+            .into_iter()
+            .map(|e| ShardInfo {
+                blob_id: e.key.blob_id().to_string(),
+                shard_index: e.key.shard_index(),
+                size: e.stored_bytes,
+                modified_ms: e.modified_ms,
+            })
+            .collect();
+        Ok(Response::new(ListShardsResponse {
+            shards,
+            is_truncated: page.is_truncated,
+        }))
+    }
+
+    type CreditsStream = ReceiverStream<Result<CreditGrant, Status>>;
+
+    async fn credits(
+        &self,
+        request: Request<CreditStreamRequest>,
+    ) -> Result<Response<Self::CreditsStream>, Status> {
+        let gateway = request.into_inner().gateway_id;
+        let (session, mailbox) = self.credits.connect(&gateway).map_err(|e| {
+            let status = Status::from(e);
+            self.log_failure("Credits", &status);
+            status
+        })?;
+        tracing::debug!(node = self.options.node_id, gateway = %gateway, "credit stream opened");
+        let (tx, rx) = mpsc::channel(CREDIT_GRANT_CHANNEL_DEPTH);
+        let guard = SessionGuard {
+            hub: Arc::clone(&self.credits),
+            gateway,
+            session,
+        };
+        self.tasks
+            .spawn(forward_grants(guard, mailbox, tx, self.drain.clone()));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn report_credits(
+        &self,
+        request: Request<CreditReport>,
+    ) -> Result<Response<CreditReportResponse>, Status> {
+        let r = request.into_inner();
+        self.credits
+            .report(&r.gateway_id, r.wanted_bytes, r.returned_bytes)
+            .map_err(|e| {
+                let status = Status::from(e);
+                self.log_failure("ReportCredits", &status);
+                status
+            })?;
+        Ok(Response::new(CreditReportResponse {}))
+    }
+
+    async fn node_status(
+        &self,
+        _request: Request<NodeStatusRequest>,
+    ) -> Result<Response<NodeStatusResponse>, Status> {
+        let stats = self.store.stats();
+        Ok(Response::new(NodeStatusResponse {
+            node_id: self.options.node_id,
+            shards: stats.shards,
+            bytes_stored: stats.stored_bytes,
+        }))
+    }
+}
+
+/// Moves a gateway's grants from its mailbox onto its `Credits` stream
+/// until the client goes away, a newer stream replaces this one, or the
+/// node drains. The session ends (credit back to the pool) before the
+/// gateway can see the stream end.
+async fn forward_grants(
+    session: SessionGuard,
+    mailbox: Arc<Mailbox>,
+    tx: mpsc::Sender<Result<CreditGrant, Status>>,
+    drain: CancellationToken,
+) {
+    let replaced = || Status::aborted("replaced by a newer Credits stream of this gateway");
+    let end = loop {
+        tokio::select! {
+            biased;
+            () = drain.cancelled() => break Some(Status::from(RequestError::ShuttingDown)),
+            () = mailbox.replaced.cancelled() => break Some(replaced()),
+            () = tx.closed() => break None,
+            () = mailbox.notified() => {}
+        }
+        let bytes = mailbox.take();
+        if bytes == 0 {
+            continue;
+        }
+        // While this waits for room, newer grants coalesce in the mailbox.
+        tokio::select! {
+            biased;
+            () = drain.cancelled() => break Some(Status::from(RequestError::ShuttingDown)),
+            () = mailbox.replaced.cancelled() => break Some(replaced()),
+            sent = tx.send(Ok(CreditGrant { bytes })) => if sent.is_err() { break None },
+        }
+    };
+    drop(session);
+    if let Some(status) = end {
+        // Best effort: the stream ends either way when `tx` drops.
+        let _ = tx.try_send(Err(status));
+    }
+}

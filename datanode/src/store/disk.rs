@@ -1,0 +1,615 @@
+//! [`DiskStore`]: shards as files under `<data_dir>/shards/`.
+//!
+//! A shard lives at `shards/<ff>/<blob_id>.<shard_index>`, where `ff` is the
+//! low byte of CRC32C(blob_id) in hex (256 directories, created at open).
+//! A write goes to `<blob_id>.<shard_index>.tmp-<uuid>` in the same
+//! directory; commit fsyncs it, renames it over the final name and fsyncs
+//! the directory. Temp files left by a crash are removed at open.
+//!
+//! All file I/O runs on the blocking pool; memory per reader or writer is
+//! one block.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, File};
+use std::io::{ErrorKind, IoSlice, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use super::format::{self, Geometry, HEADER_LEN};
+use super::{
+    Block, BlockRule, Committed, ShardEntry, ShardKey, ShardPage, ShardReader, ShardStore,
+    ShardWriter, StoreError, StoreStats, resolve_range, validate_blob_id,
+};
+use crate::block_crc32c;
+use crate::metrics;
+
+/// Number of fan-out directories under `shards/`.
+const FANOUT: usize = 256;
+/// Marks a temp file name: `<blob_id>.<shard_index>.tmp-<uuid>`.
+const TMP_MARKER: &str = ".tmp-";
+
+/// Shards stored as checksummed files; see the module docs for the layout.
+#[derive(Clone)]
+pub struct DiskStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// `<data_dir>/shards`.
+    root: PathBuf,
+    /// One lock per fan-out directory, held while a shard file is replaced
+    /// or removed so the totals below stay exact.
+    locks: Vec<Mutex<()>>,
+    shards: AtomicU64,
+    stored_bytes: AtomicU64,
+    /// Value of the `node` label on metrics.
+    node_label: String,
+}
+
+impl DiskStore {
+    /// Opens (creating if needed) the store under `data_dir`, removes temp
+    /// files left by a crash and counts the stored shards. `node_id` labels
+    /// the metrics.
+    pub async fn open(data_dir: &Path, node_id: u64) -> Result<DiskStore, StoreError> {
+        let root = data_dir.join("shards");
+        let data_dir = data_dir.to_path_buf();
+        let inner = blocking(move || {
+            fs::create_dir_all(&root).map_err(StoreError::io("create directory", &root))?;
+            for f in 0..FANOUT {
+                let dir = root.join(fanout_dir_name(f));
+                fs::create_dir_all(&dir).map_err(StoreError::io("create directory", &dir))?;
+            }
+            sync_dir(&root)?;
+            sync_dir(&data_dir)?;
+            let inner = Inner {
+                root,
+                locks: (0..FANOUT).map(|_| Mutex::new(())).collect(),
+                shards: AtomicU64::new(0),
+                stored_bytes: AtomicU64::new(0),
+                node_label: node_id.to_string(),
+            };
+            inner.recover()?;
+            Ok(inner)
+        })
+        .await?;
+        Ok(DiskStore {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Path of the committed file of `key` (whether or not it exists); for
+    /// tools and fault-injection tests.
+    pub fn shard_path(&self, key: &ShardKey) -> PathBuf {
+        self.inner.shard_path(key)
+    }
+}
+
+impl Inner {
+    fn dir(&self, fanout: usize) -> PathBuf {
+        self.root.join(fanout_dir_name(fanout))
+    }
+
+    fn shard_path(&self, key: &ShardKey) -> PathBuf {
+        self.dir(fanout_of(key.blob_id())).join(key.to_string())
+    }
+
+    fn lock(&self, fanout: usize) -> MutexGuard<'_, ()> {
+        self.locks[fanout]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Removes temp files and counts committed shards.
+    fn recover(&self) -> Result<(), StoreError> {
+        let (mut shards, mut bytes, mut removed) = (0u64, 0u64, 0u64);
+        for f in 0..FANOUT {
+            let dir = self.dir(f);
+            let mut dirty = false;
+            for entry in fs::read_dir(&dir).map_err(StoreError::io("read directory", &dir))? {
+                let entry = entry.map_err(StoreError::io("read directory", &dir))?;
+                let name = entry.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if name.contains(TMP_MARKER) {
+                    let path = entry.path();
+                    remove_if_exists(&path)?;
+                    dirty = true;
+                    removed += 1;
+                } else if parse_shard_name(name).is_some() {
+                    let meta = entry
+                        .metadata()
+                        .map_err(StoreError::io("stat", entry.path()))?;
+                    shards += 1;
+                    bytes += meta.len();
+                } else {
+                    tracing::warn!(path = %entry.path().display(), "ignoring unexpected file in shard directory");
+                }
+            }
+            if dirty {
+                sync_dir(&dir)?;
+            }
+        }
+        self.shards.store(shards, Ordering::Relaxed);
+        self.stored_bytes.store(bytes, Ordering::Relaxed);
+        if removed > 0 {
+            tracing::info!(removed, root = %self.root.display(), "removed temp files of interrupted shard writes");
+        }
+        Ok(())
+    }
+
+    /// Accounts for a shard file of `new_len` bytes replacing one of
+    /// `old_len` bytes (`None`: there was none).
+    fn account_put(&self, old_len: Option<u64>, new_len: u64) {
+        match old_len {
+            Some(old) => {
+                self.stored_bytes.fetch_sub(old, Ordering::Relaxed);
+            }
+            None => {
+                self.shards.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.stored_bytes.fetch_add(new_len, Ordering::Relaxed);
+    }
+
+    fn account_delete(&self, len: u64) {
+        self.shards.fetch_sub(1, Ordering::Relaxed);
+        self.stored_bytes.fetch_sub(len, Ordering::Relaxed);
+    }
+
+    fn delete_blobs(&self, wanted: BTreeMap<usize, HashSet<String>>) -> Result<u64, StoreError> {
+        let mut deleted = 0;
+        for (f, blobs) in wanted {
+            let dir = self.dir(f);
+            let before = deleted;
+            for entry in fs::read_dir(&dir).map_err(StoreError::io("read directory", &dir))? {
+                let entry = entry.map_err(StoreError::io("read directory", &dir))?;
+                let name = entry.file_name();
+                let Some((blob_id, _)) = name.to_str().and_then(parse_shard_name) else {
+                    continue;
+                };
+                if !blobs.contains(blob_id) {
+                    continue;
+                }
+                let path = entry.path();
+                let _guard = self.lock(f);
+                let len = match fs::metadata(&path) {
+                    Ok(m) => m.len(),
+                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                    Err(e) => return Err(StoreError::io("stat", path)(e)),
+                };
+                if remove_if_exists(&path)? {
+                    self.account_delete(len);
+                    deleted += 1;
+                }
+            }
+            if deleted > before {
+                sync_dir(&dir)?;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Keeps the first `limit` blobs after `after` in a map bounded by
+    /// `limit`, scanning every fan-out directory once.
+    fn list(&self, after: &str, limit: usize) -> Result<ShardPage, StoreError> {
+        let limit = limit.max(1);
+        let mut page: BTreeMap<String, Vec<ShardEntry>> = BTreeMap::new();
+        let mut more = false;
+        for f in 0..FANOUT {
+            let dir = self.dir(f);
+            for entry in fs::read_dir(&dir).map_err(StoreError::io("read directory", &dir))? {
+                let entry = entry.map_err(StoreError::io("read directory", &dir))?;
+                let name = entry.file_name();
+                let Some((blob_id, shard_index)) = name.to_str().and_then(parse_shard_name) else {
+                    continue;
+                };
+                if blob_id <= after {
+                    continue;
+                }
+                if !page.contains_key(blob_id) && page.len() >= limit {
+                    let last = page
+                        .last_key_value()
+                        .map(|(k, _)| k.as_str())
+                        .unwrap_or_default();
+                    more = true;
+                    if blob_id > last {
+                        continue;
+                    }
+                    page.pop_last();
+                }
+                let meta = match entry.metadata() {
+                    Ok(m) => m,
+                    // Deleted or replaced while listing.
+                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                    Err(e) => return Err(StoreError::io("stat", entry.path())(e)),
+                };
+                let key = ShardKey {
+                    blob_id: blob_id.to_string(),
+                    shard_index,
+                };
+                let modified_ms = meta.modified().map(millis_since_epoch).unwrap_or_default();
+                page.entry(blob_id.to_string())
+                    .or_default()
+                    .push(ShardEntry {
+                        key,
+                        stored_bytes: meta.len(),
+                        modified_ms,
+                    });
+            }
+        }
+        let mut shards: Vec<ShardEntry> = page.into_values().flatten().collect();
+        shards.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(ShardPage {
+            shards,
+            is_truncated: more,
+        })
+    }
+}
+
+impl ShardStore for DiskStore {
+    type Writer = DiskWriter;
+    type Reader = DiskReader;
+
+    async fn create(&self, key: &ShardKey, block_size: u32) -> Result<DiskWriter, StoreError> {
+        let rule = BlockRule::new(block_size)?;
+        let final_path = self.inner.shard_path(key);
+        let tmp = final_path.with_file_name(format!(
+            "{key}{TMP_MARKER}{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let path = tmp.clone();
+        let file = blocking(move || {
+            let file = File::create_new(&path).map_err(StoreError::io("create", &path))?;
+            (&file)
+                .write_all(&format::encode_header(block_size))
+                .map_err(StoreError::io("write", &path))?;
+            Ok(file)
+        })
+        .await;
+        let file = match file {
+            Ok(f) => f,
+            Err(e) => {
+                // The header write may have failed after the file was created.
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        Ok(DiskWriter {
+            inner: Arc::clone(&self.inner),
+            key: key.clone(),
+            tmp,
+            final_path,
+            file: Arc::new(file),
+            rule,
+            state: WriterState::Open,
+        })
+    }
+
+    async fn open(
+        &self,
+        key: &ShardKey,
+        first_block: u64,
+        block_count: u64,
+    ) -> Result<DiskReader, StoreError> {
+        let path = self.inner.shard_path(key);
+        let key = key.clone();
+        blocking(move || {
+            let file = match File::open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Err(StoreError::NotFound(key)),
+                Err(e) => return Err(StoreError::io("open", path)(e)),
+            };
+            let corrupt = |reason| StoreError::Corrupt {
+                key: key.clone(),
+                block: None,
+                reason,
+            };
+            let mut header = [0u8; HEADER_LEN as usize];
+            match file.read_exact_at(&mut header, 0) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
+                    return Err(corrupt("shorter than its header"));
+                }
+                Err(e) => return Err(StoreError::io("read", path)(e)),
+            }
+            let block_size = format::decode_header(&header).map_err(corrupt)?;
+            let len = file
+                .metadata()
+                .map_err(StoreError::io("stat", &path))?
+                .len();
+            let geometry = Geometry::from_file_len(block_size, len).map_err(corrupt)?;
+            let (next, end) = resolve_range(&key, geometry.blocks, first_block, block_count)?;
+            Ok(DiskReader {
+                key,
+                path,
+                file: Arc::new(file),
+                geometry,
+                next,
+                end,
+            })
+        })
+        .await
+    }
+
+    async fn delete_blobs(&self, blob_ids: &[String]) -> Result<u64, StoreError> {
+        let mut wanted: BTreeMap<usize, HashSet<String>> = BTreeMap::new();
+        for id in blob_ids {
+            validate_blob_id(id)?;
+            wanted.entry(fanout_of(id)).or_default().insert(id.clone());
+        }
+        if wanted.is_empty() {
+            return Ok(0);
+        }
+        let inner = Arc::clone(&self.inner);
+        blocking(move || inner.delete_blobs(wanted)).await
+    }
+
+    async fn list(&self, after_blob_id: &str, limit: usize) -> Result<ShardPage, StoreError> {
+        let inner = Arc::clone(&self.inner);
+        let after = after_blob_id.to_string();
+        blocking(move || inner.list(&after, limit)).await
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            shards: self.inner.shards.load(Ordering::Relaxed),
+            stored_bytes: self.inner.stored_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriterState {
+    Open,
+    /// A write failed or was cancelled midway; the file content is unknown.
+    Failed,
+    /// Renamed into place; nothing to clean up.
+    Committed,
+}
+
+/// A shard being written to its temp file; dropping it removes the file.
+pub struct DiskWriter {
+    inner: Arc<Inner>,
+    key: ShardKey,
+    tmp: PathBuf,
+    final_path: PathBuf,
+    file: Arc<File>,
+    rule: BlockRule,
+    state: WriterState,
+}
+
+impl ShardWriter for DiskWriter {
+    async fn write_block(&mut self, block: Block) -> Result<(), StoreError> {
+        if self.state != WriterState::Open {
+            return Err(StoreError::WriterFailed(self.key.clone()));
+        }
+        self.rule.accept(block.data.len())?;
+        // Failed until the write is known to have completed (the future may
+        // be dropped while the blocking write runs).
+        self.state = WriterState::Failed;
+        let file = Arc::clone(&self.file);
+        let path = self.tmp.clone();
+        blocking(move || {
+            let crc = block.crc32c.to_le_bytes();
+            write_all_vectored(&file, &mut [IoSlice::new(&block.data), IoSlice::new(&crc)])
+                .map_err(StoreError::io("write", path))
+        })
+        .await?;
+        self.state = WriterState::Open;
+        Ok(())
+    }
+
+    async fn sync(&mut self) -> Result<(), StoreError> {
+        if self.state != WriterState::Open {
+            return Err(StoreError::WriterFailed(self.key.clone()));
+        }
+        self.state = WriterState::Failed;
+        let file = Arc::clone(&self.file);
+        let path = self.tmp.clone();
+        let inner = Arc::clone(&self.inner);
+        blocking(move || {
+            let started = Instant::now();
+            // Data and the length needed to read it back: fdatasync.
+            file.sync_data().map_err(StoreError::io("fsync", path))?;
+            metrics::record_partial_fsync(&inner.node_label, started.elapsed());
+            Ok(())
+        })
+        .await?;
+        self.state = WriterState::Open;
+        Ok(())
+    }
+
+    async fn commit(mut self) -> Result<Committed, StoreError> {
+        if self.state != WriterState::Open {
+            return Err(StoreError::WriterFailed(self.key.clone()));
+        }
+        self.state = WriterState::Failed;
+        let committed = self.rule.committed();
+        let new_len = format::stored_len(committed.payload_bytes, committed.blocks);
+        let (inner, file) = (Arc::clone(&self.inner), Arc::clone(&self.file));
+        let (tmp, final_path) = (self.tmp.clone(), self.final_path.clone());
+        let fanout = fanout_of(self.key.blob_id());
+        blocking(move || {
+            let started = Instant::now();
+            file.sync_all().map_err(StoreError::io("fsync", &tmp))?;
+            drop(file);
+            {
+                let _guard = inner.lock(fanout);
+                let old_len = match fs::metadata(&final_path) {
+                    Ok(m) => Some(m.len()),
+                    Err(e) if e.kind() == ErrorKind::NotFound => None,
+                    Err(e) => return Err(StoreError::io("stat", final_path)(e)),
+                };
+                fs::rename(&tmp, &final_path).map_err(StoreError::io("rename", &tmp))?;
+                inner.account_put(old_len, new_len);
+            }
+            if let Some(dir) = final_path.parent() {
+                sync_dir(dir)?;
+            }
+            metrics::record_fsync(&inner.node_label, started.elapsed());
+            Ok(())
+        })
+        .await?;
+        self.state = WriterState::Committed;
+        Ok(committed)
+    }
+}
+
+impl Drop for DiskWriter {
+    fn drop(&mut self) {
+        if self.state != WriterState::Committed {
+            // A single unlink; the open handle (if a blocking write still
+            // holds it) only keeps the orphaned inode until it is closed.
+            if let Err(e) = fs::remove_file(&self.tmp)
+                && e.kind() != ErrorKind::NotFound
+            {
+                tracing::warn!(path = %self.tmp.display(), error = %e, "failed to remove temp shard file");
+            }
+        }
+    }
+}
+
+/// Reads a block range of one shard file, one block per call.
+pub struct DiskReader {
+    key: ShardKey,
+    path: PathBuf,
+    file: Arc<File>,
+    geometry: Geometry,
+    next: u64,
+    end: u64,
+}
+
+impl ShardReader for DiskReader {
+    async fn next_block(&mut self) -> Option<Result<Block, StoreError>> {
+        if self.next >= self.end {
+            return None;
+        }
+        let index = self.next;
+        self.next += 1;
+        let (offset, len) = self.geometry.block_span(index);
+        let (file, key, path) = (Arc::clone(&self.file), self.key.clone(), self.path.clone());
+        Some(
+            blocking(move || {
+                // `len` is at most MAX_BLOCK_SIZE + 4 (checked with the header).
+                let mut stored = vec![0u8; len as usize];
+                match file.read_exact_at(&mut stored, offset) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
+                        return Err(StoreError::Corrupt {
+                            key,
+                            block: Some(index),
+                            reason: "file truncated",
+                        });
+                    }
+                    Err(e) => return Err(StoreError::io("read", path)(e)),
+                }
+                match format::verify_stored_block(stored) {
+                    Some((data, crc32c)) => Ok(Block {
+                        data: Bytes::from(data),
+                        crc32c,
+                    }),
+                    None => Err(StoreError::Corrupt {
+                        key,
+                        block: Some(index),
+                        reason: "block checksum mismatch",
+                    }),
+                }
+            })
+            .await,
+        )
+    }
+
+    fn remaining(&self) -> u64 {
+        self.end - self.next
+    }
+}
+
+/// Runs blocking file I/O on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(StoreError::ShuttingDown),
+    }
+}
+
+fn write_all_vectored(mut file: &File, mut bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    while !bufs.is_empty() {
+        match file.write_vectored(bufs) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(StoreError::io("fsync directory", dir))
+}
+
+/// Removes `path`; `Ok(false)` if it was already gone.
+fn remove_if_exists(path: &Path) -> Result<bool, StoreError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(StoreError::io("remove", path)(e)),
+    }
+}
+
+/// Fan-out directory of a blob: low byte of CRC32C(blob_id).
+fn fanout_of(blob_id: &str) -> usize {
+    (block_crc32c(blob_id.as_bytes()) & 0xff) as usize
+}
+
+fn fanout_dir_name(fanout: usize) -> String {
+    format!("{fanout:02x}")
+}
+
+/// Parses `<blob_id>.<shard_index>`; `None` for temp files and strangers.
+fn parse_shard_name(name: &str) -> Option<(&str, u32)> {
+    if name.contains(TMP_MARKER) {
+        return None;
+    }
+    let (blob_id, index) = name.rsplit_once('.')?;
+    let shard_index: u32 = index.parse().ok()?;
+    (validate_blob_id(blob_id).is_ok() && shard_index.to_string() == index)
+        .then_some((blob_id, shard_index))
+}
+
+fn millis_since_epoch(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_names_parse_strictly() {
+        assert_eq!(parse_shard_name("abc-1_2.7"), Some(("abc-1_2", 7)));
+        assert_eq!(parse_shard_name("abc.7.tmp-0f0f"), None);
+        assert_eq!(parse_shard_name("abc.07"), None);
+        assert_eq!(parse_shard_name("abc"), None);
+        assert_eq!(parse_shard_name("a.b.1"), None);
+        assert_eq!(parse_shard_name(".1"), None);
+    }
+
+    #[test]
+    fn fanout_is_stable() {
+        // CRC32C("abc") = 0x364B3FB7: a portable, release-stable placement.
+        assert_eq!(fanout_of("abc"), 0xb7);
+        assert_eq!(fanout_dir_name(fanout_of("abc")), "b7");
+    }
+}
