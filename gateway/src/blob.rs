@@ -1,0 +1,580 @@
+//! Erasure-coded blob I/O: the gateway's data path.
+//!
+//! A blob is one single-PUT body or one multipart part. It is cut into
+//! stripes of `k * block_size` bytes; each stripe is encoded into k data and
+//! m parity shard blocks, streamed to k+m distinct datanodes chosen by
+//! rendezvous hashing (see [`crate::placement`]); shard `i` of every stripe
+//! goes to `placement.nodes[i]`, block index = stripe index
+//! (see [`crate::layout`]).
+//!
+//! # Layout
+//! * this file — [`BlobStore`], its configuration, errors, start/stop and
+//!   delete.
+//! * `blob/write.rs` — the write path: body -> stripes -> one client-streaming
+//!   `PutShard` per shard through bounded channels.
+//! * `blob/read.rs` — the read path: one server-streaming `GetShard` per
+//!   shard in use, checksum verification, parity fallback and reconstruction.
+//!
+//! # Memory per request
+//! Write: the stripe being filled (`k * block_size`), the encoded stripe
+//! (`(k + m) * block_size`) and at most `shard_channel_depth` queued blocks
+//! per shard (`shard_channel_depth * (k + m) * block_size`). Read: one
+//! decoded stripe plus the blocks of the stripe being fetched; the rest is
+//! read-ahead bounded by the HTTP/2 windows (see [`crate::datanodes`]).
+
+mod read;
+mod write;
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use sluice_meta::{MetaClient, MetaError};
+use sluice_proto::datanode::DeleteBlobsRequest;
+use sluice_proto::meta::Placement;
+use tokio_util::sync::CancellationToken;
+
+use crate::datanodes::{DatanodeEntry, Datanodes};
+use crate::erasure::Codec;
+
+/// How long a shard stream may make no progress (a block not accepted into
+/// its channel, a block not arriving, the final acknowledgement not coming)
+/// before that shard is treated as failed.
+pub const SHARD_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Timeout of one DeleteBlobs call.
+pub const DELETE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Datanodes a [`BlobStore::delete`] talks to at once.
+pub const DELETE_CONCURRENCY: usize = 8;
+/// Blob ids per DeleteBlobs request.
+pub const DELETE_BATCH: usize = 1000;
+/// How long [`BlobStore::start`] keeps asking meta for the datanode set.
+pub const START_DEADLINE: Duration = Duration::from_secs(60);
+/// Minimum time between two on-demand refreshes of the datanode set (made
+/// when a write finds too few live datanodes).
+pub const MIN_ON_DEMAND_REFRESH: Duration = Duration::from_millis(500);
+/// Largest shard block size accepted (bytes); the datanode's limit.
+pub const MAX_BLOCK_SIZE: usize = 8 * 1024 * 1024;
+
+/// Errors of the blob data path.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    /// Reading the request body failed (client went away, bad chunk signature).
+    #[error("reading request body: {0}")]
+    Body(#[source] std::io::Error),
+    /// Fewer than `write_quorum` datanodes are live or accepted the shards.
+    #[error("write quorum not reached: {durable} of {needed} shards durable")]
+    QuorumNotReached { durable: usize, needed: usize },
+    /// Fewer than k shards of a stripe could be read and verified, or the
+    /// placement itself is malformed.
+    #[error("blob {blob_id} unreadable: {reason}")]
+    Unreadable { blob_id: String, reason: String },
+    /// Not enough live datanodes for the erasure layout.
+    #[error("not enough live datanodes: {live} live, {needed} needed")]
+    NotEnoughDatanodes { live: usize, needed: usize },
+    /// [`BlobStore::start`] could not read the datanode set from meta.
+    #[error("reading the datanode set from meta: {0}")]
+    Meta(#[source] MetaError),
+    /// A [`BlobStoreConfig`] field is out of range.
+    #[error("invalid blob store config: {0}")]
+    InvalidConfig(String),
+}
+
+/// Erasure layout and data-path tuning of a [`BlobStore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobStoreConfig {
+    /// k, data shards per stripe (>= 1).
+    pub data_shards: usize,
+    /// m, parity shards per stripe (>= 1, k + m <= 256).
+    pub parity_shards: usize,
+    /// Bytes per shard block in a full stripe (1..=[`MAX_BLOCK_SIZE`]);
+    /// a stripe carries `k * block_size` payload bytes.
+    pub block_size: usize,
+    /// Shards that must be durable for a write to succeed (k..=k+m).
+    pub write_quorum: usize,
+    /// How often the datanode set is re-read from meta.
+    pub datanode_refresh_interval: Duration,
+    /// Shard blocks queued per shard stream (>= 1).
+    pub shard_channel_depth: usize,
+}
+
+impl Default for BlobStoreConfig {
+    fn default() -> Self {
+        BlobStoreConfig {
+            data_shards: 4,
+            parity_shards: 2,
+            block_size: 256 * 1024,
+            write_quorum: 5,
+            datanode_refresh_interval: Duration::from_secs(5),
+            shard_channel_depth: 4,
+        }
+    }
+}
+
+impl BlobStoreConfig {
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), BlobError> {
+        let bad = |s: String| Err(BlobError::InvalidConfig(s));
+        let (k, m) = (self.data_shards, self.parity_shards);
+        if k == 0 || m == 0 || k + m > 256 {
+            return bad(format!(
+                "erasure layout {k}+{m}: need k >= 1, m >= 1, k + m <= 256"
+            ));
+        }
+        if self.block_size == 0 || self.block_size > MAX_BLOCK_SIZE {
+            return bad(format!(
+                "block_size {} is outside 1..={MAX_BLOCK_SIZE}",
+                self.block_size
+            ));
+        }
+        if self.write_quorum < k || self.write_quorum > k + m {
+            return bad(format!(
+                "write_quorum {} is outside {k}..={}",
+                self.write_quorum,
+                k + m
+            ));
+        }
+        if self.datanode_refresh_interval.is_zero() {
+            return bad("datanode_refresh_interval must be positive".into());
+        }
+        if self.shard_channel_depth == 0 {
+            return bad("shard_channel_depth must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Handle on the datanodes for writing, reading and deleting blobs. Cheap to clone.
+#[derive(Clone)]
+pub struct BlobStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: BlobStoreConfig,
+    codec: Codec,
+    pool: Datanodes,
+    /// `None` for a fixed datanode set (tests).
+    meta: Option<MetaClient>,
+    /// When the datanode set was last read from meta; also serializes
+    /// on-demand refreshes.
+    last_refresh: tokio::sync::Mutex<Instant>,
+    /// Stops the refresh task; cancelled by [`BlobStore::stop`] and on drop.
+    stop: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl BlobStore {
+    fn new(config: BlobStoreConfig, meta: Option<MetaClient>) -> Result<BlobStore, BlobError> {
+        config.validate()?;
+        let codec = Codec::new(config.data_shards, config.parity_shards)
+            .map_err(|e| BlobError::InvalidConfig(e.to_string()))?;
+        Ok(BlobStore {
+            inner: Arc::new(Inner {
+                config,
+                codec,
+                pool: Datanodes::new(),
+                meta,
+                last_refresh: tokio::sync::Mutex::new(Instant::now()),
+                stop: CancellationToken::new(),
+            }),
+        })
+    }
+
+    /// Fetches the datanode set once (retrying until meta answers or
+    /// [`START_DEADLINE`] passes), spawns the refresh task.
+    ///
+    /// Errors: [`BlobError::InvalidConfig`], [`BlobError::Meta`].
+    pub async fn start(config: BlobStoreConfig, meta: MetaClient) -> Result<BlobStore, BlobError> {
+        let store = BlobStore::new(config, Some(meta.clone()))?;
+        let started = Instant::now();
+        loop {
+            match store.inner.pool.refresh(&meta).await {
+                Ok(live) => {
+                    tracing::info!(
+                        live,
+                        known = store.inner.pool.entries().len(),
+                        "read datanode set from meta"
+                    );
+                    break;
+                }
+                Err(e @ MetaError::Refused { .. }) => return Err(BlobError::Meta(e)),
+                Err(e) if started.elapsed() >= START_DEADLINE => return Err(BlobError::Meta(e)),
+                Err(e) => tracing::warn!(error = %e, "reading datanode set from meta, retrying"),
+            }
+        }
+        *store.inner.last_refresh.lock().await = Instant::now();
+        tokio::spawn(refresh_loop(
+            Arc::downgrade(&store.inner),
+            store.inner.stop.clone(),
+            store.inner.config.datanode_refresh_interval,
+        ));
+        Ok(store)
+    }
+
+    /// A store over a fixed datanode set `(id, gRPC address)`, all live,
+    /// never refreshed. For tests that run datanodes without meta.
+    ///
+    /// Panics if `config` is invalid.
+    #[doc(hidden)]
+    pub fn with_static_datanodes(
+        config: BlobStoreConfig,
+        datanodes: Vec<(u64, String)>,
+    ) -> BlobStore {
+        let store = BlobStore::new(config, None).expect("valid BlobStoreConfig");
+        store
+            .inner
+            .pool
+            .replace(datanodes.into_iter().map(|(id, addr)| DatanodeEntry {
+                id,
+                addr,
+                live: true,
+            }));
+        store
+    }
+
+    /// Replaces the datanode set by hand (tests: mark nodes down or up).
+    #[doc(hidden)]
+    pub fn set_datanodes(&self, datanodes: Vec<DatanodeEntry>) {
+        self.inner.pool.replace(datanodes);
+    }
+
+    /// Stops the refresh task (also stops when the last handle drops).
+    pub fn stop(&self) {
+        self.inner.stop.cancel();
+    }
+
+    /// The configuration this store runs with.
+    pub fn config(&self) -> &BlobStoreConfig {
+        &self.inner.config
+    }
+
+    /// The datanode set as last read from meta, sorted by id.
+    pub fn datanodes(&self) -> Vec<DatanodeEntry> {
+        self.inner.pool.entries()
+    }
+
+    /// Streams `body` to k+m datanodes chosen by rendezvous hashing of
+    /// `placement_key` (e.g. "bucket/key/upload_id/part_number") over the live
+    /// datanodes, stripe by stripe, holding at most a few stripes in memory.
+    /// Returns once at least `write_quorum` shards are durable; `missing` in
+    /// the returned placement lists the shards that are not.
+    ///
+    /// Errors: [`BlobError::NotEnoughDatanodes`] (fewer than k+m registered
+    /// or fewer than `write_quorum` live),
+    /// [`BlobError::QuorumNotReached`], [`BlobError::Body`] (the shard
+    /// streams are then reset, so datanodes discard them).
+    pub async fn write<S>(&self, placement_key: &str, body: S) -> Result<Placement, BlobError>
+    where
+        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Unpin,
+    {
+        let nodes = self.place(placement_key).await?;
+        write::write_blob(self, nodes, body).await
+    }
+
+    /// Streams the payload bytes `range` (end exclusive, `range.end <= placement.size`)
+    /// of a blob, fetching only the stripes that overlap the range, verifying
+    /// every block checksum and reconstructing from parity where a shard is
+    /// missing, unreachable or corrupt.
+    ///
+    /// An empty range gives an empty stream. Errors (as the stream's last
+    /// item): [`BlobError::Unreadable`].
+    pub fn read(
+        &self,
+        placement: &Placement,
+        range: Range<u64>,
+    ) -> BoxStream<'static, Result<Bytes, BlobError>> {
+        read::read_blob(self, placement, range)
+    }
+
+    /// Deletes the shards of `placements` on their datanodes, best effort
+    /// (failures are logged; datanode GC collects what is left). One
+    /// DeleteBlobs call per datanode and batch of [`DELETE_BATCH`] ids, at
+    /// most [`DELETE_CONCURRENCY`] at once.
+    pub async fn delete(&self, placements: &[Placement]) {
+        let mut by_node: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for p in placements {
+            let mut nodes = p.nodes.clone();
+            nodes.sort_unstable();
+            nodes.dedup();
+            for n in nodes {
+                by_node.entry(n).or_default().push(p.blob_id.clone());
+            }
+        }
+        self.delete_on(by_node).await;
+    }
+
+    /// Deletes blob ids per datanode, best effort.
+    async fn delete_on(&self, by_node: BTreeMap<u64, Vec<String>>) {
+        let calls = by_node.into_iter().flat_map(|(node, ids)| {
+            ids.chunks(DELETE_BATCH)
+                .map(|c| (node, c.to_vec()))
+                .collect::<Vec<_>>()
+        });
+        futures::stream::iter(calls)
+            .for_each_concurrent(DELETE_CONCURRENCY, |(node, blob_ids)| async move {
+                let count = blob_ids.len();
+                let mut client = match self.inner.pool.client(node) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(node, blobs = count, error = %e, "deleting blobs: datanode unreachable");
+                        return;
+                    }
+                };
+                let call = client.delete_blobs(DeleteBlobsRequest { blob_ids });
+                match tokio::time::timeout(DELETE_TIMEOUT, call).await {
+                    Ok(Ok(r)) => {
+                        tracing::debug!(node, blobs = count, shards = r.into_inner().shards_deleted, "deleted blobs")
+                    }
+                    Ok(Err(status)) => {
+                        tracing::warn!(node, blobs = count, error = %status, "deleting blobs failed")
+                    }
+                    Err(_) => tracing::warn!(node, blobs = count, "deleting blobs timed out"),
+                }
+            })
+            .await;
+    }
+
+    /// Picks k+m distinct live datanodes for `key`, re-reading the datanode
+    /// set from meta once if too few are live.
+    async fn place(&self, key: &str) -> Result<Vec<u64>, BlobError> {
+        let needed = self.inner.config.data_shards + self.inner.config.parity_shards;
+        if let Some(nodes) = crate::placement::pick(key, self.inner.pool.live_ids(), needed) {
+            return Ok(nodes);
+        }
+        if let Some(meta) = &self.inner.meta {
+            let mut last = self.inner.last_refresh.lock().await;
+            // Rate-limits attempts, not successes: while meta is down,
+            // concurrent writers must not queue up behind one timeout each.
+            if last.elapsed() >= MIN_ON_DEMAND_REFRESH {
+                if let Err(e) = self.inner.pool.refresh(meta).await {
+                    tracing::warn!(error = %e, "refreshing datanode set");
+                }
+                *last = Instant::now();
+            }
+        }
+        let live = self.inner.pool.live_ids();
+        let count = live.len();
+        if let Some(nodes) = crate::placement::pick(key, live.iter().copied(), needed) {
+            return Ok(nodes);
+        }
+        // Fewer than k+m live: while the write quorum can still be met, the
+        // live nodes take the first shards (data first) and down nodes the
+        // rest; their shards fail fast and are recorded as missing (DESIGN:
+        // "up to m datanodes down: writes still succeed while the write
+        // quorum is reachable").
+        let quorum = self.inner.config.write_quorum;
+        let down: Vec<u64> = self
+            .inner
+            .pool
+            .entries()
+            .into_iter()
+            .filter(|e| !e.live)
+            .map(|e| e.id)
+            .collect();
+        if count + down.len() < needed {
+            return Err(BlobError::NotEnoughDatanodes {
+                live: count,
+                needed,
+            });
+        }
+        if count < quorum {
+            return Err(BlobError::NotEnoughDatanodes {
+                live: count,
+                needed: quorum,
+            });
+        }
+        let mut nodes = crate::placement::pick(key, live, count).unwrap_or_default();
+        nodes.extend(crate::placement::pick(key, down, needed - count).unwrap_or_default());
+        Ok(nodes)
+    }
+}
+
+/// Re-reads the datanode set every `interval` until `stop` is cancelled or
+/// the store is dropped.
+async fn refresh_loop(store: Weak<Inner>, stop: CancellationToken, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            _ = ticker.tick() => {}
+        }
+        let Some(inner) = store.upgrade() else { break };
+        let Some(meta) = inner.meta.clone() else {
+            break;
+        };
+        let refreshed = tokio::select! {
+            () = stop.cancelled() => break,
+            r = inner.pool.refresh(&meta) => r,
+        };
+        match refreshed {
+            Ok(live) => {
+                *inner.last_refresh.lock().await = Instant::now();
+                tracing::trace!(live, "refreshed datanode set");
+            }
+            Err(e) => tracing::warn!(error = %e, "refreshing datanode set from meta"),
+        }
+    }
+    tracing::debug!("datanode refresh task stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_validation() {
+        BlobStoreConfig::default()
+            .validate()
+            .expect("default is valid");
+        let bad = [
+            BlobStoreConfig {
+                data_shards: 0,
+                ..Default::default()
+            },
+            BlobStoreConfig {
+                parity_shards: 0,
+                ..Default::default()
+            },
+            BlobStoreConfig {
+                data_shards: 200,
+                parity_shards: 100,
+                write_quorum: 200,
+                ..Default::default()
+            },
+            BlobStoreConfig {
+                block_size: 0,
+                ..Default::default()
+            },
+            BlobStoreConfig {
+                block_size: MAX_BLOCK_SIZE + 1,
+                ..Default::default()
+            },
+            BlobStoreConfig {
+                write_quorum: 3,
+                ..Default::default()
+            },
+            BlobStoreConfig {
+                write_quorum: 7,
+                ..Default::default()
+            },
+            BlobStoreConfig {
+                datanode_refresh_interval: Duration::ZERO,
+                ..Default::default()
+            },
+            BlobStoreConfig {
+                shard_channel_depth: 0,
+                ..Default::default()
+            },
+        ];
+        for c in bad {
+            assert!(
+                matches!(c.validate(), Err(BlobError::InvalidConfig(_))),
+                "{c:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn places_on_down_nodes_only_while_the_write_quorum_is_live() {
+        let store = BlobStore::with_static_datanodes(BlobStoreConfig::default(), Vec::new());
+        let set = |live: &[u64]| {
+            store.set_datanodes(
+                (1..=6)
+                    .map(|id| DatanodeEntry {
+                        id,
+                        addr: format!("http://127.0.0.1:{}", 1000 + id),
+                        live: live.contains(&id),
+                    })
+                    .collect(),
+            )
+        };
+        set(&[1, 2, 3, 4, 5]);
+        let nodes = store.place("b/k").await.expect("5 live >= quorum 5");
+        assert_eq!(nodes.len(), 6);
+        assert_eq!(nodes[5], 6, "the down node takes the last (parity) shard");
+        let distinct: std::collections::BTreeSet<u64> = nodes.iter().copied().collect();
+        assert_eq!(distinct.len(), 6);
+
+        set(&[1, 2, 3, 4]);
+        let err = store.place("b/k").await.expect_err("4 live < quorum 5");
+        assert!(
+            matches!(err, BlobError::NotEnoughDatanodes { live: 4, needed: 5 }),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn too_few_live_datanodes() {
+        let store = BlobStore::with_static_datanodes(
+            BlobStoreConfig::default(),
+            (1..=5)
+                .map(|i| (i, format!("http://127.0.0.1:{}", 1000 + i)))
+                .collect(),
+        );
+        let body = futures::stream::iter(vec![Ok(Bytes::from_static(b"x"))]);
+        let err = store.write("b/k", body).await.expect_err("5 of 6 nodes");
+        assert!(
+            matches!(err, BlobError::NotEnoughDatanodes { live: 5, needed: 6 }),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn write_and_read_futures_are_send() {
+        fn is_send<T: Send>(_: &T) {}
+        let store = BlobStore::with_static_datanodes(BlobStoreConfig::default(), vec![]);
+        let write = store.write(
+            "k",
+            futures::stream::empty::<Result<Bytes, std::io::Error>>(),
+        );
+        is_send(&write);
+        let delete = store.delete(&[]);
+        is_send(&delete);
+    }
+
+    #[tokio::test]
+    async fn empty_range_reads_nothing() {
+        let store = BlobStore::with_static_datanodes(BlobStoreConfig::default(), vec![]);
+        let placement = Placement {
+            blob_id: "x".into(),
+            size: 10,
+            ..Default::default()
+        };
+        let items: Vec<_> = store.read(&placement, 5..5).collect().await;
+        assert!(items.is_empty());
+    }
+
+    #[tokio::test]
+    async fn malformed_placement_is_unreadable() {
+        let store = BlobStore::with_static_datanodes(BlobStoreConfig::default(), vec![]);
+        let placement = Placement {
+            blob_id: "x".into(),
+            size: 10,
+            data_shards: 4,
+            parity_shards: 2,
+            block_size: 4,
+            nodes: vec![1, 2, 3],
+            missing: vec![],
+        };
+        let items: Vec<_> = store.read(&placement, 0..10).collect().await;
+        assert_eq!(items.len(), 1);
+        assert!(matches!(items[0], Err(BlobError::Unreadable { .. })));
+        let placement = Placement {
+            nodes: vec![1, 2, 3, 4, 5, 6],
+            ..placement
+        };
+        let items: Vec<_> = store.read(&placement, 0..11).collect().await;
+        assert!(matches!(items[..], [Err(BlobError::Unreadable { .. })]));
+    }
+}

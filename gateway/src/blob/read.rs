@@ -1,0 +1,308 @@
+//! The read path: stripes of a byte range from k verified shard streams.
+//!
+//! Shards are tried in preference order — data shards `0..k`, then parity
+//! shards `k..k+m`, skipping those the placement lists as missing — and the
+//! first k that are not failed are read. Each shard in use has one
+//! server-streaming `GetShard` RPC covering every stripe still needed,
+//! consumed one block per stripe. A shard that answers `NOT_FOUND` /
+//! `DATA_LOSS`, cannot be reached, stalls, ends early or sends a block whose
+//! CRC32C or length is wrong is failed for the rest of the read and the next
+//! shard in preference order is opened at the current stripe. When a parity
+//! shard is in use, the stripe's data blocks are reconstructed.
+//!
+//! Memory: the blocks of the stripe being fetched (k) and the output of the
+//! previous stripe (slices of the same blocks); read-ahead beyond that sits
+//! in the datanode's channel and the HTTP/2 stream window.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use sluice_proto::datanode::{GetShardRequest, GetShardResponse};
+use sluice_proto::meta::Placement;
+use tonic::Streaming;
+
+use super::{BlobError, BlobStore, SHARD_STALL_TIMEOUT};
+use crate::erasure::Codec;
+use crate::layout::Layout;
+
+/// State of one shard during a read.
+enum Slot {
+    /// Not opened yet.
+    Idle,
+    /// Streaming blocks from the stripe being read onwards.
+    Open(Box<Streaming<GetShardResponse>>),
+    /// Failed; not used again in this read.
+    Failed,
+}
+
+struct StripeReader {
+    store: BlobStore,
+    codec: Codec,
+    layout: Layout,
+    blob_id: String,
+    nodes: Vec<u64>,
+    range: Range<u64>,
+    /// Next stripe to read and the end of the stripes needed.
+    next_stripe: u64,
+    end_stripe: u64,
+    /// Shard indices in the order they are tried.
+    preference: Vec<usize>,
+    slots: Vec<Slot>,
+    /// Decoded bytes of the current stripe not yet yielded.
+    out: VecDeque<Bytes>,
+}
+
+/// See [`BlobStore::read`].
+pub(super) fn read_blob(
+    store: &BlobStore,
+    placement: &Placement,
+    range: Range<u64>,
+) -> BoxStream<'static, Result<Bytes, BlobError>> {
+    if range.start >= range.end {
+        return Box::pin(futures::stream::empty());
+    }
+    let reader = match StripeReader::new(store, placement, range) {
+        Ok(r) => r,
+        Err(e) => return Box::pin(futures::stream::once(async move { Err(e) })),
+    };
+    Box::pin(futures::stream::unfold(Some(reader), |state| async move {
+        let mut reader = state?;
+        match reader.next_chunk().await {
+            Ok(Some(bytes)) => Some((Ok(bytes), Some(reader))),
+            Ok(None) => None,
+            // The error is the last item.
+            Err(e) => Some((Err(e), None)),
+        }
+    }))
+}
+
+impl StripeReader {
+    fn new(store: &BlobStore, p: &Placement, range: Range<u64>) -> Result<Self, BlobError> {
+        let unreadable = |reason: String| BlobError::Unreadable {
+            blob_id: p.blob_id.clone(),
+            reason,
+        };
+        let (k, m) = (p.data_shards as usize, p.parity_shards as usize);
+        if k == 0 || m == 0 || p.block_size == 0 || p.nodes.len() != k + m {
+            return Err(unreadable(format!(
+                "malformed placement: {k}+{m} shards, block size {}, {} nodes",
+                p.block_size,
+                p.nodes.len()
+            )));
+        }
+        if range.end > p.size {
+            return Err(unreadable(format!(
+                "range {range:?} is past the blob's {} bytes",
+                p.size
+            )));
+        }
+        let codec = if (k, m)
+            == (
+                store.inner.codec.data_shards(),
+                store.inner.codec.parity_shards(),
+            ) {
+            store.inner.codec.clone()
+        } else {
+            Codec::new(k, m).map_err(|e| unreadable(e.to_string()))?
+        };
+        let layout = Layout::new(p.size, k, p.block_size as usize);
+        let stripes = layout.stripes_for(&range);
+        let preference = (0..k + m)
+            .filter(|i| !p.missing.contains(&(*i as u32)))
+            .collect();
+        Ok(StripeReader {
+            store: store.clone(),
+            codec,
+            layout,
+            blob_id: p.blob_id.clone(),
+            nodes: p.nodes.clone(),
+            range,
+            next_stripe: stripes.start,
+            end_stripe: stripes.end,
+            preference,
+            slots: (0..k + m).map(|_| Slot::Idle).collect(),
+            out: VecDeque::new(),
+        })
+    }
+
+    /// The next piece of the range, `None` at its end.
+    async fn next_chunk(&mut self) -> Result<Option<Bytes>, BlobError> {
+        loop {
+            if let Some(bytes) = self.out.pop_front() {
+                return Ok(Some(bytes));
+            }
+            if self.next_stripe >= self.end_stripe {
+                return Ok(None);
+            }
+            let s = self.next_stripe;
+            let data = self.fetch_stripe(s).await?;
+            self.next_stripe += 1;
+            let wanted = self.layout.trim(s, &self.range);
+            for (i, block) in data.into_iter().enumerate() {
+                let b = self.layout.data_block_range(s, i);
+                let (start, end) = (b.start.max(wanted.start), b.end.min(wanted.end));
+                if start < end {
+                    self.out
+                        .push_back(block.slice(start - b.start..end - b.start));
+                }
+            }
+        }
+    }
+
+    /// The k data blocks of stripe `s` (zero-padded length), read directly
+    /// or reconstructed.
+    async fn fetch_stripe(&mut self, s: u64) -> Result<Vec<Bytes>, BlobError> {
+        let k = self.codec.data_shards();
+        let n = self.codec.total_shards();
+        let block_len = self.layout.block_len(s);
+        let mut got: Vec<Option<Bytes>> = vec![None; n];
+        let mut failures: Vec<String> = Vec::new();
+        loop {
+            let have = got.iter().filter(|b| b.is_some()).count();
+            if have >= k {
+                break;
+            }
+            let want: Vec<usize> = self
+                .preference
+                .iter()
+                .copied()
+                .filter(|&i| got[i].is_none() && !matches!(self.slots[i], Slot::Failed))
+                .take(k - have)
+                .collect();
+            if want.len() < k - have {
+                return Err(BlobError::Unreadable {
+                    blob_id: self.blob_id.clone(),
+                    reason: format!(
+                        "stripe {s}: {} of {k} shards readable ({})",
+                        have + want.len(),
+                        if failures.is_empty() {
+                            "others missing at write".into()
+                        } else {
+                            failures.join("; ")
+                        }
+                    ),
+                });
+            }
+            let fetches = self
+                .slots
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| want.contains(i))
+                .map(|(i, slot)| {
+                    let fetch = Fetch {
+                        store: &self.store,
+                        blob_id: &self.blob_id,
+                        node: self.nodes[i],
+                        shard: i,
+                        stripe: s,
+                        end_stripe: self.end_stripe,
+                        block_len,
+                    };
+                    async move { (i, fetch.next_block(slot).await) }
+                });
+            for (i, result) in futures::future::join_all(fetches).await {
+                match result {
+                    Ok(block) => got[i] = Some(block),
+                    Err(reason) => {
+                        tracing::warn!(
+                            blob_id = %self.blob_id, shard = i, node = self.nodes[i], stripe = s, error = %reason,
+                            "shard unreadable, reading another shard instead"
+                        );
+                        failures.push(format!("shard {i} on node {}: {reason}", self.nodes[i]));
+                        self.slots[i] = Slot::Failed;
+                    }
+                }
+            }
+        }
+        if got[..k].iter().all(Option::is_some) {
+            return Ok(got.into_iter().take(k).flatten().collect());
+        }
+        let mut blocks: Vec<Option<Vec<u8>>> = got.into_iter().map(|b| b.map(Vec::from)).collect();
+        self.codec
+            .reconstruct_data(&mut blocks)
+            .map_err(|e| BlobError::Unreadable {
+                blob_id: self.blob_id.clone(),
+                reason: format!("stripe {s}: {e}"),
+            })?;
+        blocks
+            .into_iter()
+            .take(k)
+            .map(|b| {
+                b.map(Bytes::from).ok_or_else(|| BlobError::Unreadable {
+                    blob_id: self.blob_id.clone(),
+                    reason: format!("stripe {s}: reconstruction left a data block empty"),
+                })
+            })
+            .collect()
+    }
+}
+
+/// One block fetch from one shard.
+struct Fetch<'a> {
+    store: &'a BlobStore,
+    blob_id: &'a str,
+    node: u64,
+    shard: usize,
+    stripe: u64,
+    end_stripe: u64,
+    block_len: usize,
+}
+
+impl Fetch<'_> {
+    /// Reads block `stripe` of the shard, opening its stream at that block
+    /// if needed. `Err` carries why the shard must not be used any more.
+    async fn next_block(&self, slot: &mut Slot) -> Result<Bytes, String> {
+        if matches!(slot, Slot::Idle) {
+            let mut client = self
+                .store
+                .inner
+                .pool
+                .client(self.node)
+                .map_err(|e| e.to_string())?;
+            let req = GetShardRequest {
+                blob_id: self.blob_id.to_string(),
+                shard_index: self.shard as u32,
+                first_block: self.stripe,
+                block_count: self.end_stripe - self.stripe,
+            };
+            let stream = match tokio::time::timeout(SHARD_STALL_TIMEOUT, client.get_shard(req))
+                .await
+            {
+                Ok(Ok(r)) => r.into_inner(),
+                Ok(Err(status)) => return Err(format!("{}: {}", status.code(), status.message())),
+                Err(_) => return Err(format!("no answer within {SHARD_STALL_TIMEOUT:?}")),
+            };
+            *slot = Slot::Open(Box::new(stream));
+        }
+        let Slot::Open(stream) = slot else {
+            return Err("shard already failed".into());
+        };
+        let message = match tokio::time::timeout(SHARD_STALL_TIMEOUT, stream.message()).await {
+            Ok(Ok(Some(m))) => m,
+            Ok(Ok(None)) => return Err(format!("stream ended before block {}", self.stripe)),
+            Ok(Err(status)) => return Err(format!("{}: {}", status.code(), status.message())),
+            Err(_) => return Err(format!("no block within {SHARD_STALL_TIMEOUT:?}")),
+        };
+        let block = message
+            .block
+            .ok_or_else(|| "response without a block".to_string())?;
+        if block.data.len() != self.block_len {
+            return Err(format!(
+                "block {} has {} bytes, expected {}",
+                self.stripe,
+                block.data.len(),
+                self.block_len
+            ));
+        }
+        let computed = sluice_datanode::block_crc32c(&block.data);
+        if computed != block.crc32c {
+            return Err(format!(
+                "block {} checksum mismatch: stored {:08x}, computed {computed:08x}",
+                self.stripe, block.crc32c
+            ));
+        }
+        Ok(Bytes::from(block.data))
+    }
+}

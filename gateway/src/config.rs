@@ -1,0 +1,322 @@
+//! Gateway configuration: TOML into [`Config`], checked by [`Config::validate`].
+//!
+//! Durations are humantime strings (`"2s"`); sizes are plain integers of
+//! bytes or bytesize strings (`"256 KiB"`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::blob::MAX_BLOCK_SIZE;
+
+/// Largest `k + m` the Reed–Solomon code over GF(2^8) supports.
+const MAX_TOTAL_SHARDS: u32 = 256;
+
+/// Configuration of one gateway (`sluice gateway --config gateway.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address the S3 endpoint listens on (default `127.0.0.1:9000`).
+    pub listen: SocketAddr,
+    /// S3 region reported to clients and expected in SigV4 scopes (default `us-east-1`).
+    pub region: String,
+    /// S3 access key id clients sign with. Required.
+    pub access_key: String,
+    /// S3 secret access key. Required.
+    pub secret_key: String,
+    /// gRPC endpoints of the meta nodes, e.g. `["http://127.0.0.1:7000"]`. Required.
+    pub meta_endpoints: Vec<String>,
+    /// Erasure data shards per stripe, k (default 4).
+    pub data_shards: u32,
+    /// Erasure parity shards per stripe, m (default 2, at least 1).
+    pub parity_shards: u32,
+    /// Bytes per shard block in a full stripe, at most 8 MiB (default 262144,
+    /// so a 4+2 stripe holds 1 MiB of payload).
+    #[serde(with = "byte_size_u32")]
+    pub block_size: u32,
+    /// Shards that must be durable before a blob is committed, in `k..=k+m`.
+    /// `None` (the default) means `k + 1`.
+    pub write_quorum: Option<u32>,
+    /// How often the live datanode set is re-read from meta (default 2 s).
+    #[serde(with = "humantime_serde")]
+    pub datanode_refresh_interval: Duration,
+    /// Depth, in shard blocks, of the bounded channel feeding each shard stream (default 4).
+    pub shard_channel_depth: usize,
+    /// Most S3 connections served at once; further clients wait in the TCP backlog (default 1024).
+    pub max_connections: usize,
+    /// Most background deletions of released blobs in flight; a request that
+    /// releases blobs while all are busy waits for a slot (default 64).
+    pub max_background_deletes: usize,
+    /// How long shutdown waits for open connections to finish their requests (default 30 s).
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9000)),
+            region: "us-east-1".to_string(),
+            access_key: String::new(),
+            secret_key: String::new(),
+            meta_endpoints: Vec::new(),
+            data_shards: 4,
+            parity_shards: 2,
+            block_size: 256 * 1024,
+            write_quorum: None,
+            datanode_refresh_interval: Duration::from_secs(2),
+            shard_channel_depth: 4,
+            max_connections: 1024,
+            max_background_deletes: 64,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a [`Config`] was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("`{0}` must not be empty")]
+    Empty(&'static str),
+    #[error("`{0}` must be greater than zero")]
+    Zero(&'static str),
+    #[error("block_size {0} exceeds {max} bytes", max = MAX_BLOCK_SIZE)]
+    BlockSize(u32),
+    #[error("data_shards + parity_shards = {0} exceeds {MAX_TOTAL_SHARDS}")]
+    TooManyShards(u32),
+    #[error(
+        "write_quorum {quorum} is outside {min}..={max} (data_shards..=data_shards+parity_shards)"
+    )]
+    WriteQuorum { quorum: u32, min: u32, max: u32 },
+    #[error("meta endpoint {0:?} is not an http:// or https:// URL")]
+    MetaEndpoint(String),
+}
+
+impl Config {
+    /// Checks every field; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.region.is_empty() {
+            return Err(ConfigError::Empty("region"));
+        }
+        if self.access_key.is_empty() {
+            return Err(ConfigError::Empty("access_key"));
+        }
+        if self.secret_key.is_empty() {
+            return Err(ConfigError::Empty("secret_key"));
+        }
+        if self.meta_endpoints.is_empty() {
+            return Err(ConfigError::Empty("meta_endpoints"));
+        }
+        if let Some(bad) = self
+            .meta_endpoints
+            .iter()
+            .find(|e| !(e.starts_with("http://") || e.starts_with("https://")))
+        {
+            return Err(ConfigError::MetaEndpoint(bad.clone()));
+        }
+        for (name, value) in [
+            ("data_shards", self.data_shards as usize),
+            ("parity_shards", self.parity_shards as usize),
+            ("block_size", self.block_size as usize),
+            ("shard_channel_depth", self.shard_channel_depth),
+            ("max_connections", self.max_connections),
+            ("max_background_deletes", self.max_background_deletes),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        if self.datanode_refresh_interval.is_zero() {
+            return Err(ConfigError::Zero("datanode_refresh_interval"));
+        }
+        if self.block_size as usize > MAX_BLOCK_SIZE {
+            return Err(ConfigError::BlockSize(self.block_size));
+        }
+        let total = self.data_shards.saturating_add(self.parity_shards);
+        if total > MAX_TOTAL_SHARDS {
+            return Err(ConfigError::TooManyShards(total));
+        }
+        if let Some(quorum) = self.write_quorum
+            && !(self.data_shards..=total).contains(&quorum)
+        {
+            return Err(ConfigError::WriteQuorum {
+                quorum,
+                min: self.data_shards,
+                max: total,
+            });
+        }
+        Ok(())
+    }
+
+    /// The write quorum in effect: the configured one, else `k + 1`.
+    pub fn effective_write_quorum(&self) -> u32 {
+        self.write_quorum.unwrap_or(self.data_shards + 1)
+    }
+}
+
+/// Serde for a `u32` byte count written as an integer or a bytesize string.
+mod byte_size_u32 {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+
+    pub fn serialize<S: Serializer>(value: &u32, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u32(*value)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+        let size = bytesize::ByteSize::deserialize(deserializer)?;
+        u32::try_from(size.as_u64()).map_err(|_| {
+            D::Error::custom(format!("{} bytes does not fit in 32 bits", size.as_u64()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid() -> Config {
+        Config {
+            access_key: "AK".into(),
+            secret_key: "SK".into(),
+            meta_endpoints: vec!["http://127.0.0.1:7000".into()],
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn parses_toml_with_defaults_and_units() {
+        let text = r#"
+            listen = "0.0.0.0:9100"
+            access_key = "AKIA"
+            secret_key = "secret"
+            meta_endpoints = ["http://10.0.0.1:7000", "http://10.0.0.2:7000"]
+            block_size = "128 KiB"
+            write_quorum = 6
+            datanode_refresh_interval = "500ms"
+        "#;
+        let config: Config = toml::from_str(text).expect("parse");
+        assert_eq!(config.listen, "0.0.0.0:9100".parse::<SocketAddr>().unwrap());
+        assert_eq!(config.region, "us-east-1");
+        assert_eq!(config.meta_endpoints.len(), 2);
+        assert_eq!(config.data_shards, 4);
+        assert_eq!(config.parity_shards, 2);
+        assert_eq!(config.block_size, 128 * 1024);
+        assert_eq!(config.write_quorum, Some(6));
+        assert_eq!(config.datanode_refresh_interval, Duration::from_millis(500));
+        assert_eq!(config.shard_channel_depth, 4);
+        config.validate().expect("valid");
+        assert_eq!(config.effective_write_quorum(), 6);
+
+        let plain: Config = toml::from_str("block_size = 4096").expect("integer size");
+        assert_eq!(plain.block_size, 4096);
+    }
+
+    #[test]
+    fn rejects_unknown_fields() {
+        assert!(toml::from_str::<Config>("no_such_field = 1").is_err());
+    }
+
+    #[test]
+    fn round_trips_through_toml() {
+        let config = valid();
+        let text = toml::to_string(&config).expect("serialize");
+        let back: Config = toml::from_str(&text).expect("parse back");
+        assert_eq!(back, config);
+    }
+
+    #[test]
+    fn validate_reports_each_problem() {
+        assert_eq!(valid().validate(), Ok(()));
+        assert_eq!(valid().effective_write_quorum(), 5);
+        assert_eq!(
+            Config {
+                access_key: String::new(),
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::Empty("access_key"))
+        );
+        assert_eq!(
+            Config {
+                meta_endpoints: vec![],
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::Empty("meta_endpoints"))
+        );
+        assert_eq!(
+            Config {
+                meta_endpoints: vec!["127.0.0.1:7000".into()],
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::MetaEndpoint("127.0.0.1:7000".into()))
+        );
+        assert_eq!(
+            Config {
+                data_shards: 0,
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::Zero("data_shards"))
+        );
+        assert_eq!(
+            Config {
+                write_quorum: Some(3),
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::WriteQuorum {
+                quorum: 3,
+                min: 4,
+                max: 6
+            })
+        );
+        assert_eq!(
+            Config {
+                write_quorum: Some(7),
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::WriteQuorum {
+                quorum: 7,
+                min: 4,
+                max: 6
+            })
+        );
+        assert_eq!(
+            Config {
+                write_quorum: Some(4),
+                ..valid()
+            }
+            .validate(),
+            Ok(())
+        );
+        assert_eq!(
+            Config {
+                data_shards: 200,
+                parity_shards: 100,
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::TooManyShards(300))
+        );
+        assert_eq!(
+            Config {
+                parity_shards: 0,
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::Zero("parity_shards"))
+        );
+        assert_eq!(
+            Config {
+                block_size: 16 << 20,
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::BlockSize(16 << 20))
+        );
+    }
+}

@@ -1,0 +1,230 @@
+//! The gateway's view of the datanodes: id -> address, liveness and a lazily
+//! connected gRPC channel, refreshed from meta.
+//!
+//! One HTTP/2 connection per datanode carries every shard stream to it. Its
+//! flow-control windows are sized for shard blocks: [`STREAM_WINDOW_BYTES`]
+//! per stream and [`CONNECTION_WINDOW_BYTES`] per connection, which also
+//! bounds how many received-but-unread bytes of GetShard streams one
+//! datanode connection can hold in the gateway.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use sluice_meta::{MetaClient, MetaError};
+use sluice_proto::datanode::datanode_client::DatanodeClient;
+use tonic::transport::{Channel, Endpoint};
+
+/// HTTP/2 initial stream window toward datanodes (bytes).
+pub const STREAM_WINDOW_BYTES: u32 = 4 * 1024 * 1024;
+/// HTTP/2 initial connection window toward datanodes (bytes).
+pub const CONNECTION_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
+/// Largest gRPC message to or from a datanode (bytes): one shard block of at
+/// most `sluice_datanode::MAX_BLOCK_SIZE` plus framing.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// How long connecting to a datanode may take before the RPC fails.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// HTTP/2 keep-alive ping interval; a connection whose ping is not answered
+/// within [`KEEP_ALIVE_TIMEOUT`] is closed and its streams fail.
+pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// See [`KEEP_ALIVE_INTERVAL`].
+pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a datanode cannot be reached through the pool.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// The id is not in the datanode set last read from meta.
+    #[error("datanode {0} is not known")]
+    UnknownNode(u64),
+    /// The registered address is not a valid gRPC endpoint.
+    #[error("datanode {id} has an invalid address {addr:?}: {source}")]
+    BadAddress {
+        id: u64,
+        addr: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+}
+
+/// One datanode as meta reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatanodeEntry {
+    pub id: u64,
+    /// gRPC endpoint, e.g. `http://127.0.0.1:7101`.
+    pub addr: String,
+    /// Heartbeat seen within meta's liveness window.
+    pub live: bool,
+}
+
+struct Node {
+    addr: String,
+    live: bool,
+    /// Created on first use (creating one spawns tonic's buffer task, so it
+    /// needs a runtime); dropped when the address changes.
+    channel: Option<Channel>,
+}
+
+/// Datanode id -> address, liveness and channel. The map holds exactly the
+/// datanodes of the last [`Datanodes::replace`], so it is bounded by the
+/// cluster size.
+#[derive(Default)]
+pub struct Datanodes {
+    nodes: Mutex<HashMap<u64, Node>>,
+}
+
+impl Datanodes {
+    /// An empty pool.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Replaces the datanode set. Channels of nodes whose address did not
+    /// change are kept; removed nodes' channels are dropped.
+    pub fn replace(&self, entries: impl IntoIterator<Item = DatanodeEntry>) {
+        let mut nodes = self.nodes.lock().expect("datanode pool lock");
+        let mut next = HashMap::new();
+        for e in entries {
+            let channel = match nodes.remove(&e.id) {
+                Some(old) if old.addr == e.addr => old.channel,
+                _ => None,
+            };
+            next.insert(
+                e.id,
+                Node {
+                    addr: e.addr,
+                    live: e.live,
+                    channel,
+                },
+            );
+        }
+        *nodes = next;
+    }
+
+    /// Reads the datanode set from meta and installs it; returns how many
+    /// datanodes are live.
+    pub async fn refresh(&self, meta: &MetaClient) -> Result<usize, MetaError> {
+        let infos = meta.list_datanodes().await?;
+        let live = infos.iter().filter(|d| d.live).count();
+        self.replace(infos.into_iter().map(|d| DatanodeEntry {
+            id: d.id,
+            addr: d.addr,
+            live: d.live,
+        }));
+        Ok(live)
+    }
+
+    /// Ids of the datanodes meta reports live.
+    pub fn live_ids(&self) -> Vec<u64> {
+        let nodes = self.nodes.lock().expect("datanode pool lock");
+        nodes
+            .iter()
+            .filter(|(_, n)| n.live)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The current set, sorted by id.
+    pub fn entries(&self) -> Vec<DatanodeEntry> {
+        let nodes = self.nodes.lock().expect("datanode pool lock");
+        let mut v: Vec<DatanodeEntry> = nodes
+            .iter()
+            .map(|(id, n)| DatanodeEntry {
+                id: *id,
+                addr: n.addr.clone(),
+                live: n.live,
+            })
+            .collect();
+        v.sort_by_key(|e| e.id);
+        v
+    }
+
+    /// The channel to datanode `id`, connecting lazily (the first RPC
+    /// connects; a failed connection is retried by the next RPC). Must be
+    /// called inside a tokio runtime.
+    pub fn channel(&self, id: u64) -> Result<Channel, PoolError> {
+        let mut nodes = self.nodes.lock().expect("datanode pool lock");
+        let node = nodes.get_mut(&id).ok_or(PoolError::UnknownNode(id))?;
+        if let Some(c) = &node.channel {
+            return Ok(c.clone());
+        }
+        let endpoint = Endpoint::from_shared(node.addr.clone())
+            .map_err(|source| PoolError::BadAddress {
+                id,
+                addr: node.addr.clone(),
+                source,
+            })?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .initial_stream_window_size(STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+        let channel = endpoint.connect_lazy();
+        node.channel = Some(channel.clone());
+        Ok(channel)
+    }
+
+    /// A generated client for datanode `id` with message limits for blocks.
+    pub fn client(&self, id: u64) -> Result<DatanodeClient<Channel>, PoolError> {
+        Ok(DatanodeClient::new(self.channel(id)?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: u64, port: u16, live: bool) -> DatanodeEntry {
+        DatanodeEntry {
+            id,
+            addr: format!("http://127.0.0.1:{port}"),
+            live,
+        }
+    }
+
+    #[tokio::test]
+    async fn replace_keeps_channels_of_unchanged_nodes() {
+        let pool = Datanodes::new();
+        pool.replace([
+            entry(1, 7101, true),
+            entry(2, 7102, false),
+            entry(3, 7103, true),
+        ]);
+        let mut live = pool.live_ids();
+        live.sort_unstable();
+        assert_eq!(live, vec![1, 3]);
+        pool.channel(1).expect("channel 1");
+        pool.channel(2).expect("channel 2");
+
+        pool.replace([entry(1, 7101, true), entry(2, 7202, true)]);
+        let nodes = pool.nodes.lock().expect("lock");
+        assert!(
+            nodes[&1].channel.is_some(),
+            "same address keeps its channel"
+        );
+        assert!(nodes[&2].channel.is_none(), "new address drops the channel");
+        assert!(!nodes.contains_key(&3));
+        drop(nodes);
+        assert_eq!(
+            pool.entries(),
+            vec![entry(1, 7101, true), entry(2, 7202, true)]
+        );
+        assert!(matches!(pool.channel(3), Err(PoolError::UnknownNode(3))));
+    }
+
+    #[tokio::test]
+    async fn bad_address_is_reported() {
+        let pool = Datanodes::new();
+        pool.replace([DatanodeEntry {
+            id: 9,
+            addr: "not a uri".into(),
+            live: true,
+        }]);
+        assert!(matches!(
+            pool.channel(9),
+            Err(PoolError::BadAddress { id: 9, .. })
+        ));
+    }
+}

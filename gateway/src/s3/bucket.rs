@@ -1,0 +1,223 @@
+//! Bucket operations: CreateBucket, HeadBucket, ListBuckets, DeleteBucket,
+//! GetBucketLocation, and the bucket-name rules
+//! (<https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html>).
+
+use s3s::dto::*;
+use s3s::validation::NameValidation;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+
+use super::error::meta_error;
+use super::{Gateway, now_ms, owner, timestamp};
+
+/// Whether `name` is a valid general-purpose bucket name: 3 to 63
+/// characters of lowercase letters, digits, dots and hyphens, beginning and
+/// ending with a letter or digit, no `..`, not shaped like an IPv4 address,
+/// and none of the prefixes/suffixes S3 reserves.
+pub fn is_valid_bucket_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    if !(3..=63).contains(&bytes.len()) {
+        return false;
+    }
+    if !bytes
+        .iter()
+        .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+    {
+        return false;
+    }
+    let alnum = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if !alnum(bytes.first()) || !alnum(bytes.last()) {
+        return false;
+    }
+    if name.contains("..") || looks_like_ipv4(name) {
+        return false;
+    }
+    let reserved_prefix = ["xn--", "sthree-", "amzn-s3-demo-"]
+        .iter()
+        .any(|p| name.starts_with(p));
+    let reserved_suffix = ["-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"]
+        .iter()
+        .any(|s| name.ends_with(s));
+    !(reserved_prefix || reserved_suffix)
+}
+
+/// Four dot-separated groups of 1 to 3 digits, e.g. `192.168.5.4`.
+fn looks_like_ipv4(name: &str) -> bool {
+    let groups: Vec<&str> = name.split('.').collect();
+    groups.len() == 4
+        && groups
+            .iter()
+            .all(|g| (1..=3).contains(&g.len()) && g.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// [`is_valid_bucket_name`] as the rule s3s applies to every request path.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BucketNameRules;
+
+impl NameValidation for BucketNameRules {
+    fn validate_bucket_name(&self, name: &str) -> bool {
+        is_valid_bucket_name(name)
+    }
+}
+
+fn invalid_bucket_name() -> S3Error {
+    S3Error::with_message(
+        S3ErrorCode::InvalidBucketName,
+        "The specified bucket is not valid.",
+    )
+}
+
+pub(super) async fn create_bucket(
+    gw: &Gateway,
+    req: S3Request<CreateBucketInput>,
+) -> S3Result<S3Response<CreateBucketOutput>> {
+    let input = req.input;
+    if !is_valid_bucket_name(&input.bucket) {
+        return Err(invalid_bucket_name());
+    }
+    let constraint = input
+        .create_bucket_configuration
+        .as_ref()
+        .and_then(|c| c.location_constraint.as_ref())
+        .map(|c| c.as_str().to_string())
+        .filter(|c| !c.is_empty());
+    if let Some(constraint) = constraint
+        && constraint != gw.region
+    {
+        return Err(S3Error::with_message(
+            S3ErrorCode::IllegalLocationConstraintException,
+            format!(
+                "The {constraint} location constraint is incompatible for the region specific endpoint this request was sent to."
+            ),
+        ));
+    }
+    // Re-creating a bucket one already owns answers 200 (single owner).
+    let created = gw
+        .meta
+        .create_bucket(&input.bucket, now_ms())
+        .await
+        .map_err(meta_error)?;
+    tracing::debug!(bucket = %input.bucket, created, "create bucket");
+    Ok(S3Response::new(CreateBucketOutput {
+        location: Some(format!("/{}", input.bucket)),
+    }))
+}
+
+pub(super) async fn head_bucket(
+    gw: &Gateway,
+    req: S3Request<HeadBucketInput>,
+) -> S3Result<S3Response<HeadBucketOutput>> {
+    gw.meta
+        .get_bucket(&req.input.bucket)
+        .await
+        .map_err(meta_error)?;
+    Ok(S3Response::new(HeadBucketOutput {
+        bucket_region: Some(gw.region.clone()),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn list_buckets(
+    gw: &Gateway,
+    req: S3Request<ListBucketsInput>,
+) -> S3Result<S3Response<ListBucketsOutput>> {
+    let prefix = req.input.prefix.unwrap_or_default();
+    let mut buckets = gw.meta.list_buckets().await.map_err(meta_error)?;
+    buckets.sort_by(|a, b| a.name.cmp(&b.name));
+    let buckets = buckets
+        .into_iter()
+        .filter(|b| b.name.starts_with(&prefix))
+        .map(|b| Bucket {
+            bucket_region: Some(gw.region.clone()),
+            creation_date: Some(timestamp(b.created_at_ms)),
+            name: Some(b.name),
+        })
+        .collect();
+    Ok(S3Response::new(ListBucketsOutput {
+        buckets: Some(buckets),
+        owner: Some(owner()),
+        prefix: (!prefix.is_empty()).then_some(prefix),
+        continuation_token: None,
+    }))
+}
+
+pub(super) async fn delete_bucket(
+    gw: &Gateway,
+    req: S3Request<DeleteBucketInput>,
+) -> S3Result<S3Response<DeleteBucketOutput>> {
+    // Meta refuses with BucketNotEmpty while objects or uploads exist.
+    gw.meta
+        .delete_bucket(&req.input.bucket)
+        .await
+        .map_err(meta_error)?;
+    Ok(S3Response::new(DeleteBucketOutput {}))
+}
+
+pub(super) async fn get_bucket_location(
+    gw: &Gateway,
+    req: S3Request<GetBucketLocationInput>,
+) -> S3Result<S3Response<GetBucketLocationOutput>> {
+    gw.meta
+        .get_bucket(&req.input.bucket)
+        .await
+        .map_err(meta_error)?;
+    Ok(S3Response::new(GetBucketLocationOutput {
+        location_constraint: location_constraint(&gw.region),
+    }))
+}
+
+/// S3 answers an empty `LocationConstraint` for us-east-1.
+fn location_constraint(region: &str) -> Option<BucketLocationConstraint> {
+    (region != "us-east-1").then(|| BucketLocationConstraint::from(region.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_name_rules() {
+        for good in [
+            "abc",
+            "my-bucket",
+            "my.bucket.1",
+            "0bucket9",
+            &"a".repeat(63),
+            "192.168.5.4a",
+        ] {
+            assert!(is_valid_bucket_name(good), "{good} should be valid");
+        }
+        for bad in [
+            "ab",
+            &"a".repeat(64),
+            "MyBucket",
+            "my_bucket",
+            "-bucket",
+            "bucket-",
+            ".bucket",
+            "bucket.",
+            "my..bucket",
+            "192.168.5.4",
+            "10.0.0.1",
+            "xn--bucket",
+            "sthree-bucket",
+            "bucket-s3alias",
+            "bucket--ol-s3",
+            "buck et",
+            "bücket",
+            "",
+        ] {
+            assert!(!is_valid_bucket_name(bad), "{bad} should be invalid");
+        }
+        assert!(BucketNameRules.validate_bucket_name("good-name"));
+        assert!(!BucketNameRules.validate_bucket_name("Bad"));
+    }
+
+    #[test]
+    fn location_constraint_is_empty_for_us_east_1() {
+        assert_eq!(location_constraint("us-east-1"), None);
+        assert_eq!(
+            location_constraint("eu-west-3").map(|c| c.as_str().to_string()),
+            Some("eu-west-3".to_string())
+        );
+    }
+}

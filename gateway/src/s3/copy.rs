@@ -1,0 +1,354 @@
+//! CopyObject and UploadPartCopy: the source is streamed through the data
+//! path's read into a new blob (never buffered), verified on the way
+//! against the source's stored full-object checksums.
+//!
+//! * `x-amz-metadata-directive`: `COPY` (default) keeps the source's HTTP
+//!   metadata, `REPLACE` takes the request's. Copying an object onto itself
+//!   without `REPLACE` is `InvalidRequest`, as in S3.
+//! * `x-amz-copy-source-if-*` conditions answer 412 when they fail.
+//! * `x-amz-copy-source-range: bytes=first-last` (UploadPartCopy) selects
+//!   an inclusive byte range of the source.
+
+use std::io;
+
+use futures::TryStreamExt;
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+use sluice_proto::meta as pb;
+
+use super::checksum::{self, ChecksumAlgorithm, Expected};
+use super::error::{invalid_argument, invalid_request, meta_error};
+use super::get::{Conditions, Precondition, object_stream};
+use super::multipart::{commit_part, part_number};
+use super::put::{ChecksumFields, commit_object, single_part_record, store_body};
+use super::{
+    Gateway, etag, http_meta, now_ms, object_placement_key, part_placement_key, timestamp,
+};
+
+/// Largest source S3 copies in one request (5 GiB).
+pub const MAX_COPY_SIZE: u64 = 5 * 1024 * 1024 * 1024;
+
+/// Bucket and key of a copy source. Errors: `NotImplemented` for access-point
+/// and outpost sources and for version ids (no versioning).
+pub fn source_of(source: &CopySource) -> S3Result<(String, String)> {
+    match source {
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => {
+            if version_id.as_deref().is_some_and(|v| v != "null") {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::NotImplemented,
+                    "Object versions are not supported.",
+                ));
+            }
+            Ok((bucket.to_string(), key.to_string()))
+        }
+        _ => Err(S3Error::with_message(
+            S3ErrorCode::NotImplemented,
+            "Only bucket/key copy sources are supported.",
+        )),
+    }
+}
+
+/// Parses `x-amz-copy-source-range` (`bytes=first-last`, inclusive) against a
+/// source of `size` bytes into an end-exclusive range. Errors:
+/// `InvalidArgument` for a malformed value, `InvalidRange` (416) for one past the source.
+pub fn copy_source_range(value: &str, size: u64) -> S3Result<std::ops::Range<u64>> {
+    let malformed = || {
+        invalid_argument(
+            "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy",
+        )
+    };
+    let (first, last) = value
+        .trim()
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .ok_or_else(malformed)?;
+    let first: u64 = first.parse().map_err(|_| malformed())?;
+    let last: u64 = last.parse().map_err(|_| malformed())?;
+    if first > last {
+        return Err(malformed());
+    }
+    if last >= size {
+        return Err(S3Error::with_message(
+            S3ErrorCode::InvalidRange,
+            "The requested range is not satisfiable",
+        ));
+    }
+    Ok(first..last + 1)
+}
+
+/// Whether `x-amz-metadata-directive` asks for `REPLACE`. Errors: `InvalidArgument` for another value.
+pub fn replaces_metadata(directive: Option<&MetadataDirective>) -> S3Result<bool> {
+    match directive.map(MetadataDirective::as_str) {
+        None => Ok(false),
+        Some(d) if d.eq_ignore_ascii_case(MetadataDirective::COPY) => Ok(false),
+        Some(d) if d.eq_ignore_ascii_case(MetadataDirective::REPLACE) => Ok(true),
+        Some(_) => Err(invalid_argument("Unknown metadata directive.")),
+    }
+}
+
+/// Checks `x-amz-copy-source-if-*`; any failure is 412.
+fn check_source_conditions(conditions: &Conditions<'_>, src: &pb::ObjectRecord) -> S3Result<()> {
+    match conditions.evaluate(&src.etag, src.last_modified_ms) {
+        Precondition::Pass => Ok(()),
+        Precondition::Failed | Precondition::NotModified => Err(S3Error::with_message(
+            S3ErrorCode::PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold",
+        )),
+    }
+}
+
+/// The copy's expected digests: the source's full-object checksums (a
+/// composite `-N` value cannot be recomputed from the bytes) are recomputed
+/// and must match, plus any algorithm the request asks for.
+fn expected_from_source(
+    src: &pb::ObjectRecord,
+    range_is_whole: bool,
+    extra: Option<ChecksumAlgorithm>,
+) -> Expected {
+    let mut expected = Expected::default();
+    if range_is_whole && let Some(sums) = &src.checksums {
+        for algorithm in checksum::present(sums) {
+            if let Some(v) = checksum::get(sums, algorithm).filter(|v| !v.contains('-')) {
+                expected.values.push((algorithm, v.to_string()));
+            }
+        }
+    }
+    if let Some(a) = extra {
+        expected.also_compute(a);
+    }
+    expected
+}
+
+fn source_too_large() -> S3Error {
+    invalid_request(format!(
+        "The specified copy source is larger than the maximum allowable size for a copy source: {MAX_COPY_SIZE}"
+    ))
+}
+
+pub(super) async fn copy_object(
+    gw: &Gateway,
+    req: S3Request<CopyObjectInput>,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    let mut input = req.input;
+    let (src_bucket, src_key) = source_of(&input.copy_source)?;
+    let replace = replaces_metadata(input.metadata_directive.as_ref())?;
+    if src_bucket == input.bucket && src_key == input.key && !replace {
+        return Err(invalid_request(
+            "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
+        ));
+    }
+    let extra = match input.checksum_algorithm.as_ref() {
+        None => None,
+        Some(a) => Some(
+            ChecksumAlgorithm::parse(a.as_str())
+                .ok_or_else(|| invalid_request("Checksum algorithm is invalid"))?,
+        ),
+    };
+    let src = gw
+        .meta
+        .get_object(&src_bucket, &src_key)
+        .await
+        .map_err(meta_error)?;
+    let conditions = Conditions {
+        if_match: input.copy_source_if_match.as_ref(),
+        if_none_match: input.copy_source_if_none_match.as_ref(),
+        if_modified_since: input.copy_source_if_modified_since.as_ref(),
+        if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+    };
+    check_source_conditions(&conditions, &src)?;
+    if src.size > MAX_COPY_SIZE {
+        return Err(source_too_large());
+    }
+    gw.meta
+        .get_bucket(&input.bucket)
+        .await
+        .map_err(meta_error)?;
+
+    let http = if replace {
+        http_meta(
+            input.content_type.take(),
+            input.content_encoding.take(),
+            input.cache_control.take(),
+            input.content_disposition.take(),
+            input.content_language.take(),
+            input.expires.as_ref(),
+            input.metadata.take(),
+        )
+    } else {
+        src.http.clone().unwrap_or_default()
+    };
+    let expected = expected_from_source(&src, true, extra);
+    let body = object_stream(&gw.blobs, &src.parts, 0..src.size)?.map_err(io::Error::other);
+    let placement_key = object_placement_key(&input.bucket, &input.key);
+    let stored = store_body(gw, &placement_key, body, expected, src.size == 0).await?;
+    let new_blob = stored.placement.clone();
+    let record = single_part_record(input.bucket, input.key, stored, http, now_ms());
+    let (etag_value, last_modified_ms) = (record.etag.clone(), record.last_modified_ms);
+    let sums = ChecksumFields::from(record.checksums.as_ref());
+    tracing::debug!(from = %format!("{src_bucket}/{src_key}"), bucket = %record.bucket, key = %record.key, size = record.size, "copy object");
+    commit_object(gw, record, new_blob).await?;
+    Ok(S3Response::new(CopyObjectOutput {
+        copy_object_result: Some(CopyObjectResult {
+            e_tag: Some(etag(&etag_value)),
+            last_modified: Some(timestamp(last_modified_ms)),
+            checksum_crc32: sums.crc32,
+            checksum_crc32c: sums.crc32c,
+            checksum_crc64nvme: sums.crc64nvme,
+            checksum_sha1: sums.sha1,
+            checksum_sha256: sums.sha256,
+            checksum_type: sums.checksum_type,
+        }),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn upload_part_copy(
+    gw: &Gateway,
+    req: S3Request<UploadPartCopyInput>,
+) -> S3Result<S3Response<UploadPartCopyOutput>> {
+    let input = req.input;
+    let number = part_number(input.part_number)?;
+    let upload = gw
+        .meta
+        .get_upload(&input.bucket, &input.key, &input.upload_id)
+        .await
+        .map_err(meta_error)?;
+    let (src_bucket, src_key) = source_of(&input.copy_source)?;
+    let src = gw
+        .meta
+        .get_object(&src_bucket, &src_key)
+        .await
+        .map_err(meta_error)?;
+    let conditions = Conditions {
+        if_match: input.copy_source_if_match.as_ref(),
+        if_none_match: input.copy_source_if_none_match.as_ref(),
+        if_modified_since: input.copy_source_if_modified_since.as_ref(),
+        if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+    };
+    check_source_conditions(&conditions, &src)?;
+    let range = match input.copy_source_range.as_deref() {
+        Some(r) => copy_source_range(r, src.size)?,
+        None => 0..src.size,
+    };
+    if range.end - range.start > MAX_COPY_SIZE {
+        return Err(source_too_large());
+    }
+    let whole = range == (0..src.size);
+    let algorithm = upload
+        .checksum_algorithm
+        .as_deref()
+        .and_then(ChecksumAlgorithm::parse);
+    let expected = expected_from_source(&src, whole, algorithm);
+    let empty = range.is_empty();
+    let body = object_stream(&gw.blobs, &src.parts, range)?.map_err(io::Error::other);
+    let placement_key = part_placement_key(&input.bucket, &input.key, &input.upload_id, number);
+    let stored = store_body(gw, &placement_key, body, expected, empty).await?;
+    let part = commit_part(
+        gw,
+        &input.bucket,
+        &input.key,
+        &input.upload_id,
+        number,
+        stored,
+    )
+    .await?;
+    tracing::debug!(from = %format!("{src_bucket}/{src_key}"), upload_id = %input.upload_id, number, size = part.size, "upload part copy");
+    let sums = ChecksumFields::from(part.checksums.as_ref());
+    Ok(S3Response::new(UploadPartCopyOutput {
+        copy_part_result: Some(CopyPartResult {
+            e_tag: Some(etag(&checksum::etag_hex(&part.md5))),
+            last_modified: Some(timestamp(part.last_modified_ms)),
+            checksum_crc32: sums.crc32,
+            checksum_crc32c: sums.crc32c,
+            checksum_crc64nvme: sums.crc64nvme,
+            checksum_sha1: sums.sha1,
+            checksum_sha256: sums.sha256,
+        }),
+        ..Default::default()
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_source_ranges() {
+        assert_eq!(copy_source_range("bytes=0-9", 100).unwrap(), 0..10);
+        assert_eq!(copy_source_range("bytes=99-99", 100).unwrap(), 99..100);
+        assert_eq!(
+            copy_source_range("bytes=10-100", 100).unwrap_err().code(),
+            &S3ErrorCode::InvalidRange
+        );
+        for bad in ["bytes=5-1", "bytes=-5", "bytes=5-", "0-9", "bytes=a-b"] {
+            assert_eq!(
+                copy_source_range(bad, 100).unwrap_err().code(),
+                &S3ErrorCode::InvalidArgument,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn metadata_directives() {
+        assert!(!replaces_metadata(None).unwrap());
+        assert!(
+            !replaces_metadata(Some(&MetadataDirective::from_static(
+                MetadataDirective::COPY
+            )))
+            .unwrap()
+        );
+        assert!(
+            replaces_metadata(Some(&MetadataDirective::from_static(
+                MetadataDirective::REPLACE
+            )))
+            .unwrap()
+        );
+        assert!(replaces_metadata(Some(&MetadataDirective::from("MOVE".to_string()))).is_err());
+    }
+
+    #[test]
+    fn copy_sources() {
+        let src = CopySource::Bucket {
+            bucket: "b".into(),
+            key: "k/x".into(),
+            version_id: None,
+        };
+        assert_eq!(
+            source_of(&src).unwrap(),
+            ("b".to_string(), "k/x".to_string())
+        );
+        let versioned = CopySource::Bucket {
+            bucket: "b".into(),
+            key: "k".into(),
+            version_id: Some("v1".into()),
+        };
+        assert_eq!(
+            source_of(&versioned).unwrap_err().code(),
+            &S3ErrorCode::NotImplemented
+        );
+    }
+
+    #[test]
+    fn copies_verify_full_object_checksums_only() {
+        let src = pb::ObjectRecord {
+            checksums: Some(pb::Checksums {
+                crc32: Some("y/Q5Jg==".into()),
+                sha256: Some("abc=-2".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let e = expected_from_source(&src, true, Some(ChecksumAlgorithm::Crc32c));
+        assert_eq!(
+            e.values,
+            vec![(ChecksumAlgorithm::Crc32, "y/Q5Jg==".to_string())]
+        );
+        assert_eq!(e.compute, vec![ChecksumAlgorithm::Crc32c]);
+        assert!(expected_from_source(&src, false, None).values.is_empty());
+    }
+}

@@ -1,0 +1,121 @@
+//! DeleteObject and DeleteObjects (at most 1000 keys, per-key results, quiet mode).
+//!
+//! Deleting a missing key succeeds (204), as in S3. The deleted object's
+//! blobs are released to the background reclaimer once meta has committed
+//! the deletion.
+
+use futures::StreamExt;
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+
+use super::Gateway;
+use super::error::meta_error;
+
+/// Most keys one DeleteObjects request may name.
+pub const MAX_DELETE_KEYS: usize = 1000;
+
+/// Deletions of one DeleteObjects request that run at once.
+const DELETE_CONCURRENCY: usize = 8;
+
+pub(super) async fn delete_object(
+    gw: &Gateway,
+    req: S3Request<DeleteObjectInput>,
+) -> S3Result<S3Response<DeleteObjectOutput>> {
+    let input = req.input;
+    let released = gw
+        .meta
+        .delete_object(&input.bucket, &input.key)
+        .await
+        .map_err(meta_error)?;
+    tracing::debug!(bucket = %input.bucket, key = %input.key, blobs = released.len(), "delete object");
+    gw.reclaimer.release(released).await;
+    Ok(S3Response::new(DeleteObjectOutput::default()))
+}
+
+/// Checks the size of a DeleteObjects request. Errors: `MalformedXML` for
+/// no keys or more than [`MAX_DELETE_KEYS`], as S3 answers.
+pub fn check_delete_count(count: usize) -> S3Result<()> {
+    if count == 0 || count > MAX_DELETE_KEYS {
+        return Err(S3Error::with_message(
+            S3ErrorCode::MalformedXML,
+            "The XML you provided was not well-formed or did not validate against our published schema",
+        ));
+    }
+    Ok(())
+}
+
+pub(super) async fn delete_objects(
+    gw: &Gateway,
+    req: S3Request<DeleteObjectsInput>,
+) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    let input = req.input;
+    check_delete_count(input.delete.objects.len())?;
+    let quiet = input.delete.quiet.unwrap_or(false);
+    let bucket = input.bucket;
+    // The bucket must exist even when every key is missing.
+    gw.meta.get_bucket(&bucket).await.map_err(meta_error)?;
+
+    let results: Vec<(String, S3Result<Vec<sluice_proto::meta::Placement>>)> =
+        futures::stream::iter(input.delete.objects.into_iter().map(|o| o.key))
+            .map(|key| {
+                let bucket = bucket.clone();
+                async move {
+                    let r = gw
+                        .meta
+                        .delete_object(&bucket, &key)
+                        .await
+                        .map_err(meta_error);
+                    (key, r)
+                }
+            })
+            .buffered(DELETE_CONCURRENCY)
+            .collect()
+            .await;
+
+    let mut deleted = Vec::new();
+    let mut errors = Vec::new();
+    for (key, result) in results {
+        match result {
+            Ok(released) => {
+                gw.reclaimer.release(released).await;
+                if !quiet {
+                    deleted.push(DeletedObject {
+                        key: Some(key),
+                        ..Default::default()
+                    });
+                }
+            }
+            Err(e) => errors.push(Error {
+                code: Some(e.code().as_str().to_string()),
+                key: Some(key),
+                message: e.message().map(str::to_string),
+                version_id: None,
+            }),
+        }
+    }
+    tracing::debug!(%bucket, deleted = deleted.len(), errors = errors.len(), "delete objects");
+    Ok(S3Response::new(DeleteObjectsOutput {
+        deleted: (!deleted.is_empty()).then_some(deleted),
+        errors: (!errors.is_empty()).then_some(errors),
+        request_charged: None,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delete_objects_takes_1_to_1000_keys() {
+        assert!(check_delete_count(1).is_ok());
+        assert!(check_delete_count(1000).is_ok());
+        assert_eq!(
+            check_delete_count(1001).unwrap_err().code(),
+            &S3ErrorCode::MalformedXML
+        );
+        assert_eq!(
+            check_delete_count(0).unwrap_err().code(),
+            &S3ErrorCode::MalformedXML
+        );
+    }
+}

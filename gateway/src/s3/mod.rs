@@ -1,0 +1,361 @@
+//! The S3 API: [`Gateway`] implements [`s3s::S3`] by delegating each
+//! operation to a function in the file of its area.
+//!
+//! # Layout
+//! * `bucket.rs` — CreateBucket, HeadBucket, ListBuckets, DeleteBucket, GetBucketLocation; bucket-name rules.
+//! * `put.rs` — PutObject, and the blob write shared by every operation that stores a body.
+//! * `get.rs` — GetObject, HeadObject: ranges, conditionals, partNumber; the streamed object body.
+//! * `list.rs` — ListObjects (v1), ListObjectsV2, ListMultipartUploads; `encoding-type=url`.
+//! * `multipart.rs` — Create/UploadPart/Complete/Abort multipart upload, ListParts.
+//! * `copy.rs` — CopyObject, UploadPartCopy.
+//! * `delete.rs` — DeleteObject, DeleteObjects.
+//! * `checksum.rs` — ETag/MD5 and `x-amz-checksum-*` computation and verification.
+//! * `error.rs` — the mapping of meta and data-path errors to S3 errors.
+//!
+//! Every body is streamed: bodies in through [`checksum::DigestingBody`] into
+//! [`BlobStore::write`], bodies out from [`BlobStore::read`] part by part.
+//! An object or part is committed in meta only after its blob is durable,
+//! and the client's 200 comes only after that commit. Blobs a commit
+//! releases (a replaced object, a replaced part) are deleted in the
+//! background by the [`Reclaimer`], at most `max_background_deletes` at once.
+
+pub mod bucket;
+pub mod checksum;
+pub mod copy;
+pub mod delete;
+pub mod error;
+pub mod get;
+pub mod list;
+pub mod multipart;
+pub mod put;
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use s3s::dto::*;
+use s3s::{S3, S3Request, S3Response, S3Result};
+use sluice_meta::MetaClient;
+use sluice_proto::meta as pb;
+use tokio::sync::Semaphore;
+
+use crate::blob::BlobStore;
+
+/// The S3 front end: metadata through [`MetaClient`], bodies through [`BlobStore`]. Cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    pub(crate) meta: MetaClient,
+    pub(crate) blobs: BlobStore,
+    /// Region reported by GetBucketLocation / HeadBucket / ListBuckets.
+    pub(crate) region: String,
+    pub(crate) reclaimer: Reclaimer,
+}
+
+impl Gateway {
+    /// A gateway over `meta` and `blobs`; at most `max_background_deletes`
+    /// deletions of released blobs run at once.
+    pub fn new(
+        meta: MetaClient,
+        blobs: BlobStore,
+        region: String,
+        max_background_deletes: usize,
+    ) -> Self {
+        let reclaimer = Reclaimer::new(blobs.clone(), max_background_deletes);
+        Gateway {
+            meta,
+            blobs,
+            region,
+            reclaimer,
+        }
+    }
+
+    /// Waits for every background deletion to finish; later releases delete inline.
+    pub async fn drain(&self) {
+        self.reclaimer.drain().await;
+    }
+}
+
+/// Deletes the shards of blobs that meta no longer references, in the
+/// background, with a bounded number of deletions in flight.
+#[derive(Clone)]
+pub struct Reclaimer {
+    blobs: BlobStore,
+    /// One permit per deletion in flight.
+    permits: Arc<Semaphore>,
+    max: u32,
+}
+
+impl Reclaimer {
+    fn new(blobs: BlobStore, max_in_flight: usize) -> Self {
+        let max = u32::try_from(max_in_flight.max(1)).unwrap_or(u32::MAX);
+        Reclaimer {
+            blobs,
+            permits: Arc::new(Semaphore::new(max as usize)),
+            max,
+        }
+    }
+
+    /// Deletes `placements` in the background. Waits for a slot while
+    /// `max` deletions are running (back-pressure instead of an unbounded task set).
+    pub async fn release(&self, placements: Vec<pb::Placement>) {
+        if placements.is_empty() {
+            return;
+        }
+        match self.permits.clone().acquire_owned().await {
+            Ok(permit) => {
+                let blobs = self.blobs.clone();
+                tokio::spawn(async move {
+                    blobs.delete(&placements).await;
+                    drop(permit);
+                });
+            }
+            // Draining: delete inline.
+            Err(_) => self.blobs.delete(&placements).await,
+        }
+    }
+
+    /// Deletes `placements` now and returns when done.
+    pub async fn release_now(&self, placements: Vec<pb::Placement>) {
+        if !placements.is_empty() {
+            self.blobs.delete(&placements).await;
+        }
+    }
+
+    async fn drain(&self) {
+        if let Ok(all) = self.permits.acquire_many(self.max).await {
+            all.forget();
+        }
+        self.permits.close();
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// An s3s timestamp for `ms` milliseconds since the Unix epoch.
+pub(crate) fn timestamp(ms: i64) -> Timestamp {
+    let nanos = i128::from(ms) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+        .into()
+}
+
+/// Milliseconds since the Unix epoch of an s3s timestamp.
+pub(crate) fn timestamp_ms(ts: &Timestamp) -> i64 {
+    let t: time::OffsetDateTime = ts.clone().into();
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
+/// The quoted ETag of an unquoted value.
+pub(crate) fn etag(value: &str) -> ETag {
+    ETag::Strong(value.to_string())
+}
+
+/// The owner shown in listings (single-tenant gateway: the configured key's owner).
+pub(crate) fn owner() -> Owner {
+    Owner {
+        display_name: Some("sluice".to_string()),
+        id: Some("sluice".to_string()),
+    }
+}
+
+/// `HttpMeta` from the headers S3 stores with an object.
+pub(crate) fn http_meta(
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+    cache_control: Option<String>,
+    content_disposition: Option<String>,
+    content_language: Option<String>,
+    expires: Option<&Timestamp>,
+    metadata: Option<Metadata>,
+) -> pb::HttpMeta {
+    pb::HttpMeta {
+        content_type,
+        content_encoding,
+        cache_control,
+        content_disposition,
+        content_language,
+        expires_ms: expires.map(timestamp_ms),
+        user_metadata: metadata.unwrap_or_default().into_iter().collect(),
+    }
+}
+
+/// The key the blob of a single-PUT (or copied) object is placed under: `bucket/key`.
+pub(crate) fn object_placement_key(bucket: &str, key: &str) -> String {
+    format!("{bucket}/{key}")
+}
+
+/// The key the blob of a multipart part is placed under: `bucket/key/upload_id/part_number`.
+pub(crate) fn part_placement_key(
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+    part_number: u32,
+) -> String {
+    format!("{bucket}/{key}/{upload_id}/{part_number}")
+}
+
+#[async_trait::async_trait]
+impl S3 for Gateway {
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        bucket::create_bucket(self, req).await
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        bucket::head_bucket(self, req).await
+    }
+
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        bucket::list_buckets(self, req).await
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        bucket::delete_bucket(self, req).await
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        bucket::get_bucket_location(self, req).await
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        put::put_object(self, req).await
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        get::get_object(self, req).await
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        get::head_object(self, req).await
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        delete::delete_object(self, req).await
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        delete::delete_objects(self, req).await
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        copy::copy_object(self, req).await
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        list::list_objects(self, req).await
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        list::list_objects_v2(self, req).await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        list::list_multipart_uploads(self, req).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        multipart::create_multipart_upload(self, req).await
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        multipart::upload_part(self, req).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        copy::upload_part_copy(self, req).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        multipart::complete_multipart_upload(self, req).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        multipart::abort_multipart_upload(self, req).await
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        multipart::list_parts(self, req).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_trip_in_milliseconds() {
+        let ms = 1_700_000_000_123;
+        assert_eq!(timestamp_ms(&timestamp(ms)), ms);
+        assert_eq!(timestamp_ms(&timestamp(0)), 0);
+    }
+
+    #[test]
+    fn placement_keys() {
+        assert_eq!(object_placement_key("b", "k/x"), "b/k/x");
+        assert_eq!(part_placement_key("b", "k", "u1", 7), "b/k/u1/7");
+    }
+}

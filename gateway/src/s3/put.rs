@@ -1,0 +1,367 @@
+//! PutObject, and the two steps every body-storing operation shares:
+//! [`store_body`] (stream a verified body into a new blob) and
+//! [`commit_object`] (commit the record in meta, then release what it replaced).
+
+use std::io;
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt, TryStreamExt};
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+use sluice_meta::MetaError;
+use sluice_proto::meta as pb;
+
+use super::checksum::{self, BodyDigests, DigestingBody, Expected};
+use super::error::{blob_error, body_error, internal, meta_error};
+use super::{Gateway, etag, http_meta, now_ms, object_placement_key};
+
+/// A request body stored as a blob and verified against what the client claimed.
+pub struct StoredBody {
+    /// Where the blob lives; `None` for an empty body (no blob is written).
+    pub placement: Option<pb::Placement>,
+    /// Size, MD5 and checksums of the body.
+    pub digests: BodyDigests,
+}
+
+/// A request body as the data path takes it.
+pub type BodyStream = BoxStream<'static, Result<Bytes, io::Error>>;
+
+/// The body of an s3s request as a [`BodyStream`] (an absent body is empty).
+pub fn request_body(body: Option<StreamingBlob>) -> BodyStream {
+    match body {
+        Some(blob) => blob.map_err(io::Error::other).boxed(),
+        None => futures::stream::empty().boxed(),
+    }
+}
+
+/// Streams `body` through a [`DigestingBody`] into a new blob placed under
+/// `placement_key`, never holding more than the data path's stripes in memory.
+///
+/// `known_empty` (a `Content-Length: 0` body) skips the data path: the body
+/// is still read (an aws-chunked body may carry a checksum trailer) but no
+/// blob is written. Errors: `BadDigest` when a digest does not match, the
+/// data-path errors of [`blob_error`].
+pub async fn store_body<S>(
+    gw: &Gateway,
+    placement_key: &str,
+    body: S,
+    expected: Expected,
+    known_empty: bool,
+) -> S3Result<StoredBody>
+where
+    S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
+{
+    let (mut digesting, slot) = DigestingBody::new(body, expected);
+    let placement = if known_empty {
+        while let Some(chunk) = digesting.next().await {
+            if !chunk.map_err(|e| body_error(&e))?.is_empty() {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::IncompleteBody,
+                    "The request body is longer than its Content-Length.",
+                ));
+            }
+        }
+        None
+    } else {
+        Some(
+            gw.blobs
+                .write(placement_key, digesting)
+                .await
+                .map_err(blob_error)?,
+        )
+    };
+    let Some(digests) = checksum::take(&slot) else {
+        if let Some(p) = placement {
+            gw.reclaimer.release(vec![p]).await;
+        }
+        return Err(internal(
+            "the data path returned before the request body ended",
+        ));
+    };
+    if let Some(p) = &placement
+        && p.size != digests.size
+    {
+        let size = p.size;
+        gw.reclaimer.release(vec![p.clone()]).await;
+        tracing::error!(
+            placement_size = size,
+            body_size = digests.size,
+            "blob size differs from body size"
+        );
+        return Err(internal("blob size differs from body size"));
+    }
+    Ok(StoredBody { placement, digests })
+}
+
+/// Commits `record` in meta and releases the blobs it replaced. When the
+/// commit fails, `new_blob` (the blob written for this record) is released
+/// if meta definitely refused the record; when meta was unreachable the
+/// commit may still have happened, so the blob is left to datanode GC.
+pub async fn commit_object(
+    gw: &Gateway,
+    record: pb::ObjectRecord,
+    new_blob: Option<pb::Placement>,
+) -> S3Result<()> {
+    match gw.meta.put_object(record).await {
+        Ok(released) => {
+            gw.reclaimer.release(released).await;
+            Ok(())
+        }
+        Err(err) => {
+            discard_uncommitted(gw, &err, new_blob).await;
+            Err(meta_error(err))
+        }
+    }
+}
+
+/// Releases a blob whose commit failed, unless the commit may have happened (see [`commit_object`]).
+pub async fn discard_uncommitted(gw: &Gateway, err: &MetaError, new_blob: Option<pb::Placement>) {
+    match (err, new_blob) {
+        (MetaError::Refused { .. }, Some(p)) => gw.reclaimer.release(vec![p]).await,
+        (MetaError::Unavailable(_), Some(p)) => {
+            tracing::warn!(blob_id = %p.blob_id, "commit outcome unknown; leaving blob to datanode GC");
+        }
+        (_, None) => {}
+    }
+}
+
+/// The single-part record of a body stored by PutObject or CopyObject.
+pub fn single_part_record(
+    bucket: String,
+    key: String,
+    stored: StoredBody,
+    http: pb::HttpMeta,
+    last_modified_ms: i64,
+) -> pb::ObjectRecord {
+    let StoredBody { placement, digests } = stored;
+    pb::ObjectRecord {
+        bucket,
+        key,
+        size: digests.size,
+        etag: checksum::etag_hex(&digests.md5),
+        last_modified_ms,
+        http: Some(http),
+        checksums: Some(digests.checksums.clone()),
+        parts: vec![pb::PartRecord {
+            upload_id: String::new(),
+            part_number: 1,
+            size: digests.size,
+            md5: digests.md5.to_vec(),
+            last_modified_ms,
+            placement,
+            checksums: Some(digests.checksums),
+        }],
+        multipart: false,
+        upload_id: String::new(),
+    }
+}
+
+/// Best-effort S3 conditional write (`If-None-Match: *`, `If-Match`),
+/// checked before the body is read. Not atomic with the commit.
+async fn check_write_conditions(gw: &Gateway, input: &PutObjectInput) -> S3Result<()> {
+    if input.if_match.is_none() && input.if_none_match.is_none() {
+        return Ok(());
+    }
+    let current = match gw.meta.get_object(&input.bucket, &input.key).await {
+        Ok(o) => Some(o),
+        Err(MetaError::Refused {
+            code: pb::ErrorCode::NoSuchKey,
+            ..
+        }) => None,
+        Err(e) => return Err(meta_error(e)),
+    };
+    if let Some(cond) = &input.if_none_match
+        && let Some(obj) = &current
+        && matches_etag(cond, &obj.etag)
+    {
+        return Err(S3Error::with_message(
+            S3ErrorCode::PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold",
+        ));
+    }
+    if let Some(cond) = &input.if_match {
+        match &current {
+            None => {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::NoSuchKey,
+                    "The specified key does not exist.",
+                ));
+            }
+            Some(obj) if !matches_etag(cond, &obj.etag) => {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::PreconditionFailed,
+                    "At least one of the pre-conditions you specified did not hold",
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether an `If-Match`/`If-None-Match` value matches an existing object's ETag.
+pub fn matches_etag(cond: &ETagCondition, object_etag: &str) -> bool {
+    match cond {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(e) => e.value() == object_etag,
+    }
+}
+
+/// Checksum fields of an output, from the stored checksums.
+pub struct ChecksumFields {
+    pub crc32: Option<String>,
+    pub crc32c: Option<String>,
+    pub crc64nvme: Option<String>,
+    pub sha1: Option<String>,
+    pub sha256: Option<String>,
+    pub checksum_type: Option<ChecksumType>,
+}
+
+impl ChecksumFields {
+    /// Splits stored checksums into output fields; the type is `COMPOSITE`
+    /// for a `-N` multipart value, else `FULL_OBJECT`.
+    pub fn from(checksums: Option<&pb::Checksums>) -> Self {
+        let c = checksums.cloned().unwrap_or_default();
+        let any = checksum::present(&c).next();
+        let checksum_type = any.and_then(|a| checksum::get(&c, a)).map(|v| {
+            if v.contains('-') {
+                ChecksumType::from_static(ChecksumType::COMPOSITE)
+            } else {
+                ChecksumType::from_static(ChecksumType::FULL_OBJECT)
+            }
+        });
+        ChecksumFields {
+            crc32: c.crc32,
+            crc32c: c.crc32c,
+            crc64nvme: c.crc64nvme,
+            sha1: c.sha1,
+            sha256: c.sha256,
+            checksum_type,
+        }
+    }
+}
+
+pub(super) async fn put_object(
+    gw: &Gateway,
+    req: S3Request<PutObjectInput>,
+) -> S3Result<S3Response<PutObjectOutput>> {
+    let S3Request {
+        mut input,
+        headers,
+        trailing_headers,
+        ..
+    } = req;
+    // Fail before reading the body: no bucket, bad claims, failed conditions.
+    gw.meta
+        .get_bucket(&input.bucket)
+        .await
+        .map_err(meta_error)?;
+    let expected = Expected::from_headers(&headers, trailing_headers)?;
+    check_write_conditions(gw, &input).await?;
+
+    let http = http_meta(
+        input.content_type.take(),
+        input.content_encoding.take(),
+        input.cache_control.take(),
+        input.content_disposition.take(),
+        input.content_language.take(),
+        input.expires.as_ref(),
+        input.metadata.take(),
+    );
+    let known_empty = input.content_length == Some(0);
+    let placement_key = object_placement_key(&input.bucket, &input.key);
+    let stored = store_body(
+        gw,
+        &placement_key,
+        request_body(input.body.take()),
+        expected,
+        known_empty,
+    )
+    .await?;
+    let new_blob = stored.placement.clone();
+    let record = single_part_record(input.bucket, input.key, stored, http, now_ms());
+    let etag_value = record.etag.clone();
+    let size = i64::try_from(record.size).unwrap_or(i64::MAX);
+    let sums = ChecksumFields::from(record.checksums.as_ref());
+    tracing::debug!(bucket = %record.bucket, key = %record.key, size, etag = %etag_value, "put object");
+    commit_object(gw, record, new_blob).await?;
+
+    Ok(S3Response::new(PutObjectOutput {
+        e_tag: Some(etag(&etag_value)),
+        size: Some(size),
+        checksum_crc32: sums.crc32,
+        checksum_crc32c: sums.crc32c,
+        checksum_crc64nvme: sums.crc64nvme,
+        checksum_sha1: sums.sha1,
+        checksum_sha256: sums.sha256,
+        checksum_type: sums.checksum_type,
+        ..Default::default()
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etag_conditions() {
+        assert!(matches_etag(&ETagCondition::Any, "abc"));
+        assert!(matches_etag(
+            &ETagCondition::ETag(ETag::Strong("abc".into())),
+            "abc"
+        ));
+        assert!(matches_etag(
+            &ETagCondition::ETag(ETag::Weak("abc".into())),
+            "abc"
+        ));
+        assert!(!matches_etag(
+            &ETagCondition::ETag(ETag::Strong("abd".into())),
+            "abc"
+        ));
+    }
+
+    #[test]
+    fn checksum_fields_name_the_type() {
+        let full = pb::Checksums {
+            crc32: Some("y/Q5Jg==".into()),
+            ..Default::default()
+        };
+        let f = ChecksumFields::from(Some(&full));
+        assert_eq!(f.crc32.as_deref(), Some("y/Q5Jg=="));
+        assert_eq!(
+            f.checksum_type.as_ref().map(|t| t.as_str()),
+            Some("FULL_OBJECT")
+        );
+        let composite = pb::Checksums {
+            sha256: Some("abc=-3".into()),
+            ..Default::default()
+        };
+        let f = ChecksumFields::from(Some(&composite));
+        assert_eq!(
+            f.checksum_type.as_ref().map(|t| t.as_str()),
+            Some("COMPOSITE")
+        );
+        assert!(ChecksumFields::from(None).checksum_type.is_none());
+    }
+
+    #[test]
+    fn single_part_record_holds_one_part() {
+        let stored = StoredBody {
+            placement: None,
+            digests: BodyDigests {
+                size: 0,
+                md5: [
+                    0xd4, 0x1d, 0x8c, 0xd9, 0x8f, 0x00, 0xb2, 0x04, 0xe9, 0x80, 0x09, 0x98, 0xec,
+                    0xf8, 0x42, 0x7e,
+                ],
+                checksums: pb::Checksums::default(),
+            },
+        };
+        let r = single_part_record("b".into(), "k".into(), stored, pb::HttpMeta::default(), 5);
+        assert_eq!(r.etag, "d41d8cd98f00b204e9800998ecf8427e");
+        assert_eq!(r.parts.len(), 1);
+        assert_eq!(r.parts[0].part_number, 1);
+        assert!(!r.multipart);
+    }
+}
