@@ -1,0 +1,741 @@
+//! S3 error codes and object semantics through `aws-sdk-s3`, on a cluster
+//! with a single meta voter.
+
+use std::collections::HashMap;
+
+use anyhow::{Context, Result, ensure};
+use aws_sdk_s3::operation::abort_multipart_upload::AbortMultipartUploadError;
+use aws_sdk_s3::operation::complete_multipart_upload::CompleteMultipartUploadError;
+use aws_sdk_s3::operation::copy_object::CopyObjectError;
+use aws_sdk_s3::operation::create_bucket::CreateBucketError;
+use aws_sdk_s3::operation::delete_bucket::DeleteBucketError;
+use aws_sdk_s3::operation::get_object::GetObjectError;
+use aws_sdk_s3::operation::head_bucket::HeadBucketError;
+use aws_sdk_s3::operation::list_buckets::ListBucketsError;
+use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Error;
+use aws_sdk_s3::operation::list_parts::ListPartsError;
+use aws_sdk_s3::operation::put_object::PutObjectError;
+use aws_sdk_s3::operation::upload_part::UploadPartError;
+use aws_sdk_s3::primitives::{ByteStream, DateTime};
+use aws_sdk_s3::types::{
+    ChecksumAlgorithm, ChecksumMode, CompletedPart, Delete, MetadataDirective, ObjectIdentifier,
+};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use md5::{Digest as _, Md5};
+
+use crate::fixtures::{ACCESS_KEY, TestCluster};
+use crate::{
+    MIB, Upload, assert_object, complete, create_upload, expect_error, md5_hex, multipart_etag,
+    put, quoted, random_bytes, test_seed, upload_parts,
+};
+
+const B: &str = "errors";
+
+fn completed(number: i32, etag: &str) -> CompletedPart {
+    CompletedPart::builder()
+        .part_number(number)
+        .e_tag(etag)
+        .build()
+}
+
+/// base64 of the big-endian CRC32C, as `x-amz-checksum-crc32c` carries it.
+fn crc32c_b64(data: &[u8]) -> String {
+    let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32;
+    B64.encode(crc.to_be_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
+    let seed = test_seed("s3_errors");
+    let mut c = TestCluster::start(1, 6).await?;
+    let s3 = c.s3();
+
+    // ---- Buckets.
+    s3.create_bucket().bucket(B).send().await?;
+    s3.create_bucket()
+        .bucket(B)
+        .send()
+        .await
+        .context("re-creating an owned bucket must answer 200 (us-east-1)")?;
+    for bad in ["Invalid_Bucket", "ab", "-leading-dash", "192.168.1.1"] {
+        expect_error::<_, CreateBucketError>(
+            &format!("CreateBucket {bad}"),
+            s3.create_bucket().bucket(bad).send().await,
+            400,
+            Some("InvalidBucketName"),
+        )?;
+    }
+    let buckets = s3.list_buckets().send().await?;
+    let names: Vec<&str> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
+    ensure!(names == [B], "ListBuckets: {names:?}");
+    s3.head_bucket().bucket(B).send().await?;
+    s3.get_bucket_location().bucket(B).send().await?;
+    expect_error::<_, HeadBucketError>(
+        "HeadBucket missing",
+        s3.head_bucket().bucket("missing").send().await,
+        404,
+        None,
+    )?;
+    expect_error::<_, ListObjectsV2Error>(
+        "ListObjectsV2 on a missing bucket",
+        s3.list_objects_v2().bucket("missing").send().await,
+        404,
+        Some("NoSuchBucket"),
+    )?;
+    expect_error::<_, PutObjectError>(
+        "PutObject into a missing bucket",
+        s3.put_object()
+            .bucket("missing")
+            .key("k")
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await,
+        404,
+        Some("NoSuchBucket"),
+    )?;
+
+    // ---- NoSuchKey, with the XML error body S3 clients parse.
+    let err = expect_error::<_, GetObjectError>(
+        "GetObject of a missing key",
+        s3.get_object().bucket(B).key("no/such/key").send().await,
+        404,
+        Some("NoSuchKey"),
+    )?;
+    let body = err
+        .raw_response()
+        .and_then(|r| r.body().bytes())
+        .map(|b| String::from_utf8_lossy(b).into_owned());
+    let body = body.context("NoSuchKey error without a body")?;
+    for element in [
+        "<Code>NoSuchKey</Code>",
+        "<Message>",
+        "<Resource>",
+        "<RequestId>",
+    ] {
+        ensure!(
+            body.contains(element),
+            "NoSuchKey body lacks {element}: {body}"
+        );
+    }
+
+    // ---- Metadata round trip.
+    let text = Bytes::from_static(b"hello, sluice: metadata and content type round trip\n");
+    let put_out = s3
+        .put_object()
+        .bucket(B)
+        .key("meta.txt")
+        .body(ByteStream::from(text.clone()))
+        .content_type("text/plain; charset=utf-8")
+        .content_encoding("gzip")
+        .cache_control("max-age=60")
+        .content_disposition("attachment; filename=\"meta.txt\"")
+        .metadata("color", "blue")
+        .metadata("owner-id", "42")
+        .send()
+        .await?;
+    let text_etag = quoted(&md5_hex(&text));
+    ensure!(
+        put_out.e_tag() == Some(text_etag.as_str()),
+        "PutObject ETag {:?}",
+        put_out.e_tag()
+    );
+    let want_meta: HashMap<String, String> = [("color", "blue"), ("owner-id", "42")]
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+    let got = s3.get_object().bucket(B).key("meta.txt").send().await?;
+    ensure!(
+        got.content_type() == Some("text/plain; charset=utf-8"),
+        "Content-Type {:?}",
+        got.content_type()
+    );
+    ensure!(
+        got.content_encoding() == Some("gzip"),
+        "Content-Encoding {:?}",
+        got.content_encoding()
+    );
+    ensure!(
+        got.cache_control() == Some("max-age=60"),
+        "Cache-Control {:?}",
+        got.cache_control()
+    );
+    ensure!(
+        got.content_disposition() == Some("attachment; filename=\"meta.txt\""),
+        "Content-Disposition {:?}",
+        got.content_disposition()
+    );
+    ensure!(
+        got.metadata() == Some(&want_meta),
+        "user metadata {:?}",
+        got.metadata()
+    );
+    ensure!(
+        got.e_tag() == Some(text_etag.as_str()),
+        "GET ETag {:?}",
+        got.e_tag()
+    );
+    let last_modified = *got.last_modified().context("GET without Last-Modified")?;
+    ensure!(
+        got.body.collect().await?.into_bytes() == text,
+        "GET body differs"
+    );
+    let head = s3.head_object().bucket(B).key("meta.txt").send().await?;
+    ensure!(
+        head.metadata() == Some(&want_meta),
+        "HEAD user metadata {:?}",
+        head.metadata()
+    );
+    ensure!(
+        head.content_length() == Some(text.len() as i64),
+        "HEAD Content-Length {:?}",
+        head.content_length()
+    );
+
+    // ---- Ranges and conditionals.
+    expect_error::<_, GetObjectError>(
+        "Range past the end",
+        s3.get_object()
+            .bucket(B)
+            .key("meta.txt")
+            .range("bytes=1000-2000")
+            .send()
+            .await,
+        416,
+        Some("InvalidRange"),
+    )?;
+    expect_error::<_, GetObjectError>(
+        "If-Match mismatch",
+        s3.get_object()
+            .bucket(B)
+            .key("meta.txt")
+            .if_match("\"0123456789abcdef0123456789abcdef\"")
+            .send()
+            .await,
+        412,
+        Some("PreconditionFailed"),
+    )?;
+    s3.get_object()
+        .bucket(B)
+        .key("meta.txt")
+        .if_match(&text_etag)
+        .send()
+        .await
+        .context("If-Match with the ETag")?;
+    expect_error::<_, GetObjectError>(
+        "If-None-Match with the ETag",
+        s3.get_object()
+            .bucket(B)
+            .key("meta.txt")
+            .if_none_match(&text_etag)
+            .send()
+            .await,
+        304,
+        None,
+    )?;
+    s3.get_object()
+        .bucket(B)
+        .key("meta.txt")
+        .if_none_match("\"other\"")
+        .send()
+        .await
+        .context("If-None-Match other")?;
+    expect_error::<_, GetObjectError>(
+        "If-Modified-Since after Last-Modified",
+        s3.get_object()
+            .bucket(B)
+            .key("meta.txt")
+            .if_modified_since(DateTime::from_secs(last_modified.secs() + 3600))
+            .send()
+            .await,
+        304,
+        None,
+    )?;
+    expect_error::<_, GetObjectError>(
+        "If-Unmodified-Since before Last-Modified",
+        s3.get_object()
+            .bucket(B)
+            .key("meta.txt")
+            .if_unmodified_since(DateTime::from_secs(946_684_800))
+            .send()
+            .await,
+        412,
+        Some("PreconditionFailed"),
+    )?;
+
+    // ---- Integrity: Content-MD5 and x-amz-checksum-*.
+    let body = random_bytes(seed, 64 * 1024);
+    let wrong_md5 = B64.encode(Md5::digest(b"something else"));
+    expect_error::<_, PutObjectError>(
+        "PutObject with a wrong Content-MD5",
+        s3.put_object()
+            .bucket(B)
+            .key("digest")
+            .body(ByteStream::from(body.clone()))
+            .content_md5(wrong_md5)
+            .send()
+            .await,
+        400,
+        Some("BadDigest"),
+    )?;
+    expect_error::<_, GetObjectError>(
+        "GET after a BadDigest PUT",
+        s3.get_object().bucket(B).key("digest").send().await,
+        404,
+        Some("NoSuchKey"),
+    )?;
+    s3.put_object()
+        .bucket(B)
+        .key("digest")
+        .body(ByteStream::from(body.clone()))
+        .content_md5(B64.encode(Md5::digest(&body)))
+        .send()
+        .await
+        .context("PutObject with the right Content-MD5")?;
+    assert_object(&s3, B, "digest", &body).await?;
+
+    let crc = crc32c_b64(&body);
+    let out = s3
+        .put_object()
+        .bucket(B)
+        .key("crc32c")
+        .body(ByteStream::from(body.clone()))
+        .checksum_algorithm(ChecksumAlgorithm::Crc32C)
+        .send()
+        .await?;
+    ensure!(
+        out.checksum_crc32_c() == Some(crc.as_str()),
+        "PutObject CRC32C {:?}, want {crc}",
+        out.checksum_crc32_c()
+    );
+    let got = s3
+        .get_object()
+        .bucket(B)
+        .key("crc32c")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await?;
+    ensure!(
+        got.checksum_crc32_c() == Some(crc.as_str()),
+        "GET CRC32C {:?}, want {crc}",
+        got.checksum_crc32_c()
+    );
+    ensure!(
+        got.body.collect().await?.into_bytes() == body,
+        "GET body of crc32c differs"
+    );
+    let head = s3
+        .head_object()
+        .bucket(B)
+        .key("crc32c")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await?;
+    ensure!(
+        head.checksum_crc32_c() == Some(crc.as_str()),
+        "HEAD CRC32C {:?}, want {crc}",
+        head.checksum_crc32_c()
+    );
+    expect_error::<_, PutObjectError>(
+        "PutObject with a wrong x-amz-checksum-crc32c",
+        s3.put_object()
+            .bucket(B)
+            .key("crc32c-wrong")
+            .body(ByteStream::from(body.clone()))
+            .checksum_crc32_c(crc32c_b64(b"other"))
+            .send()
+            .await,
+        400,
+        Some("BadDigest"),
+    )?;
+
+    // ---- CopyObject: COPY keeps metadata, REPLACE replaces it.
+    let copied = s3
+        .copy_object()
+        .bucket(B)
+        .key("copy-keep")
+        .copy_source(format!("{B}/meta.txt"))
+        .send()
+        .await?;
+    let copied_etag = copied.copy_object_result().and_then(|r| r.e_tag());
+    ensure!(
+        copied_etag == Some(text_etag.as_str()),
+        "CopyObject ETag {copied_etag:?}"
+    );
+    let got = s3.get_object().bucket(B).key("copy-keep").send().await?;
+    ensure!(
+        got.metadata() == Some(&want_meta),
+        "COPY metadata {:?}",
+        got.metadata()
+    );
+    ensure!(
+        got.content_type() == Some("text/plain; charset=utf-8"),
+        "COPY Content-Type {:?}",
+        got.content_type()
+    );
+    ensure!(
+        got.body.collect().await?.into_bytes() == text,
+        "COPY body differs"
+    );
+
+    s3.copy_object()
+        .bucket(B)
+        .key("copy-replace")
+        .copy_source(format!("{B}/meta.txt"))
+        .metadata_directive(MetadataDirective::Replace)
+        .content_type("application/json")
+        .metadata("fresh", "yes")
+        .send()
+        .await?;
+    let got = s3.get_object().bucket(B).key("copy-replace").send().await?;
+    let fresh: HashMap<String, String> = [("fresh".to_string(), "yes".to_string())]
+        .into_iter()
+        .collect();
+    ensure!(
+        got.metadata() == Some(&fresh),
+        "REPLACE metadata {:?}",
+        got.metadata()
+    );
+    ensure!(
+        got.content_type() == Some("application/json"),
+        "REPLACE Content-Type {:?}",
+        got.content_type()
+    );
+    ensure!(
+        got.body.collect().await?.into_bytes() == text,
+        "REPLACE body differs"
+    );
+    expect_error::<_, CopyObjectError>(
+        "CopyObject onto itself without REPLACE",
+        s3.copy_object()
+            .bucket(B)
+            .key("meta.txt")
+            .copy_source(format!("{B}/meta.txt"))
+            .send()
+            .await,
+        400,
+        Some("InvalidRequest"),
+    )?;
+
+    // ---- DeleteObjects.
+    for k in ["del/1", "del/2", "del/3"] {
+        put(&s3, B, k, &Bytes::from(k.as_bytes().to_vec())).await?;
+    }
+    let ids = ["del/1", "del/2", "del/never-existed"]
+        .into_iter()
+        .map(|k| ObjectIdentifier::builder().key(k).build())
+        .collect::<Result<Vec<_>, _>>()?;
+    let out = s3
+        .delete_objects()
+        .bucket(B)
+        .delete(Delete::builder().set_objects(Some(ids)).build()?)
+        .send()
+        .await?;
+    let mut deleted: Vec<&str> = out.deleted().iter().filter_map(|d| d.key()).collect();
+    deleted.sort();
+    ensure!(
+        deleted == ["del/1", "del/2", "del/never-existed"],
+        "DeleteObjects deleted {deleted:?}"
+    );
+    ensure!(
+        out.errors().is_empty(),
+        "DeleteObjects errors {:?}",
+        out.errors()
+    );
+    let left = s3.list_objects_v2().bucket(B).prefix("del/").send().await?;
+    let left: Vec<&str> = left.contents().iter().filter_map(|o| o.key()).collect();
+    ensure!(left == ["del/3"], "after DeleteObjects: {left:?}");
+
+    // ---- Multipart errors.
+    let mp = random_bytes(seed + 1, 6 * MIB);
+    let mp_id = create_upload(&s3, B, "mp").await?;
+    let parts = upload_parts(
+        &Upload {
+            s3: &s3,
+            bucket: B,
+            key: "mp",
+            upload_id: &mp_id,
+        },
+        &mp,
+        5 * MIB,
+        1,
+        2,
+    )
+    .await?;
+    let (e1, e2) = (
+        parts[0].e_tag().unwrap_or_default(),
+        parts[1].e_tag().unwrap_or_default(),
+    );
+    expect_error::<_, UploadPartError>(
+        "UploadPart to an unknown upload",
+        s3.upload_part()
+            .bucket(B)
+            .key("mp")
+            .upload_id("no-such-upload")
+            .part_number(1)
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await,
+        404,
+        Some("NoSuchUpload"),
+    )?;
+    expect_error::<_, ListPartsError>(
+        "ListParts of an unknown upload",
+        s3.list_parts()
+            .bucket(B)
+            .key("mp")
+            .upload_id("no-such-upload")
+            .send()
+            .await,
+        404,
+        Some("NoSuchUpload"),
+    )?;
+    expect_error::<_, AbortMultipartUploadError>(
+        "Abort of an unknown upload",
+        s3.abort_multipart_upload()
+            .bucket(B)
+            .key("mp")
+            .upload_id("no-such-upload")
+            .send()
+            .await,
+        404,
+        Some("NoSuchUpload"),
+    )?;
+    let try_complete = |parts: Vec<CompletedPart>, upload_id: &str| {
+        s3.complete_multipart_upload()
+            .bucket(B)
+            .key("mp")
+            .upload_id(upload_id)
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
+            .send()
+    };
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete of an unknown upload",
+        try_complete(vec![completed(1, e1)], "no-such-upload").await,
+        404,
+        Some("NoSuchUpload"),
+    )?;
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with a wrong ETag",
+        try_complete(
+            vec![
+                completed(1, "\"0123456789abcdef0123456789abcdef\""),
+                completed(2, e2),
+            ],
+            &mp_id,
+        )
+        .await,
+        400,
+        Some("InvalidPart"),
+    )?;
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with a part never uploaded",
+        try_complete(vec![completed(1, e1), completed(3, e2)], &mp_id).await,
+        400,
+        Some("InvalidPart"),
+    )?;
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with parts out of order",
+        try_complete(vec![completed(2, e2), completed(1, e1)], &mp_id).await,
+        400,
+        Some("InvalidPartOrder"),
+    )?;
+    let listed = s3
+        .list_parts()
+        .bucket(B)
+        .key("mp")
+        .upload_id(&mp_id)
+        .send()
+        .await?;
+    ensure!(
+        listed.parts().len() == 2,
+        "failed completes changed the upload: {:?}",
+        listed.parts()
+    );
+
+    let want_etag = quoted(&multipart_etag(mp.chunks(5 * MIB)));
+    let etag = complete(&s3, B, "mp", &mp_id, parts.clone()).await?;
+    ensure!(etag == want_etag, "multipart ETag {etag}, want {want_etag}");
+    let again = complete(&s3, B, "mp", &mp_id, parts.clone())
+        .await
+        .context("re-completing with the same list")?;
+    ensure!(
+        again == want_etag,
+        "re-complete ETag {again}, want {want_etag}"
+    );
+    assert_object(&s3, B, "mp", &mp).await?;
+    let part2 = s3
+        .get_object()
+        .bucket(B)
+        .key("mp")
+        .part_number(2)
+        .send()
+        .await?;
+    ensure!(
+        part2.parts_count() == Some(2),
+        "PartsCount {:?}",
+        part2.parts_count()
+    );
+    ensure!(
+        part2.content_length() == Some(MIB as i64),
+        "part 2 Content-Length {:?}",
+        part2.content_length()
+    );
+    ensure!(
+        part2.body.collect().await?.into_bytes() == mp.slice(5 * MIB..),
+        "GET partNumber=2 body differs"
+    );
+
+    // EntityTooSmall: every part but the last must be >= 5 MiB.
+    let small = random_bytes(seed + 2, 2 * MIB);
+    let small_id = create_upload(&s3, B, "small").await?;
+    let small_parts = upload_parts(
+        &Upload {
+            s3: &s3,
+            bucket: B,
+            key: "small",
+            upload_id: &small_id,
+        },
+        &small,
+        MIB,
+        1,
+        2,
+    )
+    .await?;
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with two 1 MiB parts",
+        s3.complete_multipart_upload()
+            .bucket(B)
+            .key("small")
+            .upload_id(&small_id)
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .set_parts(Some(small_parts))
+                    .build(),
+            )
+            .send()
+            .await,
+        400,
+        Some("EntityTooSmall"),
+    )?;
+    // Re-uploading a part number replaces the part.
+    let replacement = random_bytes(seed + 3, 1000);
+    upload_parts(
+        &Upload {
+            s3: &s3,
+            bucket: B,
+            key: "small",
+            upload_id: &small_id,
+        },
+        &replacement,
+        MIB,
+        1,
+        1,
+    )
+    .await?;
+    let listed = s3
+        .list_parts()
+        .bucket(B)
+        .key("small")
+        .upload_id(&small_id)
+        .send()
+        .await?;
+    let got: Vec<(Option<i32>, Option<i64>, Option<&str>)> = listed
+        .parts()
+        .iter()
+        .map(|p| (p.part_number(), p.size(), p.e_tag()))
+        .collect();
+    let (r_etag, p2_etag) = (
+        quoted(&md5_hex(&replacement)),
+        quoted(&md5_hex(&small[MIB..])),
+    );
+    let want = [
+        (Some(1), Some(1000), Some(r_etag.as_str())),
+        (Some(2), Some(MIB as i64), Some(p2_etag.as_str())),
+    ];
+    ensure!(
+        got == want,
+        "ListParts after replacing part 1: {got:?}, want {want:?}"
+    );
+
+    // ---- BucketNotEmpty while objects or uploads exist.
+    expect_error::<_, DeleteBucketError>(
+        "DeleteBucket with objects",
+        s3.delete_bucket().bucket(B).send().await,
+        409,
+        Some("BucketNotEmpty"),
+    )?;
+    s3.create_bucket().bucket("uploads-only").send().await?;
+    let open_id = create_upload(&s3, "uploads-only", "k").await?;
+    expect_error::<_, DeleteBucketError>(
+        "DeleteBucket with an open upload",
+        s3.delete_bucket().bucket("uploads-only").send().await,
+        409,
+        Some("BucketNotEmpty"),
+    )?;
+    s3.abort_multipart_upload()
+        .bucket("uploads-only")
+        .key("k")
+        .upload_id(&open_id)
+        .send()
+        .await?;
+    s3.delete_bucket()
+        .bucket("uploads-only")
+        .send()
+        .await
+        .context("DeleteBucket once empty")?;
+    expect_error::<_, HeadBucketError>(
+        "HeadBucket after DeleteBucket",
+        s3.head_bucket().bucket("uploads-only").send().await,
+        404,
+        None,
+    )?;
+
+    // ---- Authentication.
+    expect_error::<_, ListBucketsError>(
+        "ListBuckets with a wrong secret key",
+        c.s3_with(ACCESS_KEY, "wrong-secret-key")
+            .list_buckets()
+            .send()
+            .await,
+        403,
+        Some("SignatureDoesNotMatch"),
+    )?;
+    expect_error::<_, PutObjectError>(
+        "PutObject with a wrong secret key",
+        c.s3_with(ACCESS_KEY, "wrong-secret-key")
+            .put_object()
+            .bucket(B)
+            .key("forged")
+            .body(ByteStream::from_static(b"forged"))
+            .send()
+            .await,
+        403,
+        Some("SignatureDoesNotMatch"),
+    )?;
+    // AWS answers InvalidAccessKeyId; s3s's SimpleAuth answers NotSignedUp.
+    // Either way the request must be refused with 403.
+    expect_error::<_, ListBucketsError>(
+        "ListBuckets with an unknown access key",
+        c.s3_with("UNKNOWNACCESSKEY", "whatever")
+            .list_buckets()
+            .send()
+            .await,
+        403,
+        None,
+    )?;
+    expect_error::<_, GetObjectError>(
+        "GET of the forged PUT",
+        s3.get_object().bucket(B).key("forged").send().await,
+        404,
+        Some("NoSuchKey"),
+    )?;
+
+    c.stop_all().await?;
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! Listing pagination, UploadPartCopy and presigned URLs through
+//! `aws-sdk-s3`, on a cluster with a single meta voter.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use aws_sdk_s3::presigning::PresigningConfig;
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::fixtures::TestCluster;
+use crate::{
+    MIB, Upload, assert_object, complete, create_upload, multipart_etag, put, quoted, random_bytes,
+    test_seed, upload_parts,
+};
+
+const B: &str = "listing";
+
+/// Keys in UTF-8 binary order: 'Z' (0x5A) < 'a' < 's' < 'z' (0x7A) < 'é' (0xC3 0xA9).
+const KEYS: [&str; 6] = ["pg/Z", "pg/a", "pg/sub/1", "pg/sub/2", "pg/z", "pg/é"];
+
+/// One ListObjectsV2 page: (keys, common prefixes, is_truncated).
+type Page = (Vec<String>, Vec<String>, bool);
+
+async fn list_v2_pages(
+    s3: &aws_sdk_s3::Client,
+    delimiter: Option<&str>,
+    max_keys: i32,
+) -> Result<Vec<Page>> {
+    let mut pages = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let out = s3
+            .list_objects_v2()
+            .bucket(B)
+            .prefix("pg/")
+            .set_delimiter(delimiter.map(str::to_string))
+            .max_keys(max_keys)
+            .set_continuation_token(token.clone())
+            .send()
+            .await?;
+        let keys = out
+            .contents()
+            .iter()
+            .filter_map(|o| o.key())
+            .map(str::to_string)
+            .collect();
+        let prefixes = out
+            .common_prefixes()
+            .iter()
+            .filter_map(|p| p.prefix())
+            .map(str::to_string)
+            .collect();
+        let truncated = out.is_truncated() == Some(true);
+        pages.push((keys, prefixes, truncated));
+        if !truncated {
+            return Ok(pages);
+        }
+        token = Some(
+            out.next_continuation_token()
+                .context("truncated page without NextContinuationToken")?
+                .to_string(),
+        );
+        ensure!(
+            pages.len() <= KEYS.len(),
+            "pagination does not end: {pages:?}"
+        );
+    }
+}
+
+fn page(keys: &[&str], prefixes: &[&str], truncated: bool) -> Page {
+    (
+        keys.iter().map(|s| s.to_string()).collect(),
+        prefixes.iter().map(|s| s.to_string()).collect(),
+        truncated,
+    )
+}
+
+/// Sends a plain HTTP/1.1 GET for `uri` with `headers`; returns status and body.
+async fn raw_get(uri: &str, headers: &[(String, String)]) -> Result<(u16, Vec<u8>)> {
+    let rest = uri
+        .strip_prefix("http://")
+        .context("presigned URL is not http://")?;
+    let (authority, path) = rest.split_at(rest.find('/').context("URL without a path")?);
+    let mut stream = tokio::net::TcpStream::connect(authority).await?;
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).await?;
+    let mut resp = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut resp)).await??;
+    let head_end = resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("no end of headers")?;
+    let head = String::from_utf8_lossy(&resp[..head_end]).into_owned();
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("bad status line in {head:?}"))?;
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        bail!("chunked response; this helper expects Content-Length: {head}");
+    }
+    Ok((status, resp[head_end + 4..].to_vec()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_voter_listing_part_copy_and_presigned_urls() -> Result<()> {
+    let seed = test_seed("s3_listing");
+    let mut c = TestCluster::start(1, 6).await?;
+    let s3 = c.s3();
+    s3.create_bucket().bucket(B).send().await?;
+    // Inserted out of order on purpose.
+    for key in KEYS.iter().rev() {
+        put(&s3, B, key, &Bytes::from(key.as_bytes().to_vec())).await?;
+    }
+
+    // ---- ListObjectsV2: max-keys and continuation tokens, with and without a delimiter.
+    let pages = list_v2_pages(&s3, None, 2).await?;
+    let want = vec![
+        page(&["pg/Z", "pg/a"], &[], true),
+        page(&["pg/sub/1", "pg/sub/2"], &[], true),
+        page(&["pg/z", "pg/é"], &[], false),
+    ];
+    ensure!(
+        pages == want,
+        "ListObjectsV2 max-keys=2 pages {pages:?}, want {want:?}"
+    );
+    let pages = list_v2_pages(&s3, Some("/"), 2).await?;
+    let want = vec![
+        page(&["pg/Z", "pg/a"], &[], true),
+        page(&["pg/z"], &["pg/sub/"], true),
+        page(&["pg/é"], &[], false),
+    ];
+    ensure!(
+        pages == want,
+        "ListObjectsV2 delimiter max-keys=2 pages {pages:?}, want {want:?}"
+    );
+
+    let out = s3
+        .list_objects_v2()
+        .bucket(B)
+        .prefix("pg/")
+        .start_after("pg/sub/2")
+        .send()
+        .await?;
+    let keys: Vec<&str> = out.contents().iter().filter_map(|o| o.key()).collect();
+    ensure!(keys == ["pg/z", "pg/é"], "start-after pg/sub/2: {keys:?}");
+
+    // ---- ListObjects (v1): marker, and NextMarker with a delimiter.
+    let out = s3
+        .list_objects()
+        .bucket(B)
+        .prefix("pg/")
+        .max_keys(3)
+        .send()
+        .await?;
+    let keys: Vec<&str> = out.contents().iter().filter_map(|o| o.key()).collect();
+    ensure!(
+        keys == ["pg/Z", "pg/a", "pg/sub/1"],
+        "ListObjects max-keys=3: {keys:?}"
+    );
+    ensure!(
+        out.is_truncated() == Some(true),
+        "ListObjects IsTruncated {:?}",
+        out.is_truncated()
+    );
+    let out = s3
+        .list_objects()
+        .bucket(B)
+        .prefix("pg/")
+        .marker("pg/sub/1")
+        .send()
+        .await?;
+    let keys: Vec<&str> = out.contents().iter().filter_map(|o| o.key()).collect();
+    ensure!(
+        keys == ["pg/sub/2", "pg/z", "pg/é"],
+        "ListObjects marker=pg/sub/1: {keys:?}"
+    );
+    let out = s3
+        .list_objects()
+        .bucket(B)
+        .prefix("pg/")
+        .delimiter("/")
+        .max_keys(3)
+        .send()
+        .await?;
+    let keys: Vec<&str> = out.contents().iter().filter_map(|o| o.key()).collect();
+    let prefixes: Vec<&str> = out
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix())
+        .collect();
+    ensure!(
+        keys == ["pg/Z", "pg/a"] && prefixes == ["pg/sub/"],
+        "ListObjects delimiter: {keys:?} {prefixes:?}"
+    );
+    ensure!(
+        out.next_marker() == Some("pg/sub/"),
+        "NextMarker {:?}",
+        out.next_marker()
+    );
+
+    // ---- ListMultipartUploads with prefix and delimiter.
+    let up_a = create_upload(&s3, B, "up/a").await?;
+    let up_b = create_upload(&s3, B, "up/b/1").await?;
+    let out = s3
+        .list_multipart_uploads()
+        .bucket(B)
+        .prefix("up/")
+        .delimiter("/")
+        .send()
+        .await?;
+    let uploads: Vec<(Option<&str>, Option<&str>)> = out
+        .uploads()
+        .iter()
+        .map(|u| (u.key(), u.upload_id()))
+        .collect();
+    let prefixes: Vec<&str> = out
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix())
+        .collect();
+    ensure!(
+        uploads == [(Some("up/a"), Some(up_a.as_str()))] && prefixes == ["up/b/"],
+        "ListMultipartUploads: {uploads:?} {prefixes:?}"
+    );
+    for (key, id) in [("up/a", &up_a), ("up/b/1", &up_b)] {
+        s3.abort_multipart_upload()
+            .bucket(B)
+            .key(key)
+            .upload_id(id)
+            .send()
+            .await?;
+    }
+
+    // ---- UploadPartCopy with a range, then a regular last part.
+    let src = random_bytes(seed, 7 * MIB);
+    put(&s3, B, "src", &src).await?;
+    let dst_id = create_upload(&s3, B, "dst").await?;
+    let copied = s3
+        .upload_part_copy()
+        .bucket(B)
+        .key("dst")
+        .upload_id(&dst_id)
+        .part_number(1)
+        .copy_source(format!("{B}/src"))
+        .copy_source_range(format!("bytes={}-{}", MIB, 6 * MIB - 1))
+        .send()
+        .await?;
+    let range = &src[MIB..6 * MIB];
+    let want_etag = quoted(&crate::md5_hex(range));
+    let got_etag = copied.copy_part_result().and_then(|r| r.e_tag());
+    ensure!(
+        got_etag == Some(want_etag.as_str()),
+        "UploadPartCopy ETag {got_etag:?}"
+    );
+    let tail = random_bytes(seed + 1, 1000);
+    let upload = Upload {
+        s3: &s3,
+        bucket: B,
+        key: "dst",
+        upload_id: &dst_id,
+    };
+    let mut parts = vec![
+        aws_sdk_s3::types::CompletedPart::builder()
+            .part_number(1)
+            .e_tag(&want_etag)
+            .build(),
+    ];
+    parts.extend(upload_parts(&upload, &tail, MIB, 2, 1).await?);
+    let etag = complete(&s3, B, "dst", &dst_id, parts).await?;
+    let want = quoted(&multipart_etag([range, &tail[..]]));
+    ensure!(
+        etag == want,
+        "ETag of the copied upload {etag}, want {want}"
+    );
+    let mut whole = range.to_vec();
+    whole.extend_from_slice(&tail);
+    assert_object(&s3, B, "dst", &whole).await?;
+
+    // ---- Presigned GET: valid URL answers 200 with the body; a tampered one 403.
+    let presigned = s3
+        .get_object()
+        .bucket(B)
+        .key("pg/é")
+        .presigned(PresigningConfig::expires_in(Duration::from_secs(300))?)
+        .await?;
+    let headers: Vec<(String, String)> = presigned
+        .headers()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let (status, body) = raw_get(presigned.uri(), &headers).await?;
+    ensure!(
+        status == 200 && body == "pg/é".as_bytes(),
+        "presigned GET: {status} {:?}",
+        String::from_utf8_lossy(&body)
+    );
+    let tampered = presigned
+        .uri()
+        .replace("X-Amz-Expires=300", "X-Amz-Expires=301");
+    ensure!(
+        tampered != presigned.uri(),
+        "presigned URL lacks X-Amz-Expires=300: {}",
+        presigned.uri()
+    );
+    let (status, body) = raw_get(&tampered, &headers).await?;
+    let body = String::from_utf8_lossy(&body);
+    ensure!(
+        status == 403 && body.contains("<Code>SignatureDoesNotMatch</Code>"),
+        "tampered presigned GET: {status} {body}"
+    );
+
+    c.stop_all().await?;
+    Ok(())
+}
