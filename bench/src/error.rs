@@ -1,0 +1,76 @@
+//! Errors of the benchmark library.
+
+use std::path::PathBuf;
+
+/// A boxed source error (S3 SDK and plotters errors are generic types).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What can stop a benchmark run before or after the load phase. Errors of
+/// individual S3 requests during the load phase are not here: they are
+/// counted by S3 code in the report.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A `--pids` list could not be parsed.
+    #[error("invalid --pids `{spec}`: {reason}")]
+    InvalidPids {
+        /// The list as given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A flag value is out of the range S3 or the benchmark accepts.
+    #[error("invalid --{flag}: {reason}")]
+    InvalidOption {
+        /// Flag name without dashes.
+        flag: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `/proc/PID/status` exists but could not be read.
+    #[error("read {path}")]
+    ReadProc {
+        /// The status file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An output file (CSV, JSON, SVG) or the output directory could not be written.
+    #[error("write {path}")]
+    WriteOutput {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A samples CSV could not be parsed back.
+    #[error("parse samples CSV line {line}: {reason}")]
+    ParseSamples {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `summary.json` could not be serialised.
+    #[error("serialise summary")]
+    Json(#[from] serde_json::Error),
+    /// The chart could not be drawn.
+    #[error("draw chart {path}")]
+    Chart {
+        /// The SVG file.
+        path: PathBuf,
+        /// The plotters error.
+        #[source]
+        source: BoxError,
+    },
+    /// The target bucket could not be checked or created.
+    #[error("prepare bucket `{bucket}`")]
+    Bucket {
+        /// Bucket name.
+        bucket: String,
+        /// The S3 SDK error.
+        #[source]
+        source: BoxError,
+    },
+}

@@ -1,0 +1,37 @@
+//! `sluice-bench`: a load generator for S3 endpoints.
+//!
+//! `multipart-put` reproduces MinIO warp's benchmark of the same name:
+//! `--concurrent` workers, each repeatedly creating a multipart upload,
+//! uploading `--parts` parts of `--part-size` fresh pseudo-random bytes with
+//! `--part-concurrent` in flight, and completing it, until `--duration` has
+//! elapsed. Only UploadPart is timed. Every second it samples throughput
+//! and the RSS of given server processes; at the end it reports
+//! throughput, latency percentiles and error responses by S3 code, and
+//! writes `samples.csv`, `summary.json` and `chart.svg`.
+//!
+//! # Layout
+//! * [`multipart`] — the workload: options, workers, sampler, the run.
+//! * [`s3`] — SDK client setup and the interceptor that counts every error
+//!   response (retried ones too) by S3 code.
+//! * [`data`] — pseudo-random part payloads.
+//! * [`stats`] — HDR latency percentiles, throughput arithmetic.
+//! * [`rss`] — `--pids` parsing and `/proc/PID/status` `VmRSS` sampling.
+//! * [`samples`] — the `samples.csv` format (write and parse).
+//! * [`report`] — the end-of-run summary (`summary.json` and stdout text).
+//! * [`chart`] — `chart.svg` (throughput and RSS over time).
+//! * [`error`] — [`BenchError`].
+
+pub mod chart;
+pub mod data;
+pub mod error;
+pub mod rss;
+pub mod samples;
+pub mod stats;
+
+pub mod multipart;
+pub mod report;
+pub mod s3;
+pub use error::BenchError;
+
+#[cfg(test)]
+mod fake_s3;

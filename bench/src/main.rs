@@ -1,0 +1,49 @@
+//! `sluice-bench`: load generator for S3 endpoints. See the library docs
+//! (`sluice_bench`) for what each subcommand does; this file only parses
+//! the command line, starts tracing and prints the report.
+
+use clap::{Parser, Subcommand};
+use sluice_bench::multipart::{self, MultipartPutOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "sluice-bench",
+    version,
+    about = "Load generator for S3 endpoints (warp-style benchmarks)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// warp-style multipart-put: parallel multipart uploads of fresh random parts for a duration,
+    /// with UploadPart latency, errors by S3 code and per-second server RSS samples.
+    MultipartPut(MultipartPutOptions),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::MultipartPut(options) => {
+            let out_dir = options.out_dir.clone();
+            let summary = multipart::run(options).await?;
+            print!("{}", summary.render_text());
+            println!(
+                "  files:       {}, {}, {}",
+                out_dir.join("samples.csv").display(),
+                out_dir.join("summary.json").display(),
+                out_dir.join("chart.svg").display()
+            );
+        }
+    }
+    Ok(())
+}

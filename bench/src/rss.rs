@@ -1,0 +1,181 @@
+//! Resident-set sampling of server processes from `/proc/PID/status`.
+//!
+//! `VmRSS` is what the kernel counts against a process (anonymous + file +
+//! shmem resident pages), the figure an OOM report shows; see proc(5).
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::error::BenchError;
+
+/// A process whose RSS is sampled, named for its CSV column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcTarget {
+    /// Column suffix: `rss_mib_<name>`. Letters, digits, `-`, `_`.
+    pub name: String,
+    /// Process id.
+    pub pid: u32,
+}
+
+impl ProcTarget {
+    /// Path of the process's status file.
+    pub fn status_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/status", self.pid))
+    }
+
+    /// Current RSS in bytes; `Ok(None)` when the process no longer exists
+    /// (or, like a kernel thread, has no `VmRSS` line).
+    ///
+    /// # Errors
+    /// [`BenchError::ReadProc`] when the status file exists but cannot be read.
+    pub fn rss_bytes(&self) -> Result<Option<u64>, BenchError> {
+        let path = self.status_path();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(parse_vm_rss(&text)),
+            // ESRCH shows up when the process exits between open and read.
+            Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(3) => {
+                Ok(None)
+            }
+            Err(source) => Err(BenchError::ReadProc { path, source }),
+        }
+    }
+}
+
+/// Parses a `--pids` list: comma-separated `pid` or `name=pid` entries;
+/// `self` as a pid means this benchmark process. Unnamed entries are named
+/// `pid<PID>` (`bench` for `self`). An empty string gives an empty list.
+///
+/// # Errors
+/// [`BenchError::InvalidPids`] for a non-numeric pid, a name with characters
+/// other than letters, digits, `-` and `_`, or a duplicate name.
+pub fn parse_targets(spec: &str) -> Result<Vec<ProcTarget>, BenchError> {
+    let invalid = |reason: String| BenchError::InvalidPids {
+        spec: spec.to_owned(),
+        reason,
+    };
+    let mut targets: Vec<ProcTarget> = Vec::new();
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, pid_text) = match entry.split_once('=') {
+            Some((name, pid)) => (Some(name.trim()), pid.trim()),
+            None => (None, entry),
+        };
+        let pid = if pid_text == "self" {
+            std::process::id()
+        } else {
+            pid_text
+                .parse::<u32>()
+                .map_err(|_| invalid(format!("`{pid_text}` is not a process id")))?
+        };
+        let name = match name {
+            Some(name) => name.to_owned(),
+            None if pid_text == "self" => "bench".to_owned(),
+            None => format!("pid{pid}"),
+        };
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(invalid(format!(
+                "name `{name}` must be letters, digits, '-' or '_'"
+            )));
+        }
+        if targets.iter().any(|t| t.name == name) {
+            return Err(invalid(format!("name `{name}` appears twice")));
+        }
+        targets.push(ProcTarget { name, pid });
+    }
+    Ok(targets)
+}
+
+/// The `VmRSS` value of a `/proc/PID/status` text, in bytes (the file
+/// reports kB = KiB). `None` when the line is missing or malformed.
+pub fn parse_vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    let mut fields = line.split_whitespace();
+    let value: u64 = fields.next()?.parse().ok()?;
+    // The kernel always prints "kB" (meaning KiB) here.
+    if fields.next() != Some("kB") {
+        return None;
+    }
+    value.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUS: &str = "Name:\tsluice\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\n\
+        VmPeak:\t 1234568 kB\nVmSize:\t 1200000 kB\nVmHWM:\t  300000 kB\nVmRSS:\t  262144 kB\n\
+        RssAnon:\t  200000 kB\nThreads:\t12\n";
+
+    #[test]
+    fn parses_vm_rss_in_bytes() {
+        assert_eq!(parse_vm_rss(STATUS), Some(262_144 * 1024));
+        // Not fooled by VmHWM or RssAnon.
+        assert_eq!(parse_vm_rss("VmHWM:\t 5 kB\nRssAnon:\t 7 kB\n"), None);
+        assert_eq!(parse_vm_rss("VmRSS:\t garbage kB\n"), None);
+        assert_eq!(parse_vm_rss("VmRSS:\t 12 GB\n"), None);
+    }
+
+    #[test]
+    fn reads_own_rss() {
+        let me = ProcTarget {
+            name: "bench".into(),
+            pid: std::process::id(),
+        };
+        let rss = me.rss_bytes().expect("read own status").expect("own VmRSS");
+        assert!(
+            rss > 1024 * 1024,
+            "a test binary is bigger than 1 MiB: {rss}"
+        );
+    }
+
+    #[test]
+    fn vanished_process_reads_as_none() {
+        // PIDs are bounded by /proc/sys/kernel/pid_max (<= 2^22).
+        let gone = ProcTarget {
+            name: "gone".into(),
+            pid: u32::MAX - 1,
+        };
+        assert_eq!(gone.rss_bytes().expect("missing is not an error"), None);
+    }
+
+    #[test]
+    fn parses_pid_lists() {
+        let t = parse_targets("gateway=100, meta=200,300").expect("valid");
+        assert_eq!(
+            t,
+            vec![
+                ProcTarget {
+                    name: "gateway".into(),
+                    pid: 100
+                },
+                ProcTarget {
+                    name: "meta".into(),
+                    pid: 200
+                },
+                ProcTarget {
+                    name: "pid300".into(),
+                    pid: 300
+                },
+            ]
+        );
+        assert_eq!(parse_targets("").expect("empty"), vec![]);
+        let own = parse_targets("self").expect("self");
+        assert_eq!(
+            own,
+            vec![ProcTarget {
+                name: "bench".into(),
+                pid: std::process::id()
+            }]
+        );
+    }
+
+    #[test]
+    fn rejects_bad_pid_lists() {
+        for bad in ["gateway=abc", "a b=1", "x=1,x=2", "=5", "12x"] {
+            assert!(parse_targets(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+}
