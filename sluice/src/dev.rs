@@ -1,0 +1,221 @@
+//! `sluice dev`: a working cluster on one machine with embedded defaults.
+//!
+//! One meta node (single-voter Raft), six datanodes and one gateway, all in
+//! this process, each with its own directory under `--data-dir` and its own
+//! port; erasure layout 4+2. The S3 credentials come from the flags or
+//! environment, else from `<data-dir>/credentials.toml`, generated on the
+//! first start and kept, so a restart on the same directory keeps buckets,
+//! objects, open multipart uploads and keys.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Number of datanodes `sluice dev` starts (k + m of the 4+2 layout).
+const DATANODES: u64 = 6;
+
+#[derive(clap::Args)]
+pub struct DevArgs {
+    /// Directory holding every node's data and the generated credentials.
+    #[arg(long, default_value = "sluice-data")]
+    data_dir: PathBuf,
+    /// Address of the S3 endpoint.
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    listen: SocketAddr,
+    /// First internal gRPC port: the meta node listens on it, datanode i on base + i.
+    #[arg(long, default_value_t = 7000)]
+    grpc_port_base: u16,
+    /// S3 region reported to clients.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// S3 access key (else the one kept in the data dir).
+    #[arg(long, env = "SLUICE_ACCESS_KEY")]
+    access_key: Option<String>,
+    /// S3 secret key (else the one kept in the data dir).
+    #[arg(long, env = "SLUICE_SECRET_KEY", hide_env_values = true)]
+    secret_key: Option<String>,
+}
+
+/// The S3 credentials kept in `<data-dir>/credentials.toml`.
+#[derive(Serialize, Deserialize)]
+struct Credentials {
+    access_key: String,
+    secret_key: String,
+}
+
+fn load_or_create_credentials(dir: &Path) -> anyhow::Result<Credentials> {
+    let path = dir.join("credentials.toml");
+    if path.exists() {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        return toml::from_str(&text).with_context(|| format!("parsing {}", path.display()));
+    }
+    let credentials = Credentials {
+        access_key: format!("SLUICE{}", hex::encode_upper(rand::random::<[u8; 7]>())),
+        secret_key: hex::encode(rand::random::<[u8; 20]>()),
+    };
+    std::fs::write(&path, toml::to_string(&credentials)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(credentials)
+}
+
+/// A role running as a task, with the error it ended with.
+type RoleTask = (String, JoinHandle<anyhow::Result<()>>);
+
+fn spawn_role<F, E>(name: String, fut: F) -> RoleTask
+where
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<anyhow::Error> + Send + 'static,
+{
+    (
+        name,
+        tokio::spawn(async move { fut.await.map_err(Into::into) }),
+    )
+}
+
+fn shutdown_of(rx: &watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'static {
+    let mut rx = rx.clone();
+    async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+}
+
+pub async fn run(
+    args: DevArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let dir = &args.data_dir;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    let kept = load_or_create_credentials(&dir)?;
+    let access_key = args.access_key.unwrap_or(kept.access_key);
+    let secret_key = args.secret_key.unwrap_or(kept.secret_key);
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let host = args.listen.ip();
+    let mut tasks: Vec<RoleTask> = Vec::new();
+
+    // Meta: a single voter.
+    let meta_addr = SocketAddr::new(host, args.grpc_port_base);
+    let meta_endpoint = format!("http://{meta_addr}");
+    let meta_config = sluice_meta::Config {
+        node_id: 1,
+        listen: meta_addr,
+        advertise_addr: meta_endpoint.clone(),
+        data_dir: dir.join("meta-1"),
+        ..Default::default()
+    };
+    let listener = tokio::net::TcpListener::bind(meta_addr)
+        .await
+        .with_context(|| format!("binding meta on {meta_addr}"))?;
+    tasks.push(spawn_role(
+        "meta-1".into(),
+        sluice_meta::run(meta_config, listener, shutdown_of(&stop_rx)),
+    ));
+
+    // Datanodes.
+    for i in 1..=DATANODES {
+        let port = args.grpc_port_base + i as u16;
+        let addr = SocketAddr::new(host, port);
+        let config = sluice_datanode::Config {
+            node_id: i,
+            listen: addr,
+            advertise_addr: format!("http://{addr}"),
+            data_dir: dir.join(format!("datanode-{i}")),
+            meta_endpoints: vec![meta_endpoint.clone()],
+            ..Default::default()
+        };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding datanode {i} on {addr}"))?;
+        tasks.push(spawn_role(
+            format!("datanode-{i}"),
+            sluice_datanode::run(config, listener, shutdown_of(&stop_rx)),
+        ));
+    }
+
+    // Gateway.
+    let gateway_config = sluice_gateway::Config {
+        listen: args.listen,
+        region: args.region.clone(),
+        access_key: access_key.clone(),
+        secret_key: secret_key.clone(),
+        meta_endpoints: vec![meta_endpoint],
+        data_shards: 4,
+        parity_shards: 2,
+        ..Default::default()
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding S3 on {}", args.listen))?;
+    let endpoint = format!("http://{}", listener.local_addr()?);
+    tasks.push(spawn_role(
+        "gateway".into(),
+        sluice_gateway::run(gateway_config, listener, shutdown_of(&stop_rx)),
+    ));
+
+    println!("Sluice dev cluster: 1 meta node, {DATANODES} datanodes, erasure layout 4+2");
+    println!("  data dir:   {}", dir.display());
+    println!("  endpoint:   {endpoint}");
+    println!("  region:     {}", args.region);
+    println!("  access key: {access_key}");
+    println!("  secret key: {secret_key}");
+    println!(
+        "Try: AWS_ACCESS_KEY_ID={access_key} AWS_SECRET_ACCESS_KEY={secret_key} aws --endpoint-url {endpoint} --region {} s3 ls",
+        args.region
+    );
+    println!("Press Ctrl-C to stop.");
+
+    // Run until Ctrl-C, or until a role fails.
+    let mut failed: Option<anyhow::Error> = None;
+    {
+        let watch_roles = futures_select_first_exit(&mut tasks);
+        tokio::select! {
+            _ = shutdown => {}
+            (name, result) = watch_roles => {
+                failed = Some(match result {
+                    Ok(()) => anyhow::anyhow!("{name} stopped unexpectedly"),
+                    Err(e) => e.context(format!("{name} failed")),
+                });
+            }
+        }
+    }
+    let _ = stop_tx.send(true);
+    // Stop in dependency order: the gateway first, then datanodes, meta last.
+    for (name, handle) in tasks.into_iter().rev() {
+        if handle.is_finished() && failed.is_some() {
+            continue;
+        }
+        match handle.await {
+            Ok(Ok(())) => tracing::info!(role = %name, "stopped"),
+            Ok(Err(e)) => {
+                tracing::error!(role = %name, error = %format!("{e:#}"), "stopped with an error")
+            }
+            Err(e) => tracing::error!(role = %name, error = %e, "task panicked"),
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => {
+            println!("Sluice dev cluster stopped.");
+            Ok(())
+        }
+    }
+}
+
+/// Resolves when the first role task ends, with its name and result.
+async fn futures_select_first_exit(tasks: &mut [RoleTask]) -> (String, anyhow::Result<()>) {
+    let names: Vec<String> = tasks.iter().map(|(n, _)| n.clone()).collect();
+    let handles = tasks.iter_mut().map(|(_, h)| h);
+    let (result, index, _) = futures::future::select_all(handles).await;
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => Err(anyhow::anyhow!("task panicked: {e}")),
+    };
+    (names[index].clone(), result)
+}

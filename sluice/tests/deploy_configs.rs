@@ -1,0 +1,44 @@
+//! Every example config shipped in `deploy/` parses into its role's
+//! `Config` and passes `validate()`, so the examples cannot rot.
+
+use std::path::PathBuf;
+
+fn deploy(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+#[test]
+fn meta_example_parses() {
+    let config: sluice_meta::Config =
+        toml::from_str(&deploy("meta.toml")).expect("parse meta.toml");
+    config.validate().expect("meta.toml valid");
+    assert_eq!(config.voters.len(), 3);
+    assert_eq!(config.sled_cache_bytes, 64 * 1024 * 1024);
+}
+
+#[test]
+fn datanode_example_parses() {
+    let config: sluice_datanode::Config =
+        toml::from_str(&deploy("datanode.toml")).expect("parse datanode.toml");
+    config.validate().expect("datanode.toml valid");
+    assert_eq!(config.meta_endpoints.len(), 3);
+    assert_eq!(config.heartbeat_interval, std::time::Duration::from_secs(2));
+}
+
+#[test]
+fn gateway_example_parses() {
+    let config: sluice_gateway::Config =
+        toml::from_str(&deploy("gateway.toml")).expect("parse gateway.toml");
+    config.validate().expect("gateway.toml valid");
+    assert_eq!((config.data_shards, config.parity_shards), (4, 2));
+    assert_eq!(config.effective_write_quorum(), 5);
+}
+
+#[test]
+fn unknown_fields_are_rejected() {
+    let err = toml::from_str::<sluice_gateway::Config>("no_such_knob = 1").unwrap_err();
+    assert!(err.to_string().contains("no_such_knob"), "{err}");
+}

@@ -1,0 +1,427 @@
+//! End to end: the built `sluice` binary started as `sluice dev`, driven by
+//! the aws CLI and curl exactly as a user would (README quickstart).
+//!
+//! Needs `aws` (aws-cli) and `curl` on PATH; `.ci/run` installs them.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+const ACCESS_KEY: &str = "SLUICEE2ETESTKEY";
+const SECRET_KEY: &str = "e2e-secret-key-0123456789abcdef";
+
+/// Finds `count` consecutive free loopback ports.
+fn free_port_range(count: u16) -> u16 {
+    for attempt in 0..200u32 {
+        let base = 20_000 + ((std::process::id() * 7919 + attempt * 104_729) % 40_000) as u16;
+        let listeners: Vec<_> = (0..count)
+            .map(|i| TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], base + i))))
+            .collect();
+        if listeners.iter().all(Result::is_ok) {
+            return base;
+        }
+    }
+    panic!("no free port range found");
+}
+
+struct Dev {
+    child: Child,
+    endpoint: String,
+}
+
+impl Dev {
+    fn start(data_dir: &Path, s3_port: u16, grpc_base: u16) -> Dev {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["dev", "--data-dir"])
+            .arg(data_dir)
+            .args(["--listen", &format!("127.0.0.1:{s3_port}")])
+            .args(["--grpc-port-base", &grpc_base.to_string()])
+            .env("SLUICE_ACCESS_KEY", ACCESS_KEY)
+            .env("SLUICE_SECRET_KEY", SECRET_KEY)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start sluice dev");
+        // The banner names the endpoint once every listener is bound.
+        let stdout = child.stdout.take().expect("stdout");
+        let mut endpoint = None;
+        let mut lines = BufReader::new(stdout).lines();
+        for line in lines.by_ref() {
+            let line = line.expect("read banner");
+            println!("sluice dev: {line}");
+            if let Some(e) = line.trim().strip_prefix("endpoint:") {
+                endpoint = Some(e.trim().to_string());
+            }
+            if line.starts_with("Press Ctrl-C") {
+                break;
+            }
+        }
+        // Keep draining stdout so the process never writes to a closed pipe.
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                println!("sluice dev: {line}");
+            }
+        });
+        let endpoint = endpoint.expect("banner names the endpoint");
+        assert_eq!(endpoint, format!("http://127.0.0.1:{s3_port}"));
+        Dev { child, endpoint }
+    }
+
+    /// Sends SIGINT (Ctrl-C) and expects a clean exit.
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(
+                    status.success(),
+                    "sluice dev exited with {status} after Ctrl-C"
+                );
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sluice dev did not stop within 30s of Ctrl-C"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn aws(dev: &Dev, args: &[&str]) -> Output {
+    Command::new("aws")
+        .arg("--endpoint-url")
+        .arg(&dev.endpoint)
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .expect("run aws (is aws-cli installed? .ci/run installs it)")
+}
+
+fn aws_ok(dev: &Dev, args: &[&str]) -> String {
+    let out = aws(dev, args);
+    assert!(
+        out.status.success(),
+        "aws {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("bad JSON from aws ({e}): {text}"))
+}
+
+fn sha256_file(path: &Path) -> String {
+    hex::encode(Sha256::digest(std::fs::read(path).expect("read file")))
+}
+
+fn write_random_file(path: &Path, len: usize, seed: u64) -> Vec<u8> {
+    // xorshift64*: deterministic and fast enough for tens of MiB.
+    let mut x = seed | 1;
+    let mut data = Vec::with_capacity(len);
+    while data.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        data.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    data.truncate(len);
+    std::fs::write(path, &data).expect("write file");
+    data
+}
+
+/// Waits until the cluster accepts a write (meta leader elected, datanodes registered).
+fn wait_until_writable(dev: &Dev, bucket: &str, probe: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let created = aws(dev, &["s3api", "create-bucket", "--bucket", bucket])
+            .status
+            .success();
+        if created
+            && aws(
+                dev,
+                &[
+                    "s3",
+                    "cp",
+                    probe.to_str().unwrap(),
+                    &format!("s3://{bucket}/probe"),
+                ],
+            )
+            .status
+            .success()
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sluice dev not writable within 60s"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn aws_cli_against_sluice_dev() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir: PathBuf = tmp.path().join("data");
+    let base = free_port_range(8);
+    let (s3_port, grpc_base) = (base, base + 1);
+    let dev = Dev::start(&data_dir, s3_port, grpc_base);
+
+    let probe = tmp.path().join("probe.txt");
+    std::fs::write(&probe, b"hello sluice\n").unwrap();
+    wait_until_writable(&dev, "e2e", &probe);
+
+    // aws s3 cp of a 65 MiB file: the CLI uploads it by multipart (8 MiB parts).
+    let big = tmp.path().join("big.bin");
+    write_random_file(&big, 65 * 1024 * 1024, 42);
+    aws_ok(
+        &dev,
+        &["s3", "cp", big.to_str().unwrap(), "s3://e2e/dir/big.bin"],
+    );
+    let back = tmp.path().join("big.back");
+    aws_ok(
+        &dev,
+        &["s3", "cp", "s3://e2e/dir/big.bin", back.to_str().unwrap()],
+    );
+    assert_eq!(
+        sha256_file(&back),
+        sha256_file(&big),
+        "65 MiB object read back differs"
+    );
+    let head = json(&aws_ok(
+        &dev,
+        &[
+            "s3api",
+            "head-object",
+            "--bucket",
+            "e2e",
+            "--key",
+            "dir/big.bin",
+        ],
+    ));
+    assert_eq!(head["ContentLength"], 65 * 1024 * 1024);
+    assert!(
+        head["ETag"].as_str().unwrap().ends_with("-9\""),
+        "multipart ETag: {}",
+        head["ETag"]
+    );
+
+    // The s3api multipart sequence by hand: two parts (5 MiB + 1 KiB).
+    let part1 = tmp.path().join("part1");
+    let part2 = tmp.path().join("part2");
+    let p1 = write_random_file(&part1, 5 * 1024 * 1024, 7);
+    let p2 = write_random_file(&part2, 1024, 8);
+    let created = json(&aws_ok(
+        &dev,
+        &[
+            "s3api",
+            "create-multipart-upload",
+            "--bucket",
+            "e2e",
+            "--key",
+            "manual",
+        ],
+    ));
+    let upload_id = created["UploadId"].as_str().expect("UploadId").to_string();
+    let mut etags = Vec::new();
+    for (n, file) in [(1, &part1), (2, &part2)] {
+        let out = json(&aws_ok(
+            &dev,
+            &[
+                "s3api",
+                "upload-part",
+                "--bucket",
+                "e2e",
+                "--key",
+                "manual",
+                "--upload-id",
+                &upload_id,
+                "--part-number",
+                &n.to_string(),
+                "--body",
+                file.to_str().unwrap(),
+            ],
+        ));
+        etags.push(out["ETag"].as_str().expect("ETag").to_string());
+    }
+    let parts = serde_json::json!({ "Parts": [
+        { "PartNumber": 1, "ETag": etags[0] },
+        { "PartNumber": 2, "ETag": etags[1] },
+    ]});
+    let done = json(&aws_ok(
+        &dev,
+        &[
+            "s3api",
+            "complete-multipart-upload",
+            "--bucket",
+            "e2e",
+            "--key",
+            "manual",
+            "--upload-id",
+            &upload_id,
+            "--multipart-upload",
+            &parts.to_string(),
+        ],
+    ));
+    assert!(
+        done["ETag"].as_str().unwrap().ends_with("-2\""),
+        "complete ETag: {}",
+        done["ETag"]
+    );
+    let manual_back = tmp.path().join("manual.back");
+    aws_ok(
+        &dev,
+        &["s3", "cp", "s3://e2e/manual", manual_back.to_str().unwrap()],
+    );
+    let mut expected = p1;
+    expected.extend_from_slice(&p2);
+    assert_eq!(std::fs::read(&manual_back).unwrap(), expected);
+
+    // aws s3 ls lists what is there.
+    let ls = aws_ok(&dev, &["s3", "ls", "s3://e2e/"]);
+    assert!(ls.contains("PRE dir/"), "ls: {ls}");
+    assert!(ls.contains("manual") && ls.contains("probe"), "ls: {ls}");
+    let ls_buckets = aws_ok(&dev, &["s3", "ls"]);
+    assert!(ls_buckets.contains("e2e"), "ls buckets: {ls_buckets}");
+
+    // A presigned GET with curl, no credentials.
+    let url = aws_ok(
+        &dev,
+        &["s3", "presign", "s3://e2e/manual", "--expires-in", "300"],
+    );
+    let fetched = tmp.path().join("presigned.back");
+    let curl = Command::new("curl")
+        .args(["-sS", "-f", "-o"])
+        .arg(&fetched)
+        .arg(url.trim())
+        .output()
+        .expect("run curl");
+    assert!(
+        curl.status.success(),
+        "curl presigned GET: {}",
+        String::from_utf8_lossy(&curl.stderr)
+    );
+    assert_eq!(std::fs::read(&fetched).unwrap(), expected);
+
+    // A wrong secret key is refused.
+    let bad = Command::new("aws")
+        .args(["--endpoint-url", &dev.endpoint, "s3api", "list-buckets"])
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", "wrong-secret")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("SignatureDoesNotMatch"));
+
+    // Leave one multipart upload open, then restart on the same data dir.
+    let open = json(&aws_ok(
+        &dev,
+        &[
+            "s3api",
+            "create-multipart-upload",
+            "--bucket",
+            "e2e",
+            "--key",
+            "open",
+        ],
+    ));
+    let open_id = open["UploadId"].as_str().unwrap().to_string();
+    aws_ok(
+        &dev,
+        &[
+            "s3api",
+            "upload-part",
+            "--bucket",
+            "e2e",
+            "--key",
+            "open",
+            "--upload-id",
+            &open_id,
+            "--part-number",
+            "1",
+            "--body",
+            part2.to_str().unwrap(),
+        ],
+    );
+    dev.stop();
+
+    let dev = Dev::start(&data_dir, s3_port, grpc_base);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let back2 = tmp.path().join("big.back2");
+    while !aws(
+        &dev,
+        &["s3", "cp", "s3://e2e/dir/big.bin", back2.to_str().unwrap()],
+    )
+    .status
+    .success()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "object not readable within 60s of restart"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(
+        sha256_file(&back2),
+        sha256_file(&big),
+        "object changed across restart"
+    );
+    let uploads = json(&aws_ok(
+        &dev,
+        &["s3api", "list-multipart-uploads", "--bucket", "e2e"],
+    ));
+    let ids: Vec<&str> = uploads["Uploads"]
+        .as_array()
+        .expect("Uploads")
+        .iter()
+        .map(|u| u["UploadId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![open_id.as_str()],
+        "open upload kept across restart"
+    );
+    let parts = json(&aws_ok(
+        &dev,
+        &[
+            "s3api",
+            "list-parts",
+            "--bucket",
+            "e2e",
+            "--key",
+            "open",
+            "--upload-id",
+            &open_id,
+        ],
+    ));
+    assert_eq!(parts["Parts"][0]["Size"], 1024);
+    dev.stop();
+}
