@@ -328,6 +328,19 @@ impl<K: KvStore> Meta for MetaService<K> {
         Ok(Response::new(pb::ListDatanodesResponse { datanodes }))
     }
 
+    async fn filter_unreferenced(
+        &self,
+        request: Request<pb::FilterUnreferencedRequest>,
+    ) -> Result<Response<pb::FilterUnreferencedResponse>, Status> {
+        self.linearizable().await?;
+        // Refuses more than MAX_FILTER_IDS ids with INVALID_ARGUMENT.
+        let unreferenced = sm::filter_unreferenced(self.kv.as_ref(), &request.get_ref().blob_ids)
+            .map_err(sm_status)?;
+        Ok(Response::new(pb::FilterUnreferencedResponse {
+            unreferenced,
+        }))
+    }
+
     async fn cluster_status(
         &self,
         _request: Request<pb::ClusterStatusRequest>,

@@ -415,6 +415,26 @@ impl MetaClient {
         Ok(r.datanodes)
     }
 
+    /// The ids of `blob_ids` that no committed part or object record
+    /// references (request order), read linearizably on the leader.
+    /// At most [`MAX_FILTER_IDS`](crate::sm::MAX_FILTER_IDS) ids per call:
+    /// more are refused with `InvalidArgument`. A blob still being written
+    /// (not yet committed) is unreferenced too, so the datanode GC only
+    /// asks about shards older than its grace period.
+    pub async fn filter_unreferenced(
+        &self,
+        blob_ids: Vec<String>,
+    ) -> Result<Vec<String>, MetaError> {
+        let req = pb::FilterUnreferencedRequest { blob_ids };
+        let r = self
+            .call("FilterUnreferenced", |mut c| {
+                let req = req.clone();
+                async move { c.filter_unreferenced(req).await }
+            })
+            .await?;
+        Ok(r.unreferenced)
+    }
+
     pub async fn cluster_status(&self) -> Result<pb::ClusterStatusResponse, MetaError> {
         self.call("ClusterStatus", |mut c| async move {
             c.cluster_status(pb::ClusterStatusRequest {}).await

@@ -56,6 +56,24 @@ pub struct Config {
     /// TCP connect timeout for Raft RPCs to peers. Default 1s.
     #[serde(with = "humantime_serde")]
     pub peer_connect_timeout: Duration,
+    /// How often the leader looks for stale multipart uploads (the first
+    /// look is one interval after the node starts). Default 6h; any
+    /// positive humantime ("200ms" in tests).
+    #[serde(with = "humantime_serde")]
+    pub stale_upload_check_interval: Duration,
+    /// A multipart upload initiated longer ago than this (by its record's
+    /// `initiated_ms`) is aborted by the leader's sweeper through Raft, like
+    /// AbortMultipartUpload; its parts' shards become garbage for the
+    /// datanodes' shard GC. Default 24h; any positive humantime.
+    #[serde(with = "humantime_serde")]
+    pub stale_upload_expiry: Duration,
+    /// Address of this node's Prometheus endpoint (`GET /metrics`), e.g.
+    /// `"127.0.0.1:7091"`. Default `None`: no metrics endpoint. The role
+    /// library does not read it: the `sluice` binary installs the process-wide
+    /// metrics recorder and serves `/metrics` here (one recorder per process,
+    /// so `sluice dev`, which runs every role in one process, has its own
+    /// `--metrics-listen` flag instead).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -74,6 +92,9 @@ impl Default for Config {
             max_in_snapshot_log_to_keep: 1000,
             datanode_liveness: Duration::from_secs(6),
             peer_connect_timeout: Duration::from_secs(1),
+            stale_upload_check_interval: Duration::from_secs(6 * 3600),
+            stale_upload_expiry: Duration::from_secs(24 * 3600),
+            metrics_listen: None,
         }
     }
 }
@@ -101,6 +122,10 @@ pub enum ConfigError {
     Liveness,
     #[error("sled_cache_bytes is {0}, below the minimum of 1 MiB")]
     CacheTooSmall(u64),
+    #[error("stale_upload_check_interval must be greater than 0")]
+    StaleUploadCheckInterval,
+    #[error("stale_upload_expiry must be greater than 0")]
+    StaleUploadExpiry,
 }
 
 fn is_url(s: &str) -> bool {
@@ -139,6 +164,12 @@ impl Config {
         }
         if self.sled_cache_bytes < 1024 * 1024 {
             return Err(ConfigError::CacheTooSmall(self.sled_cache_bytes));
+        }
+        if self.stale_upload_check_interval.is_zero() {
+            return Err(ConfigError::StaleUploadCheckInterval);
+        }
+        if self.stale_upload_expiry.is_zero() {
+            return Err(ConfigError::StaleUploadExpiry);
         }
         Ok(())
     }
@@ -236,7 +267,16 @@ mod tests {
         assert_eq!(c.voters.len(), 2);
         assert_eq!(c.snapshot_logs_since_last, 5000);
         assert_eq!(c.datanode_liveness, Duration::from_secs(6));
+        assert_eq!(c.stale_upload_check_interval, Duration::from_secs(6 * 3600));
+        assert_eq!(c.stale_upload_expiry, Duration::from_secs(24 * 3600));
         c.validate().unwrap();
+
+        let s: Config =
+            toml::from_str("stale_upload_check_interval = \"200ms\"\nstale_upload_expiry = \"1s\"")
+                .unwrap();
+        assert_eq!(s.stale_upload_check_interval, Duration::from_millis(200));
+        assert_eq!(s.stale_upload_expiry, Duration::from_secs(1));
+        s.validate().unwrap();
 
         let n: Config = toml::from_str("sled_cache_bytes = 2097152").unwrap();
         assert_eq!(n.sled_cache_bytes, 2 * 1024 * 1024);
@@ -265,6 +305,16 @@ mod tests {
             ..Config::default()
         };
         assert!(matches!(bad.validate(), Err(ConfigError::AdvertiseAddr(_))));
+        let bad = Config {
+            stale_upload_check_interval: Duration::ZERO,
+            ..Config::default()
+        };
+        assert_eq!(bad.validate(), Err(ConfigError::StaleUploadCheckInterval));
+        let bad = Config {
+            stale_upload_expiry: Duration::ZERO,
+            ..Config::default()
+        };
+        assert_eq!(bad.validate(), Err(ConfigError::StaleUploadExpiry));
         assert_eq!(Config::default().initial_voters().len(), 1);
     }
 }

@@ -6,6 +6,7 @@ use openraft::BasicNode;
 use openraft::error::{Fatal, InitializeError, RaftError};
 
 use crate::config::ConfigError;
+use crate::sm::SmError;
 use crate::store::KvError;
 
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +29,10 @@ pub enum Error {
         #[source]
         source: KvError,
     },
+    /// Indexing the blob references of an existing store failed (I/O
+    /// error or a corrupt record).
+    #[error("build the blob reference index: {0}")]
+    RefIndex(#[source] SmError),
     /// openraft refused the derived Raft config.
     #[error("invalid raft config: {0}")]
     RaftConfig(#[from] openraft::ConfigError),

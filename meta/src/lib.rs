@@ -13,16 +13,21 @@
 //!   batches, flush; [`SledStore`](store::SledStore) and
 //!   [`MemStore`](store::MemStore).
 //! * [`sm`] — the state machine as pure functions over a `KvStore`:
-//!   mutations (S3 rules for buckets, objects, multipart) and listings.
+//!   mutations (S3 rules for buckets, objects, multipart), listings, and
+//!   the blob reference index the datanodes' shard GC consults
+//!   (`FilterUnreferenced`).
 //! * [`raft`] — openraft type config, log store, state machine adapter and
 //!   snapshots, protobuf conversions, tonic network and Raft service.
 //! * `api` — the `sluice.meta.Meta` gRPC service (leader checks, NOT_LEADER
-//!   hints); `liveness` — datanode heartbeats in leader memory.
+//!   hints); `liveness` — datanode heartbeats in leader memory;
+//!   `sweeper` — the leader aborts multipart uploads older than
+//!   `stale_upload_expiry` through Raft.
 //! * [`client`] — [`MetaClient`], the leader-following client.
 //!
 //! # Metrics
 //! `sluice_meta_applied_entries_total`: Raft log entries applied to the
-//! state machine.
+//! state machine. `sluice_meta_stale_uploads_aborted_total`: uploads the
+//! sweeper aborted.
 
 mod api;
 pub mod client;
@@ -33,6 +38,7 @@ mod node;
 pub mod raft;
 pub mod sm;
 pub mod store;
+mod sweeper;
 
 pub use client::{MetaClient, MetaError};
 pub use config::{Config, ConfigError};

@@ -1,5 +1,6 @@
-//! [`run`]: one meta node — sled store, openraft, and the gRPC server
-//! (Raft and Meta services on one listener).
+//! [`run`]: one meta node — sled store, openraft, the gRPC server (Raft
+//! and Meta services on one listener), and the leader's background tasks
+//! (datanode liveness, stale upload sweeper).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,7 +20,9 @@ use crate::liveness::{Liveness, watch_leadership};
 use crate::raft::network::{MAX_MESSAGE_BYTES, Network};
 use crate::raft::service::RaftService;
 use crate::raft::{LogStore, MetaRaft, StateMachine};
+use crate::sm;
 use crate::store::SledStore;
+use crate::sweeper::Sweeper;
 
 /// How long `run` waits, on start, for a previous instance in this process
 /// to release the same data dir, and on shutdown for its own handles.
@@ -50,6 +53,18 @@ pub async fn run(
         source,
     })?;
     let kv = Arc::new(open_store(&config).await?);
+    // Before Raft applies anything: index the blobs of a store written
+    // before the reference index existed (a no-op afterwards).
+    match sm::refs::ensure_index(kv.as_ref()) {
+        Ok(Some(references)) => {
+            tracing::info!(references, "built the blob reference index");
+        }
+        Ok(None) => {}
+        Err(source) => {
+            drop(kv);
+            return Err(Error::RefIndex(source));
+        }
+    }
 
     let raft_config = openraft::Config {
         cluster_name: "sluice-meta".to_string(),
@@ -82,6 +97,15 @@ pub async fn run(
 
     let liveness = Arc::new(Liveness::new(config.datanode_liveness));
     let watcher = tokio::spawn(watch_leadership(raft.clone(), liveness.clone()));
+    let sweeper = tokio::spawn(
+        Sweeper {
+            raft: raft.clone(),
+            kv: kv.clone(),
+            interval: config.stale_upload_check_interval,
+            expiry: config.stale_upload_expiry,
+        }
+        .run(),
+    );
 
     let meta = MetaService {
         node_id: config.node_id,
@@ -122,6 +146,8 @@ pub async fn run(
     };
     watcher.abort();
     let _ = watcher.await;
+    sweeper.abort();
+    let _ = sweeper.await;
     drop(raft);
     release_store(kv).await;
     tracing::info!(node_id = config.node_id, "meta node stopped");

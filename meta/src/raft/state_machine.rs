@@ -6,7 +6,10 @@
 //! entries on restart).
 //!
 //! A snapshot is a protobuf `raft.SnapshotBlob`: every record of the data
-//! keyspaces (buckets, objects, uploads, parts, datanodes). It is taken when
+//! keyspaces (buckets, objects, uploads, parts, datanodes and the reference
+//! index). A snapshot taken before the reference index existed has no
+//! index records; installing it derives them from its object and part
+//! records. It is taken when
 //! openraft asks for a builder, while no entry is being applied, so it is a
 //! consistent view; the current snapshot is kept in `Space::Snapshot`.
 
@@ -29,7 +32,7 @@ use sluice_proto::raft as rpb;
 
 use super::convert::{FromPb, ToPb};
 use super::{StorageError, TypeConfig};
-use crate::sm::{self, Applied};
+use crate::sm::{self, Applied, refs};
 use crate::store::{Batch, KvStore, Space};
 
 const APPLIED: &[u8] = b"applied";
@@ -40,12 +43,13 @@ const CURRENT: &[u8] = b"current";
 type AppliedState = (Option<LogId<u64>>, StoredMembership<u64, BasicNode>);
 
 /// The keyspaces a snapshot carries.
-const DATA_SPACES: [Space; 5] = [
+const DATA_SPACES: [Space; 6] = [
     Space::Buckets,
     Space::Objects,
     Space::Uploads,
     Space::Parts,
     Space::Datanodes,
+    Space::Refs,
 ];
 
 /// The metadata state machine of one node.
@@ -272,14 +276,25 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
                 b.delete(space, key);
             }
         }
+        let has_index = blob
+            .records
+            .iter()
+            .any(|r| r.space == u32::from(Space::Refs.id()));
         for rec in blob.records {
             let space = u8::try_from(rec.space)
                 .ok()
                 .and_then(Space::from_id)
                 .filter(|s| DATA_SPACES.contains(s))
                 .ok_or_else(|| err(&SnapshotError::UnknownSpace(rec.space)))?;
+            if !has_index {
+                // A snapshot from before the reference index: derive it.
+                for id in refs::blobs_of_record(space, &rec.value).map_err(|e| err(&e))? {
+                    b.put(Space::Refs, sm::keys::reference(&id), Vec::new());
+                }
+            }
             b.put(space, rec.key, rec.value);
         }
+        b.put(Space::SmMeta, refs::INDEX_MARKER, refs::INDEX_VERSION);
         if let Some(l) = &meta.last_log_id {
             b.put(Space::SmMeta, APPLIED, l.to_pb().encode_to_vec());
         }
@@ -312,5 +327,159 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
             meta,
             snapshot: Box::new(Cursor::new(stored.data)),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use openraft::LeaderId;
+    use sluice_proto::meta as pb;
+    use sluice_proto::raft::meta_command::Command;
+
+    use super::*;
+    use crate::store::MemStore;
+
+    fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(LeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(rpb::MetaCommand {
+                command: Some(command),
+            }),
+        }
+    }
+
+    fn placement(blob: &str) -> pb::Placement {
+        pb::Placement {
+            blob_id: blob.into(),
+            size: 1,
+            data_shards: 1,
+            parity_shards: 0,
+            block_size: 1,
+            nodes: vec![1],
+            missing: vec![],
+        }
+    }
+
+    fn put_object(key: &str, blob: &str) -> Command {
+        Command::PutObject(pb::PutObjectRequest {
+            object: Some(pb::ObjectRecord {
+                bucket: "b".into(),
+                key: key.into(),
+                parts: vec![pb::PartRecord {
+                    part_number: 1,
+                    placement: Some(placement(blob)),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        })
+    }
+
+    /// A state machine with objects a (blob-a) and, deleted, c (blob-c),
+    /// and an upload with one part (blob-p).
+    async fn populated() -> StateMachine<MemStore> {
+        let mut sm = StateMachine::new(Arc::new(MemStore::new()));
+        let commands = vec![
+            Command::CreateBucket(pb::CreateBucketRequest {
+                name: "b".into(),
+                now_ms: 1,
+            }),
+            put_object("a", "blob-a"),
+            put_object("c", "blob-c"),
+            Command::CreateUpload(pb::CreateUploadRequest {
+                upload: Some(pb::UploadRecord {
+                    bucket: "b".into(),
+                    key: "m".into(),
+                    upload_id: "u1".into(),
+                    initiated_ms: 1,
+                    ..Default::default()
+                }),
+            }),
+            Command::PutPart(pb::PutPartRequest {
+                bucket: "b".into(),
+                key: "m".into(),
+                part: Some(pb::PartRecord {
+                    upload_id: "u1".into(),
+                    part_number: 1,
+                    placement: Some(placement("blob-p")),
+                    ..Default::default()
+                }),
+            }),
+            Command::DeleteObject(pb::ObjectKey {
+                bucket: "b".into(),
+                key: "c".into(),
+            }),
+        ];
+        let entries: Vec<_> = commands
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| entry(i as u64 + 1, c))
+            .collect();
+        sm.apply(entries).await.unwrap();
+        sm
+    }
+
+    fn references(kv: &MemStore) -> BTreeSet<String> {
+        refs::all_references(kv).unwrap().into_iter().collect()
+    }
+
+    fn expected() -> BTreeSet<String> {
+        ["blob-a", "blob-p"].map(String::from).into()
+    }
+
+    async fn snapshot(sm: &mut StateMachine<MemStore>) -> Snapshot<TypeConfig> {
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn snapshots_carry_the_reference_index() {
+        let mut source = populated().await;
+        assert_eq!(references(&source.kv), expected());
+        let snap = snapshot(&mut source).await;
+
+        let kv = Arc::new(MemStore::new());
+        let mut target = StateMachine::new(kv.clone());
+        target
+            .install_snapshot(&snap.meta, snap.snapshot)
+            .await
+            .unwrap();
+        assert_eq!(references(&kv), expected());
+        assert!(kv.get(Space::SmMeta, refs::INDEX_MARKER).unwrap().is_some());
+        let ask = ["blob-a", "blob-c", "blob-p"].map(String::from);
+        assert_eq!(
+            sm::filter_unreferenced(kv.as_ref(), &ask).unwrap(),
+            vec!["blob-c".to_string()]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_without_the_index_is_indexed_on_install() {
+        let mut source = populated().await;
+        let snap = snapshot(&mut source).await;
+        // What a node of the previous release sends: no index records.
+        let mut blob = rpb::SnapshotBlob::decode(snap.snapshot.into_inner().as_slice()).unwrap();
+        let before = blob.records.len();
+        blob.records
+            .retain(|r| r.space != u32::from(Space::Refs.id()));
+        assert_eq!(before - blob.records.len(), 2);
+
+        let kv = Arc::new(MemStore::new());
+        // A stale reference the install must not keep.
+        let mut ghost = Batch::new();
+        ghost.put(Space::Refs, b"ghost".to_vec(), Vec::new());
+        kv.apply(ghost).unwrap();
+        let mut target = StateMachine::new(kv.clone());
+        target
+            .install_snapshot(&snap.meta, Box::new(Cursor::new(blob.encode_to_vec())))
+            .await
+            .unwrap();
+        assert_eq!(references(&kv), expected());
+        assert!(kv.get(Space::SmMeta, refs::INDEX_MARKER).unwrap().is_some());
     }
 }

@@ -51,3 +51,8 @@ pub fn part(upload_id: &str, part_number: u32) -> Vec<u8> {
 pub fn datanode(id: u64) -> Vec<u8> {
     id.to_be_bytes().to_vec()
 }
+
+/// `Refs`: the blob id.
+pub fn reference(blob_id: &str) -> Vec<u8> {
+    blob_id.as_bytes().to_vec()
+}

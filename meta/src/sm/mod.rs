@@ -5,10 +5,21 @@
 //!
 //! Semantics follow the comments of `proto/meta.proto` (S3 rules for
 //! buckets, objects, multipart uploads and listings).
+//!
+//! # Layout
+//! * `mutate` — [`apply_command`]: one function per `MetaCommand`.
+//! * `read` — point lookups and S3 listings.
+//! * [`refs`] — the reference index (blob id -> referenced) that every
+//!   mutation keeps, and [`filter_unreferenced`] for the datanodes' GC.
+//! * `stale` — [`stale_uploads`]: bounded pages of expired uploads for the
+//!   leader's sweeper.
+//! * [`keys`] — key encodings of the keyspaces.
 
 pub mod keys;
 mod mutate;
 mod read;
+pub mod refs;
+mod stale;
 
 #[cfg(test)]
 mod tests;
@@ -24,6 +35,8 @@ pub use read::{
     get_bucket, get_datanode, get_object, get_upload, list_buckets, list_datanodes, list_objects,
     list_parts, list_uploads,
 };
+pub use refs::{MAX_FILTER_IDS, filter_unreferenced};
+pub use stale::{StalePage, stale_uploads};
 
 /// Most entries one listing returns (S3's limit); a request for 0 gets this.
 pub const MAX_LIST: u32 = 1000;

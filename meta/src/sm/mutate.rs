@@ -1,5 +1,7 @@
 //! Mutations: each reads the current state and returns the batch that
-//! applies it and its outcome. A refusal returns an empty batch.
+//! applies it and its outcome. A refusal returns an empty batch. Every
+//! batch that writes or removes a part or object record also updates the
+//! reference index (see [`super::refs`]).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -8,6 +10,7 @@ use prost::Message;
 use sluice_proto::meta::{self as pb, ErrorCode};
 use sluice_proto::raft::{MetaCommand, meta_command::Command};
 
+use super::refs::update_index;
 use super::{Applied, MAX_PART_NUMBER, SmError, get, keys, refuse, require_bucket};
 use crate::store::{Batch, KvStore, Space};
 
@@ -139,6 +142,7 @@ fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest) -> Outcome {
     let released = released_by_replace(old.as_ref(), Some(object));
     let mut b = Batch::new();
     b.put(Space::Objects, key, object.encode_to_vec());
+    update_index(&mut b, &released, placements(object));
     Ok((b, Applied::Released(released)))
 }
 
@@ -150,10 +154,9 @@ fn delete_object<K: KvStore>(kv: &K, r: &pb::ObjectKey) -> Outcome {
     if old.is_some() {
         b.delete(Space::Objects, key);
     }
-    Ok((
-        b,
-        Applied::Released(released_by_replace(old.as_ref(), None)),
-    ))
+    let released = released_by_replace(old.as_ref(), None);
+    update_index(&mut b, &released, []);
+    Ok((b, Applied::Released(released)))
 }
 
 fn create_upload<K: KvStore>(kv: &K, r: &pb::CreateUploadRequest) -> Outcome {
@@ -209,13 +212,14 @@ fn put_part<K: KvStore>(kv: &K, r: &pb::PutPartRequest) -> Outcome {
     let key = keys::part(&part.upload_id, part.part_number);
     let old: Option<pb::PartRecord> = get(kv, Space::Parts, &key, "part")?;
     let new_blob = part.placement.as_ref().map(|p| p.blob_id.as_str());
-    let released = old
+    let released: Vec<pb::Placement> = old
         .and_then(|o| o.placement)
         .filter(|p| Some(p.blob_id.as_str()) != new_blob)
         .into_iter()
         .collect();
     let mut b = Batch::new();
     b.put(Space::Parts, key, part.encode_to_vec());
+    update_index(&mut b, &released, part.placement.iter());
     Ok((b, Applied::Released(released)))
 }
 
@@ -339,6 +343,7 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest) -> Outcome
     }
     b.delete(Space::Uploads, upload_key);
     b.put(Space::Objects, object_key, object.encode_to_vec());
+    update_index(&mut b, &released, placements(&object));
     Ok((
         b,
         Applied::Completed(Box::new(pb::CompleteUploadResponse {
@@ -359,7 +364,8 @@ fn abort_upload<K: KvStore>(kv: &K, r: &pb::UploadKey) -> Outcome {
         Space::Uploads,
         keys::upload(&r.bucket, &r.key, &r.upload_id),
     );
-    let released = parts.into_values().filter_map(|p| p.placement).collect();
+    let released: Vec<pb::Placement> = parts.into_values().filter_map(|p| p.placement).collect();
+    update_index(&mut b, &released, []);
     Ok((b, Applied::Released(released)))
 }
 

@@ -714,3 +714,5 @@ fn register_datanode_upserts_address() {
         [(1, "http://b"), (2, "http://c")]
     );
 }
+
+mod refs;

@@ -43,17 +43,21 @@ pub enum Space {
     Parts = 13,
     /// datanode id (u64 BE) -> `meta.DatanodeInfo`.
     Datanodes = 14,
+    /// The reference index: blob id -> empty value, for every placement a
+    /// part record or an object record references (see `sm::refs`).
+    Refs = 15,
 }
 
 impl Space {
     /// The spaces that make up the state machine (and so its snapshot).
-    pub const STATE_MACHINE: [Space; 6] = [
+    pub const STATE_MACHINE: [Space; 7] = [
         Space::SmMeta,
         Space::Buckets,
         Space::Objects,
         Space::Uploads,
         Space::Parts,
         Space::Datanodes,
+        Space::Refs,
     ];
 
     /// The prefix byte of this space.
@@ -73,6 +77,7 @@ impl Space {
             Space::Uploads,
             Space::Parts,
             Space::Datanodes,
+            Space::Refs,
         ]
         .into_iter()
         .find(|s| s.id() == id)

@@ -1,0 +1,315 @@
+//! Space reclamation on an in-process single-voter meta node, driven
+//! through MetaClient: the blob reference index behind FilterUnreferenced
+//! (the datanodes' shard GC asks it), and the stale multipart upload
+//! sweeper.
+
+use std::future::Future;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use sluice_meta::{Config, MetaClient, MetaError};
+use sluice_proto::meta::{self as pb, ErrorCode};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Polls `check` until it yields a value or `WAIT` passes.
+async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A running single-voter meta node.
+struct Node {
+    config: Config,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), sluice_meta::Error>>,
+}
+
+impl Node {
+    /// Starts a single voter in `dir` on `listener` with `tune` applied to
+    /// a test config.
+    fn start(dir: &Path, listener: TcpListener, tune: impl FnOnce(&mut Config)) -> Result<Node> {
+        let addr = listener.local_addr()?;
+        let mut config = Config {
+            node_id: 1,
+            listen: addr,
+            advertise_addr: format!("http://{addr}"),
+            data_dir: dir.to_path_buf(),
+            sled_cache_bytes: 4 << 20,
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout_min: Duration::from_millis(400),
+            election_timeout_max: Duration::from_millis(800),
+            ..Config::default()
+        };
+        tune(&mut config);
+        let (stop, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(sluice_meta::run(config.clone(), listener, async {
+            let _ = rx.await;
+        }));
+        Ok(Node { config, stop, task })
+    }
+
+    fn client(&self) -> MetaClient {
+        MetaClient::with_timeouts(
+            vec![self.config.advertise_addr.clone()],
+            Duration::from_secs(20),
+            Duration::from_secs(5),
+        )
+    }
+
+    /// Stops the node and returns its config (to restart it on the same
+    /// directory and port).
+    async fn stop(self) -> Result<Config> {
+        let _ = self.stop.send(());
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .context("node did not stop")???;
+        Ok(self.config)
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn placement(blob: &str) -> pb::Placement {
+    pb::Placement {
+        blob_id: blob.into(),
+        size: 6 << 20,
+        data_shards: 4,
+        parity_shards: 2,
+        block_size: 262_144,
+        nodes: vec![1, 2, 3, 4, 5, 6],
+        missing: vec![],
+    }
+}
+
+fn object(key: &str, blob: &str) -> pb::ObjectRecord {
+    pb::ObjectRecord {
+        bucket: "b".into(),
+        key: key.into(),
+        size: 6 << 20,
+        etag: "acbd18db4cc2f85cedef654fccc4a4d8".into(),
+        last_modified_ms: 1,
+        parts: vec![pb::PartRecord {
+            part_number: 1,
+            size: 6 << 20,
+            placement: Some(placement(blob)),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+async fn create_upload(client: &MetaClient, key: &str, id: &str, initiated_ms: i64) -> Result<()> {
+    client
+        .create_upload(pb::UploadRecord {
+            bucket: "b".into(),
+            key: key.into(),
+            upload_id: id.into(),
+            initiated_ms,
+            ..Default::default()
+        })
+        .await?;
+    Ok(())
+}
+
+fn part(id: &str, n: u32, blob: &str) -> pb::PartRecord {
+    pb::PartRecord {
+        upload_id: id.into(),
+        part_number: n,
+        size: 6 << 20,
+        md5: vec![n as u8; 16],
+        placement: Some(placement(blob)),
+        ..Default::default()
+    }
+}
+
+fn strings(ids: &[&str]) -> Vec<String> {
+    ids.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filter_unreferenced_follows_commits_and_restarts() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let node = Node::start(tmp.path(), TcpListener::bind("127.0.0.1:0").await?, |_| {})?;
+    let client = node.client();
+    let all = strings(&["obj1", "obj2", "p1", "p2", "never"]);
+    let unreferenced = |ids: Vec<String>| {
+        let client = client.clone();
+        async move { client.filter_unreferenced(ids).await }
+    };
+
+    assert!(client.create_bucket("b", 1).await?);
+    client.put_object(object("k", "obj1")).await?;
+    create_upload(&client, "m", "u1", now_ms()).await?;
+    client.put_part("b", "m", part("u1", 1, "p1")).await?;
+    client.put_part("b", "m", part("u1", 2, "p2")).await?;
+    assert_eq!(
+        unreferenced(all.clone()).await?,
+        strings(&["obj2", "never"]),
+        "a blob not yet committed (obj2) is unreferenced"
+    );
+
+    // Overwrite: obj1 becomes garbage.
+    client.put_object(object("k", "obj2")).await?;
+    assert_eq!(
+        unreferenced(all.clone()).await?,
+        strings(&["obj1", "never"])
+    );
+
+    // Complete with part 1 only: part 2 becomes garbage, part 1 lives on
+    // in the object m.
+    let done = client
+        .complete_upload(pb::CompleteUploadRequest {
+            bucket: "b".into(),
+            key: "m".into(),
+            upload_id: "u1".into(),
+            parts: vec![pb::CompletedPart {
+                part_number: 1,
+                etag: hex::encode([1u8; 16]),
+            }],
+            now_ms: now_ms(),
+            min_part_size: 5 << 20,
+            checksums: None,
+        })
+        .await?;
+    assert_eq!(done.released, vec![placement("p2")]);
+    assert_eq!(
+        unreferenced(all.clone()).await?,
+        strings(&["obj1", "p2", "never"])
+    );
+
+    // At most 1000 ids per call.
+    let too_many: Vec<String> = (0..1001).map(|i| format!("x{i}")).collect();
+    match client.filter_unreferenced(too_many).await {
+        Err(MetaError::Refused {
+            code: ErrorCode::InvalidArgument,
+            ..
+        }) => {}
+        other => bail!("expected InvalidArgument, got {other:?}"),
+    }
+    let max: Vec<String> = (0..1000).map(|i| format!("x{i}")).collect();
+    assert_eq!(client.filter_unreferenced(max).await?.len(), 1000);
+
+    // The index is persistent state: a restart on the same directory keeps it.
+    let config = node.stop().await?;
+    let node = Node::start(
+        &config.data_dir,
+        TcpListener::bind(config.listen).await?,
+        |_| {},
+    )?;
+    let client = node.client();
+    assert_eq!(
+        client.filter_unreferenced(all.clone()).await?,
+        strings(&["obj1", "p2", "never"])
+    );
+    client.delete_object("b", "k").await?;
+    client.delete_object("b", "m").await?;
+    assert_eq!(client.filter_unreferenced(all.clone()).await?, all);
+    node.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweeper_aborts_stale_uploads_only() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let node = Node::start(tmp.path(), TcpListener::bind("127.0.0.1:0").await?, |c| {
+        c.stale_upload_check_interval = Duration::from_millis(200);
+        c.stale_upload_expiry = Duration::from_secs(1);
+    })?;
+    let client = node.client();
+    assert!(client.create_bucket("b", 1).await?);
+
+    // Initiated an hour ago: stale.
+    create_upload(&client, "old", "u-old", now_ms() - 3_600_000).await?;
+    client
+        .put_part("b", "old", part("u-old", 1, "blob-old"))
+        .await?;
+    // Initiated a minute ahead (a gateway clock slightly ahead): younger
+    // than the 1 s expiry for the whole test, however slow the machine.
+    create_upload(&client, "fresh", "u-fresh", now_ms() + 60_000).await?;
+    client
+        .put_part("b", "fresh", part("u-fresh", 1, "blob-fresh"))
+        .await?;
+
+    wait_for("the stale upload to be aborted", || async {
+        match client.get_upload("b", "old", "u-old").await {
+            Err(MetaError::Refused {
+                code: ErrorCode::NoSuchUpload,
+                ..
+            }) => Some(()),
+            _ => None,
+        }
+    })
+    .await?;
+
+    // Aborted through the state machine: its parts are gone and its blob
+    // is garbage for the datanodes' GC.
+    match client
+        .list_parts(pb::ListPartsRequest {
+            bucket: "b".into(),
+            key: "old".into(),
+            upload_id: "u-old".into(),
+            ..Default::default()
+        })
+        .await
+    {
+        Err(MetaError::Refused {
+            code: ErrorCode::NoSuchUpload,
+            ..
+        }) => {}
+        other => bail!("expected NoSuchUpload, got {other:?}"),
+    }
+    assert_eq!(
+        client
+            .filter_unreferenced(strings(&["blob-old", "blob-fresh"]))
+            .await?,
+        strings(&["blob-old"])
+    );
+    // The fresh upload and its part are untouched.
+    let uploads = client
+        .list_uploads(pb::ListUploadsRequest {
+            bucket: "b".into(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(
+        uploads
+            .uploads
+            .iter()
+            .map(|u| u.upload_id.as_str())
+            .collect::<Vec<_>>(),
+        ["u-fresh"]
+    );
+    let parts = client
+        .list_parts(pb::ListPartsRequest {
+            bucket: "b".into(),
+            key: "fresh".into(),
+            upload_id: "u-fresh".into(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(parts.parts, vec![part("u-fresh", 1, "blob-fresh")]);
+    node.stop().await?;
+    Ok(())
+}
