@@ -58,6 +58,26 @@ pub struct Config {
     /// not wait on its own unsynced bytes.
     #[serde(with = "humantime_serde")]
     pub credit_fsync_idle: Duration,
+    /// Time between two shard GC passes (the first one interval after
+    /// start). A pass lists every shard and asks meta about the old ones.
+    /// Default 10 min; any positive humantime ("100ms" in tests).
+    #[serde(with = "humantime_serde")]
+    pub gc_interval: Duration,
+    /// A shard is garbage-collected only when every shard of its blob on
+    /// this node was last written longer ago than this and meta references
+    /// the blob nowhere. Must exceed the longest possible time from the
+    /// first shard write of a blob to the meta commit of its part or
+    /// object, or a blob could be collected before its commit (see
+    /// [`crate::gc`]). Default 1h; any positive humantime.
+    #[serde(with = "humantime_serde")]
+    pub gc_grace: Duration,
+    /// Address of this node's Prometheus endpoint (`GET /metrics`), e.g.
+    /// `"127.0.0.1:7191"`. Default `None`: no metrics endpoint. The role
+    /// library does not read it: the `sluice` binary installs the process-wide
+    /// metrics recorder and serves `/metrics` here (one recorder per process,
+    /// so `sluice dev`, which runs every role in one process, has its own
+    /// `--metrics-listen` flag instead).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -74,6 +94,9 @@ impl Default for Config {
             write_budget_bytes: None,
             credit_fsync_bytes: DEFAULT_CREDIT_FSYNC_BYTES,
             credit_fsync_idle: Duration::from_millis(5),
+            gc_interval: Duration::from_secs(600),
+            gc_grace: Duration::from_secs(3600),
+            metrics_listen: None,
         }
     }
 }
@@ -101,6 +124,10 @@ pub enum ConfigError {
     BadCreditFsyncBytes { fsync: u64, budget: u64 },
     #[error("credit_fsync_idle must be positive")]
     ZeroCreditFsyncIdle,
+    #[error("gc_interval must be positive")]
+    ZeroGcInterval,
+    #[error("gc_grace must be positive")]
+    ZeroGcGrace,
 }
 
 impl Config {
@@ -139,6 +166,12 @@ impl Config {
         }
         if self.credit_fsync_idle.is_zero() {
             return Err(ConfigError::ZeroCreditFsyncIdle);
+        }
+        if self.gc_interval.is_zero() {
+            return Err(ConfigError::ZeroGcInterval);
+        }
+        if self.gc_grace.is_zero() {
+            return Err(ConfigError::ZeroGcGrace);
         }
         Ok(())
     }
@@ -191,6 +224,14 @@ mod tests {
         assert_eq!(c.write_budget(), 64 * 1024 * 1024);
         assert_eq!(c.credit_fsync_bytes, 1024 * 1024);
         assert_eq!(c.credit_fsync_idle, Duration::from_millis(5));
+        assert_eq!(c.gc_interval, Duration::from_secs(600));
+        assert_eq!(c.gc_grace, Duration::from_secs(3600));
+        c.validate().expect("valid");
+
+        let c: Config =
+            toml::from_str("gc_interval = \"100ms\"\ngc_grace = \"2s\"").expect("parse gc fields");
+        assert_eq!(c.gc_interval, Duration::from_millis(100));
+        assert_eq!(c.gc_grace, Duration::from_secs(2));
         c.validate().expect("valid");
 
         let c: Config = toml::from_str(
@@ -270,6 +311,14 @@ mod tests {
         assert_eq!(
             bad(|c| c.credit_fsync_idle = Duration::ZERO),
             ConfigError::ZeroCreditFsyncIdle
+        );
+        assert_eq!(
+            bad(|c| c.gc_interval = Duration::ZERO),
+            ConfigError::ZeroGcInterval
+        );
+        assert_eq!(
+            bad(|c| c.gc_grace = Duration::ZERO),
+            ConfigError::ZeroGcGrace
         );
     }
 }

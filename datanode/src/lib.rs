@@ -22,12 +22,16 @@
 //! * `service` — the gRPC handlers over a store (bounded channels both ways).
 //! * `status` — every error-to-gRPC-code mapping.
 //! * `membership` — registration with meta and heartbeats.
+//! * [`gc`] — shard garbage collection: deletes shards older than
+//!   `gc_grace` whose blob meta no longer references (the
+//!   [`ReferenceOracle`](gc::ReferenceOracle) seam).
 //! * `server` — [`run`]: store, server and background tasks, and shutdown.
 //! * [`metrics`] — metric names.
 
 pub mod config;
 pub mod credit;
 mod error;
+pub mod gc;
 mod grants;
 mod membership;
 pub mod metrics;

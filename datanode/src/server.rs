@@ -1,4 +1,5 @@
-//! [`run`]: the datanode process — shard store, gRPC server, membership.
+//! [`run`]: the datanode process — shard store, gRPC server, membership,
+//! shard GC.
 
 use std::future::Future;
 use std::time::Duration;
@@ -10,6 +11,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::Server;
 
+use sluice_meta::MetaClient;
+
+use crate::gc::{self, Collector, MetaOracle};
 use crate::membership::Membership;
 use crate::service::{DatanodeService, ServiceOptions};
 use crate::store::DiskStore;
@@ -33,12 +37,16 @@ pub const CONNECTION_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
 /// [`KEEPALIVE_TIMEOUT`] is dropped and its uncommitted shards discarded.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Shard GC's meta calls: total retry time per call, and per attempt.
+const GC_META_RETRY_DEADLINE: Duration = Duration::from_secs(30);
+const GC_META_RPC_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs a datanode on `listener` until `shutdown` resolves.
 ///
 /// Opens (and recovers) the shard store under `config.data_dir`, serves
 /// `sluice.datanode.Datanode`, and registers with meta and heartbeats in
 /// the background (meta may be unreachable; registration is retried).
+/// Shard GC runs in the background every `config.gc_interval`.
 /// On `shutdown` it stops accepting connections, lets in-flight requests
 /// finish for `config.shutdown_grace`, then cancels them. It returns once
 /// every task has ended and every file is closed, so the same `data_dir`
@@ -53,6 +61,7 @@ pub async fn run(
 ) -> Result<(), Error> {
     config.validate()?;
     metrics::describe();
+    gc::describe();
     let store = DiskStore::open(&config.data_dir, config.node_id).await?;
     let cancel = CancellationToken::new();
     let stop_accepting = CancellationToken::new();
@@ -64,6 +73,18 @@ pub async fn run(
         credit_fsync_bytes: config.credit_fsync_bytes,
         credit_fsync_idle: config.credit_fsync_idle,
     };
+    let collector = Collector {
+        store: store.clone(),
+        oracle: MetaOracle::new(MetaClient::with_timeouts(
+            config.meta_endpoints.clone(),
+            GC_META_RETRY_DEADLINE,
+            GC_META_RPC_TIMEOUT,
+        )),
+        node_id: config.node_id,
+        interval: config.gc_interval,
+        grace: config.gc_grace,
+    };
+    tasks.spawn(collector.run(cancel.clone()));
     let service = DatanodeService::new(
         store,
         options,
