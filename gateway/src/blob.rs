@@ -15,12 +15,18 @@
 //! * `blob/read.rs` — the read path: one server-streaming `GetShard` per
 //!   shard in use, checksum verification, parity fallback and reconstruction.
 //!
-//! # Memory per request
-//! Write: the stripe being filled (`k * block_size`), the encoded stripe
-//! (`(k + m) * block_size`) and at most `shard_channel_depth` queued blocks
-//! per shard (`shard_channel_depth * (k + m) * block_size`). Read: one
-//! decoded stripe plus the blocks of the stripe being fetched; the rest is
-//! read-ahead bounded by the HTTP/2 windows (see [`crate::datanodes`]).
+//! # Memory
+//! Every stripe buffer of the write path and every decoded stripe of the
+//! read path holds a permit of a gateway-wide byte budget
+//! (`buffer_budget_bytes`, `read_budget_bytes`; see [`crate::admission`] for
+//! the accounting and the full memory formula). A write waits for its next
+//! stripe's permit before reading the stripe from the body (at most
+//! `stall_timeout`, then [`BlobError::BufferStall`]); every shard block
+//! waits for its datanode's credit before it goes on the wire (see
+//! [`crate::credit`]; at most `stall_timeout`, a shard lost that way is
+//! counted towards [`BlobError::DatanodesBusy`]). Read-ahead of GetShard
+//! streams beyond the stripe being fetched is bounded by the HTTP/2 windows
+//! (see [`crate::datanodes`]).
 
 mod read;
 mod write;
@@ -38,8 +44,11 @@ use sluice_proto::datanode::DeleteBlobsRequest;
 use sluice_proto::meta::Placement;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::{BudgetKind, BufferBudget, BufferError, BufferPermit, GatewayStats};
+use crate::credit::{CreditClient, CreditConfig, NodeCreditStats, new_gateway_id};
 use crate::datanodes::{DatanodeEntry, Datanodes};
 use crate::erasure::Codec;
+use crate::layout::Layout;
 
 /// How long a shard stream may make no progress (a block not accepted into
 /// its channel, a block not arriving, the final acknowledgement not coming)
@@ -81,6 +90,14 @@ pub enum BlobError {
     /// A [`BlobStoreConfig`] field is out of range.
     #[error("invalid blob store config: {0}")]
     InvalidConfig(String),
+    /// No buffer from the budget within `stall_timeout` (the gateway is
+    /// saturated): `503 SlowDown`.
+    #[error("no buffer within {waited:?}")]
+    BufferStall { waited: std::time::Duration },
+    /// Too many shards went without datanode credit for `stall_timeout`
+    /// (the datanodes are saturated): `503 SlowDown`.
+    #[error("datanodes granted no credit within {waited:?}")]
+    DatanodesBusy { waited: std::time::Duration },
 }
 
 /// Erasure layout and data-path tuning of a [`BlobStore`].
@@ -99,6 +116,15 @@ pub struct BlobStoreConfig {
     pub datanode_refresh_interval: Duration,
     /// Shard blocks queued per shard stream (>= 1).
     pub shard_channel_depth: usize,
+    /// Bytes of write buffers all writes may hold (>= one stripe,
+    /// `(k + m) * block_size`).
+    pub buffer_budget: u64,
+    /// Bytes of read buffers all reads may hold (>= one stripe).
+    pub read_budget: u64,
+    /// Longest wait for a buffer or for datanode credit.
+    pub stall_timeout: Duration,
+    /// Datanode credit unused this long is returned.
+    pub credit_idle_timeout: Duration,
 }
 
 impl Default for BlobStoreConfig {
@@ -110,6 +136,10 @@ impl Default for BlobStoreConfig {
             write_quorum: 5,
             datanode_refresh_interval: Duration::from_secs(5),
             shard_channel_depth: 4,
+            buffer_budget: crate::config::DEFAULT_BUFFER_BUDGET_BYTES,
+            read_budget: crate::config::DEFAULT_READ_BUDGET_BYTES,
+            stall_timeout: Duration::from_secs(30),
+            credit_idle_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -143,7 +173,33 @@ impl BlobStoreConfig {
         if self.shard_channel_depth == 0 {
             return bad("shard_channel_depth must be at least 1".into());
         }
+        let stripe = self.stripe_charge();
+        for (name, budget) in [
+            ("buffer_budget", self.buffer_budget),
+            ("read_budget", self.read_budget),
+        ] {
+            if !(stripe..=crate::config::MAX_BUDGET_BYTES).contains(&budget) {
+                return bad(format!(
+                    "{name} {budget} is outside {stripe}..={} (at least one stripe)",
+                    crate::config::MAX_BUDGET_BYTES
+                ));
+            }
+        }
+        if self.stall_timeout.is_zero() || self.credit_idle_timeout.is_zero() {
+            return bad("stall_timeout and credit_idle_timeout must be positive".into());
+        }
         Ok(())
+    }
+
+    /// Budget bytes a full stripe costs: `(k + m) * block_size`.
+    pub fn stripe_charge(&self) -> u64 {
+        ((self.data_shards + self.parity_shards) as u64).saturating_mul(self.block_size as u64)
+    }
+
+    /// Budget bytes a stripe of `payload` bytes costs: `(k + m) * block_len`.
+    pub fn charge_for(&self, payload: usize) -> u64 {
+        ((self.data_shards + self.parity_shards) as u64)
+            * Layout::block_len_for(payload, self.data_shards) as u64
     }
 }
 
@@ -164,6 +220,13 @@ struct Inner {
     last_refresh: tokio::sync::Mutex<Instant>,
     /// Stops the refresh task; cancelled by [`BlobStore::stop`] and on drop.
     stop: CancellationToken,
+    /// Write-path stripe buffers.
+    write_budget: Arc<BufferBudget>,
+    /// Read-path stripe buffers.
+    read_budget: Arc<BufferBudget>,
+    /// Credit streams to the datanodes.
+    credits: CreditClient,
+    stats: GatewayStats,
 }
 
 impl Drop for Inner {
@@ -173,18 +236,35 @@ impl Drop for Inner {
 }
 
 impl BlobStore {
-    fn new(config: BlobStoreConfig, meta: Option<MetaClient>) -> Result<BlobStore, BlobError> {
+    fn new(
+        config: BlobStoreConfig,
+        meta: Option<MetaClient>,
+        stats: GatewayStats,
+    ) -> Result<BlobStore, BlobError> {
         config.validate()?;
         let codec = Codec::new(config.data_shards, config.parity_shards)
             .map_err(|e| BlobError::InvalidConfig(e.to_string()))?;
+        let credits = CreditClient::new(CreditConfig {
+            gateway_id: new_gateway_id(),
+            idle_timeout: config.credit_idle_timeout,
+            prefetch_bytes: 2 * config.block_size as u64,
+        });
         Ok(BlobStore {
             inner: Arc::new(Inner {
+                write_budget: BufferBudget::new(
+                    BudgetKind::Write,
+                    config.buffer_budget,
+                    stats.clone(),
+                ),
+                read_budget: BufferBudget::new(BudgetKind::Read, config.read_budget, stats.clone()),
                 config,
                 codec,
                 pool: Datanodes::new(),
                 meta,
                 last_refresh: tokio::sync::Mutex::new(Instant::now()),
                 stop: CancellationToken::new(),
+                credits,
+                stats,
             }),
         })
     }
@@ -194,7 +274,16 @@ impl BlobStore {
     ///
     /// Errors: [`BlobError::InvalidConfig`], [`BlobError::Meta`].
     pub async fn start(config: BlobStoreConfig, meta: MetaClient) -> Result<BlobStore, BlobError> {
-        let store = BlobStore::new(config, Some(meta.clone()))?;
+        Self::start_with_stats(config, meta, GatewayStats::new()).await
+    }
+
+    /// [`BlobStore::start`], counting buffer use in `stats`.
+    pub async fn start_with_stats(
+        config: BlobStoreConfig,
+        meta: MetaClient,
+        stats: GatewayStats,
+    ) -> Result<BlobStore, BlobError> {
+        let store = BlobStore::new(config, Some(meta.clone()), stats)?;
         let started = Instant::now();
         loop {
             match store.inner.pool.refresh(&meta).await {
@@ -229,7 +318,8 @@ impl BlobStore {
         config: BlobStoreConfig,
         datanodes: Vec<(u64, String)>,
     ) -> BlobStore {
-        let store = BlobStore::new(config, None).expect("valid BlobStoreConfig");
+        let store =
+            BlobStore::new(config, None, GatewayStats::new()).expect("valid BlobStoreConfig");
         store
             .inner
             .pool
@@ -247,9 +337,65 @@ impl BlobStore {
         self.inner.pool.replace(datanodes);
     }
 
-    /// Stops the refresh task (also stops when the last handle drops).
+    /// Stops the refresh task and the credit streams (also stops when the
+    /// last handle drops).
     pub fn stop(&self) {
         self.inner.stop.cancel();
+        self.inner.credits.stop();
+    }
+
+    /// [`stop`](Self::stop), then waits until every credit stream task has
+    /// ended (their credit is back with the datanodes).
+    pub async fn shutdown(&self) {
+        self.stop();
+        self.inner.credits.stopped().await;
+    }
+
+    /// Buffer and admission counters of this store.
+    pub fn stats(&self) -> &GatewayStats {
+        &self.inner.stats
+    }
+
+    /// The id this store uses on datanode credit streams.
+    pub fn gateway_id(&self) -> &str {
+        self.inner.credits.gateway_id()
+    }
+
+    /// The credit held from / awaited of datanode `node`, if it has a stream.
+    pub fn credit_stats(&self, node: u64) -> Option<NodeCreditStats> {
+        self.inner.credits.stats(node)
+    }
+
+    /// A write buffer permit for a stripe of `payload` bytes, waiting at most
+    /// `stall_timeout`. Errors: [`BlobError::BufferStall`].
+    pub(crate) async fn stripe_permit(&self, payload: usize) -> Result<BufferPermit, BlobError> {
+        self.permit(
+            &self.inner.write_budget,
+            self.inner.config.charge_for(payload),
+        )
+        .await
+    }
+
+    /// A read buffer permit of `bytes`, waiting at most `stall_timeout`.
+    /// Errors: [`BlobError::BufferStall`].
+    pub(crate) async fn read_permit(&self, bytes: u64) -> Result<BufferPermit, BlobError> {
+        self.permit(&self.inner.read_budget, bytes).await
+    }
+
+    async fn permit(
+        &self,
+        budget: &Arc<BufferBudget>,
+        bytes: u64,
+    ) -> Result<BufferPermit, BlobError> {
+        budget
+            .acquire(bytes, self.inner.config.stall_timeout)
+            .await
+            .map_err(|e| match e {
+                BufferError::Stalled(waited) => BlobError::BufferStall { waited },
+                BufferError::TooLarge { bytes, budget } => BlobError::InvalidConfig(format!(
+                    "a stripe of {bytes} bytes exceeds the budget of {budget}"
+                )),
+            })
     }
 
     /// The configuration this store runs with.
@@ -264,20 +410,34 @@ impl BlobStore {
 
     /// Streams `body` to k+m datanodes chosen by rendezvous hashing of
     /// `placement_key` (e.g. "bucket/key/upload_id/part_number") over the live
-    /// datanodes, stripe by stripe, holding at most a few stripes in memory.
-    /// Returns once at least `write_quorum` shards are durable; `missing` in
-    /// the returned placement lists the shards that are not.
+    /// datanodes, stripe by stripe, each stripe under a write buffer permit
+    /// taken before it is read. `len` is the declared (decoded) body length
+    /// if known: a short body is then charged only what it needs, and a
+    /// body longer than `len` fails. Returns once at least `write_quorum`
+    /// shards are durable; `missing` in the returned placement lists the
+    /// shards that are not.
     ///
     /// Errors: [`BlobError::NotEnoughDatanodes`] (fewer than k+m registered
     /// or fewer than `write_quorum` live),
-    /// [`BlobError::QuorumNotReached`], [`BlobError::Body`] (the shard
+    /// [`BlobError::QuorumNotReached`], [`BlobError::BufferStall`],
+    /// [`BlobError::DatanodesBusy`], [`BlobError::Body`] (the shard
     /// streams are then reset, so datanodes discard them).
-    pub async fn write<S>(&self, placement_key: &str, body: S) -> Result<Placement, BlobError>
+    pub async fn write<S>(
+        &self,
+        placement_key: &str,
+        body: S,
+        len: Option<u64>,
+    ) -> Result<Placement, BlobError>
     where
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Unpin,
     {
+        let stripe_bytes = self.inner.config.data_shards * self.inner.config.block_size;
+        // The first stripe's buffer before any datanode is involved.
+        let first = self
+            .stripe_permit(write::stripe_capacity(len, 0, stripe_bytes))
+            .await?;
         let nodes = self.place(placement_key).await?;
-        write::write_blob(self, nodes, body).await
+        write::write_blob(self, nodes, body, len, first).await
     }
 
     /// Streams the payload bytes `range` (end exclusive, `range.end <= placement.size`)
@@ -420,6 +580,9 @@ async fn refresh_loop(store: Weak<Inner>, stop: CancellationToken, interval: Dur
         match refreshed {
             Ok(live) => {
                 *inner.last_refresh.lock().await = Instant::now();
+                // Credit streams of datanodes no longer registered end.
+                let known: Vec<u64> = inner.pool.entries().iter().map(|e| e.id).collect();
+                inner.credits.retain(|id| known.contains(&id));
                 tracing::trace!(live, "refreshed datanode set");
             }
             Err(e) => tracing::warn!(error = %e, "refreshing datanode set from meta"),
@@ -476,6 +639,18 @@ mod tests {
                 shard_channel_depth: 0,
                 ..Default::default()
             },
+            BlobStoreConfig {
+                buffer_budget: 6 * 256 * 1024 - 1,
+                ..Default::default()
+            },
+            BlobStoreConfig {
+                read_budget: 0,
+                ..Default::default()
+            },
+            BlobStoreConfig {
+                stall_timeout: Duration::ZERO,
+                ..Default::default()
+            },
         ];
         for c in bad {
             assert!(
@@ -523,7 +698,10 @@ mod tests {
                 .collect(),
         );
         let body = futures::stream::iter(vec![Ok(Bytes::from_static(b"x"))]);
-        let err = store.write("b/k", body).await.expect_err("5 of 6 nodes");
+        let err = store
+            .write("b/k", body, None)
+            .await
+            .expect_err("5 of 6 nodes");
         assert!(
             matches!(err, BlobError::NotEnoughDatanodes { live: 5, needed: 6 }),
             "{err:?}"
@@ -537,6 +715,7 @@ mod tests {
         let write = store.write(
             "k",
             futures::stream::empty::<Result<Bytes, std::io::Error>>(),
+            None,
         );
         is_send(&write);
         let delete = store.delete(&[]);

@@ -2,6 +2,13 @@
 //!
 //! Durations are humantime strings (`"2s"`); sizes are plain integers of
 //! bytes or bytesize strings (`"256 KiB"`).
+//!
+//! # Flow-control knobs (see [`crate::admission`] for the memory formula)
+//! * `max_inflight_requests` — requests admitted at once; past it, `503 SlowDown`.
+//! * `buffer_budget_bytes` — bytes of write-path stripe and shard buffers.
+//! * `read_budget_bytes` — bytes of read-path stripes.
+//! * `stall_timeout` — longest wait for a buffer or for datanode credit.
+//! * `credit_idle_timeout` — unused datanode credit is returned after this.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -12,6 +19,14 @@ use crate::blob::MAX_BLOCK_SIZE;
 
 /// Largest `k + m` the Reed–Solomon code over GF(2^8) supports.
 const MAX_TOTAL_SHARDS: u32 = 256;
+/// `max_inflight_requests` when not configured.
+pub const DEFAULT_MAX_INFLIGHT_REQUESTS: usize = 256;
+/// Write buffer budget when `buffer_budget_bytes` is unset: 256 MiB.
+pub const DEFAULT_BUFFER_BUDGET_BYTES: u64 = 256 * 1024 * 1024;
+/// Read buffer budget when `read_budget_bytes` is unset: 128 MiB.
+pub const DEFAULT_READ_BUDGET_BYTES: u64 = 128 * 1024 * 1024;
+/// Largest accepted budget (bytes): what a `tokio::sync::Semaphore` can count.
+pub const MAX_BUDGET_BYTES: u64 = (tokio::sync::Semaphore::MAX_PERMITS as u64) >> 1;
 
 /// Configuration of one gateway (`sluice gateway --config gateway.toml`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +66,35 @@ pub struct Config {
     /// How long shutdown waits for open connections to finish their requests (default 30 s).
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Address of this gateway's Prometheus endpoint (`GET /metrics`), e.g.
+    /// `"127.0.0.1:9090"`. Default `None`: no metrics endpoint. The role
+    /// library does not read it: the `sluice` binary installs the process-wide
+    /// metrics recorder and serves `/metrics` here (one recorder per process,
+    /// so `sluice dev`, which runs every role in one process, has its own
+    /// `--metrics-listen` flag instead).
+    pub metrics_listen: Option<SocketAddr>,
+    /// Most S3 requests admitted at once (default 256). A request past it
+    /// gets `503 SlowDown` with `Retry-After: 1` before its body is read.
+    pub max_inflight_requests: usize,
+    /// Bytes of stripe and shard buffers all uploads together may hold
+    /// (one stripe costs `(k + m) * block_size`); a request waits, FIFO,
+    /// for its next stripe's share and stops reading its socket meanwhile.
+    /// Unset = [`DEFAULT_BUFFER_BUDGET_BYTES`]; see [`Config::buffer_budget`].
+    #[serde(with = "byte_size_opt_u64")]
+    pub buffer_budget_bytes: Option<u64>,
+    /// Bytes of decoded stripes all GETs together may hold (the read-side
+    /// twin of `buffer_budget_bytes`). Unset = [`DEFAULT_READ_BUDGET_BYTES`];
+    /// see [`Config::read_budget`].
+    #[serde(with = "byte_size_opt_u64")]
+    pub read_budget_bytes: Option<u64>,
+    /// Longest a request waits for a stripe buffer, and a shard block for
+    /// datanode credit, before the request ends with `503 SlowDown`
+    /// (default 30 s).
+    #[serde(with = "humantime_serde")]
+    pub stall_timeout: Duration,
+    /// Datanode credit left unused this long is returned to the datanode (default 2 s).
+    #[serde(with = "humantime_serde")]
+    pub credit_idle_timeout: Duration,
 }
 
 impl Default for Config {
@@ -70,6 +114,12 @@ impl Default for Config {
             max_connections: 1024,
             max_background_deletes: 64,
             shutdown_grace: Duration::from_secs(30),
+            metrics_listen: None,
+            max_inflight_requests: DEFAULT_MAX_INFLIGHT_REQUESTS,
+            buffer_budget_bytes: None,
+            read_budget_bytes: None,
+            stall_timeout: Duration::from_secs(30),
+            credit_idle_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -91,6 +141,14 @@ pub enum ConfigError {
     WriteQuorum { quorum: u32, min: u32, max: u32 },
     #[error("meta endpoint {0:?} is not an http:// or https:// URL")]
     MetaEndpoint(String),
+    /// A buffer budget cannot hold one stripe ((k + m) * block_size bytes),
+    /// or is larger than [`MAX_BUDGET_BYTES`].
+    #[error("{name} = {budget} bytes is outside {min}..={max} (one stripe of (k+m)*block_size bytes at least)", max = MAX_BUDGET_BYTES)]
+    Budget {
+        name: &'static str,
+        budget: u64,
+        min: u64,
+    },
 }
 
 impl Config {
@@ -122,13 +180,20 @@ impl Config {
             ("shard_channel_depth", self.shard_channel_depth),
             ("max_connections", self.max_connections),
             ("max_background_deletes", self.max_background_deletes),
+            ("max_inflight_requests", self.max_inflight_requests),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero(name));
             }
         }
-        if self.datanode_refresh_interval.is_zero() {
-            return Err(ConfigError::Zero("datanode_refresh_interval"));
+        for (name, value) in [
+            ("datanode_refresh_interval", self.datanode_refresh_interval),
+            ("stall_timeout", self.stall_timeout),
+            ("credit_idle_timeout", self.credit_idle_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::Zero(name));
+            }
         }
         if self.block_size as usize > MAX_BLOCK_SIZE {
             return Err(ConfigError::BlockSize(self.block_size));
@@ -146,7 +211,35 @@ impl Config {
                 max: total,
             });
         }
+        let min = self.stripe_charge();
+        for (name, budget) in [
+            ("buffer_budget_bytes", self.buffer_budget()),
+            ("read_budget_bytes", self.read_budget()),
+        ] {
+            if !(min..=MAX_BUDGET_BYTES).contains(&budget) {
+                return Err(ConfigError::Budget { name, budget, min });
+            }
+        }
         Ok(())
+    }
+
+    /// The write buffer budget in bytes: `buffer_budget_bytes`, or
+    /// [`DEFAULT_BUFFER_BUDGET_BYTES`] when unset.
+    pub fn buffer_budget(&self) -> u64 {
+        self.buffer_budget_bytes
+            .unwrap_or(DEFAULT_BUFFER_BUDGET_BYTES)
+    }
+
+    /// The read buffer budget in bytes: `read_budget_bytes`, or
+    /// [`DEFAULT_READ_BUDGET_BYTES`] when unset.
+    pub fn read_budget(&self) -> u64 {
+        self.read_budget_bytes.unwrap_or(DEFAULT_READ_BUDGET_BYTES)
+    }
+
+    /// Bytes one full stripe costs either budget: `(k + m) * block_size`
+    /// (the k data blocks plus the m parity blocks encoded from them).
+    pub fn stripe_charge(&self) -> u64 {
+        u64::from(self.data_shards.saturating_add(self.parity_shards)) * u64::from(self.block_size)
     }
 
     /// The write quorum in effect: the configured one, else `k + 1`.
@@ -168,6 +261,25 @@ mod byte_size_u32 {
         u32::try_from(size.as_u64()).map_err(|_| {
             D::Error::custom(format!("{} bytes does not fit in 32 bits", size.as_u64()))
         })
+    }
+}
+
+/// Serde for an optional `u64` byte count written as an integer or a
+/// bytesize string; absent = `None`.
+mod byte_size_opt_u64 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<u64>, serializer: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(v) => serializer.serialize_some(v),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<u64>, D::Error> {
+        Ok(Option::<bytesize::ByteSize>::deserialize(deserializer)?.map(|s| s.as_u64()))
     }
 }
 
@@ -210,6 +322,144 @@ mod tests {
 
         let plain: Config = toml::from_str("block_size = 4096").expect("integer size");
         assert_eq!(plain.block_size, 4096);
+    }
+
+    #[test]
+    fn flow_control_knobs_parse_with_defaults() {
+        let config = valid();
+        assert_eq!(config.max_inflight_requests, 256);
+        assert_eq!(config.buffer_budget(), 256 * 1024 * 1024);
+        assert_eq!(config.read_budget(), 128 * 1024 * 1024);
+        assert_eq!(config.stall_timeout, Duration::from_secs(30));
+        assert_eq!(config.credit_idle_timeout, Duration::from_secs(2));
+        assert_eq!(config.stripe_charge(), 6 * 256 * 1024);
+
+        let text = r#"
+            max_inflight_requests = 8
+            buffer_budget_bytes = "4 MiB"
+            read_budget_bytes = 2097152
+            stall_timeout = "50ms"
+            credit_idle_timeout = "500ms"
+        "#;
+        let config: Config = toml::from_str(text).expect("parse");
+        assert_eq!(config.max_inflight_requests, 8);
+        assert_eq!(config.buffer_budget_bytes, Some(4 * 1024 * 1024));
+        assert_eq!(config.buffer_budget(), 4 * 1024 * 1024);
+        assert_eq!(config.read_budget(), 2 * 1024 * 1024);
+        assert_eq!(config.stall_timeout, Duration::from_millis(50));
+        assert_eq!(config.credit_idle_timeout, Duration::from_millis(500));
+        let config = Config {
+            buffer_budget_bytes: Some(4 << 20),
+            read_budget_bytes: Some(2 << 20),
+            ..valid()
+        };
+        let back: Config =
+            toml::from_str(&toml::to_string(&config).expect("serialize")).expect("parse back");
+        assert_eq!(back, config);
+    }
+
+    /// The flow-control knobs of `deploy/gateway.toml` are the defaults,
+    /// and its commented budget lines parse when uncommented.
+    #[test]
+    fn deploy_example_flow_control_knobs() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/gateway.toml");
+        let text = std::fs::read_to_string(&path).expect("read deploy/gateway.toml");
+        let config: Config = toml::from_str(&text).expect("parse");
+        config.validate().expect("valid");
+        assert_eq!(config.max_inflight_requests, DEFAULT_MAX_INFLIGHT_REQUESTS);
+        assert_eq!(
+            (config.buffer_budget_bytes, config.read_budget_bytes),
+            (None, None)
+        );
+        assert_eq!(config.stall_timeout, Config::default().stall_timeout);
+        assert_eq!(
+            config.credit_idle_timeout,
+            Config::default().credit_idle_timeout
+        );
+        let uncommented = text
+            .replace("# buffer_budget_bytes", "buffer_budget_bytes")
+            .replace("# read_budget_bytes", "read_budget_bytes");
+        let config: Config = toml::from_str(&uncommented).expect("parse uncommented");
+        config.validate().expect("valid uncommented");
+        assert_eq!(
+            config.buffer_budget_bytes,
+            Some(DEFAULT_BUFFER_BUDGET_BYTES)
+        );
+        assert_eq!(config.read_budget_bytes, Some(DEFAULT_READ_BUDGET_BYTES));
+    }
+
+    #[test]
+    fn budgets_must_hold_one_stripe() {
+        let stripe = 6 * 256 * 1024;
+        assert_eq!(
+            Config {
+                buffer_budget_bytes: Some(stripe),
+                read_budget_bytes: Some(stripe),
+                ..valid()
+            }
+            .validate(),
+            Ok(())
+        );
+        assert_eq!(
+            Config {
+                buffer_budget_bytes: Some(stripe - 1),
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::Budget {
+                name: "buffer_budget_bytes",
+                budget: stripe - 1,
+                min: stripe
+            })
+        );
+        assert_eq!(
+            Config {
+                read_budget_bytes: Some(1024),
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::Budget {
+                name: "read_budget_bytes",
+                budget: 1024,
+                min: stripe
+            })
+        );
+        assert_eq!(
+            Config {
+                buffer_budget_bytes: Some(u64::MAX),
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::Budget {
+                name: "buffer_budget_bytes",
+                budget: u64::MAX,
+                min: stripe
+            })
+        );
+        assert_eq!(
+            Config {
+                max_inflight_requests: 0,
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::Zero("max_inflight_requests"))
+        );
+        assert_eq!(
+            Config {
+                stall_timeout: Duration::ZERO,
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::Zero("stall_timeout"))
+        );
+        assert_eq!(
+            Config {
+                credit_idle_timeout: Duration::ZERO,
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::Zero("credit_idle_timeout"))
+        );
     }
 
     #[test]

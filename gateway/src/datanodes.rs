@@ -138,6 +138,12 @@ impl Datanodes {
         v
     }
 
+    /// The registered gRPC address of datanode `id`.
+    pub fn addr(&self, id: u64) -> Option<String> {
+        let nodes = self.nodes.lock().expect("datanode pool lock");
+        nodes.get(&id).map(|n| n.addr.clone())
+    }
+
     /// The channel to datanode `id`, connecting lazily (the first RPC
     /// connects; a failed connection is retried by the next RPC). Must be
     /// called inside a tokio runtime.

@@ -5,21 +5,36 @@
 //!
 //! The role is started with [`run`]`(config, listener, shutdown)`.
 //!
+//! Memory is bounded by construction: requests are admitted up to
+//! `max_inflight_requests`, every stripe buffer comes from a gateway-wide
+//! byte budget taken before the stripe is read, and no shard byte goes to a
+//! datanode without that datanode's credit; overload is answered with
+//! `503 SlowDown`. The formula and the deadlock-freedom argument are in
+//! [`admission`].
+//!
 //! # Layout
 //! * [`config`] — [`Config`] (TOML) and its validation.
-//! * [`server`] — [`run`]: the s3s service over hyper, request ids, graceful shutdown.
+//! * [`server`] — [`run`]: admission, the s3s service over hyper, request
+//!   ids, graceful shutdown.
+//! * [`admission`] — the in-flight limit and the FIFO byte budgets (pure, RAII guards).
+//! * [`credit`] — the datanode credit streams (the gateway side of the protocol).
+//! * [`metrics`] — Prometheus metric names.
 //! * [`s3`] — the S3 operations, one file per area, and the S3 error mapping.
 //! * [`blob`] — the data path: write, read and delete erasure-coded blobs.
 //! * [`placement`], [`layout`], [`erasure`], [`datanodes`] — rendezvous
 //!   placement, stripe arithmetic, Reed–Solomon coding, the live datanode set.
+pub mod admission;
 pub mod blob;
 pub mod config;
+pub mod credit;
 pub mod datanodes;
 pub mod erasure;
 pub mod layout;
+pub mod metrics;
 pub mod placement;
 pub mod s3;
 pub mod server;
 
+pub use admission::GatewayStats;
 pub use config::{Config, ConfigError};
-pub use server::{Error, run, s3_service};
+pub use server::{Error, run, run_with_stats, s3_service};

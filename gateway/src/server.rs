@@ -5,10 +5,20 @@
 //! Every response carries `x-amz-request-id`; every S3 error body gets the
 //! `Resource` and `RequestId` elements s3s does not write, so errors raised
 //! by s3s itself (authentication, routing) look like ours.
+//!
+//! Admission happens here, before s3s sees the request: a request past
+//! `max_inflight_requests` is answered `503 SlowDown` with `Retry-After: 1`
+//! and a complete S3 error body, without a byte of its body being read
+//! (see [`crate::admission`]). An admitted request holds its slot until its
+//! response body has been sent; its duration is then recorded under its S3
+//! operation name (`sluice_gateway_request_duration_seconds{op}`), which an
+//! s3s access hook reports back to this layer.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -16,21 +26,24 @@ use http::{HeaderValue, Request, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::SimpleAuth;
 use s3s::config::{S3Config, StaticConfigProvider};
 use s3s::service::{S3Service, S3ServiceBuilder};
-use s3s::{HttpError, HttpResponse, S3ErrorCode};
+use s3s::{HttpError, HttpResponse, S3Error, S3ErrorCode, S3Result, StdError};
 use sluice_meta::MetaClient;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use crate::admission::{GatewayStats, InflightGuard, InflightLimiter};
 use crate::blob::{BlobError, BlobStore, BlobStoreConfig};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, DEFAULT_MAX_INFLIGHT_REQUESTS};
+use crate::metrics::{self, SlowDownReason};
 use crate::s3::Gateway;
 use crate::s3::bucket::BucketNameRules;
-use crate::s3::error::standard_message;
+use crate::s3::error::{RETRY_AFTER_SECONDS, standard_message};
 
 /// Largest XML request body s3s buffers (CompleteMultipartUpload of 10000
 /// parts, DeleteObjects of 1000 keys), in bytes.
@@ -59,18 +72,62 @@ impl RequestId {
     }
 }
 
-/// The gateway's HTTP service: the s3s service plus request ids and
+/// The gateway's HTTP service: admission, the s3s service, request ids and
 /// complete error bodies. Cheap to clone.
 #[derive(Clone)]
 pub struct SluiceService {
     inner: S3Service,
+    limiter: Arc<InflightLimiter>,
+}
+
+/// Where the s3s access hook puts the name of the S3 operation it routed a
+/// request to (e.g. `UploadPart`), for the duration histogram.
+#[derive(Clone, Default)]
+struct OpName(Arc<OnceLock<String>>);
+
+/// The s3s access check: records the operation name, then denies anonymous
+/// requests as s3s's default check does.
+struct RecordOperation;
+
+#[async_trait::async_trait]
+impl S3Access for RecordOperation {
+    async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        let name = cx.s3_op().name().to_string();
+        if let Some(slot) = cx.extensions_mut().get::<OpName>() {
+            let _ = slot.0.set(name);
+        }
+        match cx.credentials() {
+            Some(_) => Ok(()),
+            None => Err(S3Error::with_message(
+                S3ErrorCode::AccessDenied,
+                "Signature is required",
+            )),
+        }
+    }
 }
 
 /// Builds the S3 service for `gateway`: SigV4 (header, presigned and
-/// aws-chunked) with the configured key pair, Sluice's bucket-name rules.
+/// aws-chunked) with the configured key pair, Sluice's bucket-name rules,
+/// and admission of at most [`DEFAULT_MAX_INFLIGHT_REQUESTS`] requests.
 pub fn s3_service(gateway: Gateway, access_key: &str, secret_key: &str) -> SluiceService {
+    s3_service_with_limiter(
+        gateway,
+        access_key,
+        secret_key,
+        InflightLimiter::new(DEFAULT_MAX_INFLIGHT_REQUESTS, GatewayStats::new()),
+    )
+}
+
+/// [`s3_service`] admitting requests through `limiter`.
+pub fn s3_service_with_limiter(
+    gateway: Gateway,
+    access_key: &str,
+    secret_key: &str,
+    limiter: Arc<InflightLimiter>,
+) -> SluiceService {
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(SimpleAuth::from_single(access_key, secret_key));
+    builder.set_access(RecordOperation);
     builder.set_validation(BucketNameRules);
     let mut s3_config = S3Config::default();
     s3_config.xml_max_body_size = XML_MAX_BODY;
@@ -79,25 +136,128 @@ pub fn s3_service(gateway: Gateway, access_key: &str, secret_key: &str) -> Sluic
     builder.set_config(Arc::new(StaticConfigProvider::new(Arc::new(s3_config))));
     SluiceService {
         inner: builder.build(),
+        limiter,
     }
 }
 
 impl SluiceService {
-    /// Serves one request (any body type s3s accepts).
+    /// Serves one request (any body type s3s accepts). Past
+    /// `max_inflight_requests` it answers `503 SlowDown` at once, without
+    /// touching the body.
     pub async fn call(&self, req: Request<s3s::Body>) -> Result<HttpResponse, HttpError> {
+        let started = Instant::now();
         let request_id = RequestId::new();
         let resource = req.uri().path().to_string();
+        let Some(admitted) = self.limiter.try_acquire() else {
+            metrics::count_slowdown(SlowDownReason::Inflight);
+            tracing::debug!(request_id = %request_id.0, method = %req.method(), path = %resource,
+                max = self.limiter.max(), "too many requests in flight; answering SlowDown");
+            return Ok(inflight_slow_down(&req, &request_id.0, &resource));
+        };
         let span = tracing::info_span!("s3", request_id = %request_id.0, method = %req.method(), path = %resource);
+        let op = OpName::default();
         let mut req = req;
         req.extensions_mut().insert(request_id.clone());
+        req.extensions_mut().insert(op.clone());
         let mut resp = self.inner.call(req).instrument(span.clone()).await?;
         finish_response(&mut resp, &request_id.0, &resource);
         let status = resp.status();
         if status.is_server_error() {
             span.in_scope(|| tracing::warn!(%status, "request failed"));
         }
+        let done = Finished {
+            _admitted: admitted,
+            op,
+            started,
+        };
+        // A streamed body keeps the request in flight until it is sent.
+        if resp.body().bytes().is_none() {
+            let body = std::mem::take(resp.body_mut());
+            *resp.body_mut() = s3s::Body::http_body(TrackedBody {
+                inner: body,
+                _done: done,
+            });
+        }
         Ok(resp)
     }
+}
+
+/// Ends an admitted request: frees its slot and records its duration.
+struct Finished {
+    _admitted: InflightGuard,
+    op: OpName,
+    started: Instant,
+}
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        let op = self.op.0.get().map_or("Unknown", String::as_str);
+        metrics::record_request(op, self.started.elapsed().as_secs_f64());
+    }
+}
+
+/// A streamed response body that holds its request's [`Finished`] until
+/// hyper drops it (sent, or the client went away).
+struct TrackedBody {
+    inner: s3s::Body,
+    _done: Finished,
+}
+
+impl hyper::body::Body for TrackedBody {
+    type Data = Bytes;
+    type Error = StdError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, StdError>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The `503 SlowDown` of a request refused admission: S3 error XML with
+/// `Code`, `Message`, `Resource` and `RequestId`, `Retry-After`, and for an
+/// HTTP/1 request with a body `Connection: close` (its body is not read).
+fn inflight_slow_down<B>(req: &Request<B>, request_id: &str, resource: &str) -> HttpResponse {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>{}</Message><Resource>{}</Resource><RequestId>{}</RequestId></Error>",
+        standard_message(&S3ErrorCode::SlowDown).unwrap_or("Please reduce your request rate."),
+        xml_escape(resource),
+        xml_escape(request_id),
+    );
+    let mut resp = HttpResponse::new(s3s::Body::from(body));
+    *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let headers = resp.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml"),
+    );
+    headers.insert(
+        http::header::RETRY_AFTER,
+        HeaderValue::from(RETRY_AFTER_SECONDS),
+    );
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        headers.insert("x-amz-request-id", v);
+    }
+    let has_body = req.headers().contains_key(http::header::TRANSFER_ENCODING)
+        || req
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n > 0);
+    if has_body && req.version() < http::Version::HTTP_2 {
+        headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
 }
 
 impl hyper::service::Service<Request<Incoming>> for SluiceService {
@@ -199,7 +359,19 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    run_with_stats(config, listener, shutdown, GatewayStats::new()).await
+}
+
+/// [`run`], counting admission and buffer use in `stats` (tests read its
+/// high-water marks; the same numbers go to the Prometheus gauges).
+pub async fn run_with_stats(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    stats: GatewayStats,
+) -> Result<(), Error> {
     config.validate()?;
+    metrics::describe();
     let meta = MetaClient::new(config.meta_endpoints.clone());
     let blob_config = BlobStoreConfig {
         data_shards: config.data_shards as usize,
@@ -208,8 +380,21 @@ pub async fn run(
         write_quorum: config.effective_write_quorum() as usize,
         datanode_refresh_interval: config.datanode_refresh_interval,
         shard_channel_depth: config.shard_channel_depth,
+        buffer_budget: config.buffer_budget(),
+        read_budget: config.read_budget(),
+        stall_timeout: config.stall_timeout,
+        credit_idle_timeout: config.credit_idle_timeout,
     };
-    let blobs = BlobStore::start(blob_config, meta.clone())
+    tracing::info!(
+        max_inflight_requests = config.max_inflight_requests,
+        buffer_budget_bytes = config.buffer_budget(),
+        read_budget_bytes = config.read_budget(),
+        stripe_charge_bytes = config.stripe_charge(),
+        stall_timeout = ?config.stall_timeout,
+        credit_idle_timeout = ?config.credit_idle_timeout,
+        "gateway flow control"
+    );
+    let blobs = BlobStore::start_with_stats(blob_config, meta.clone(), stats.clone())
         .await
         .map_err(Error::BlobStore)?;
     let gateway = Gateway::new(
@@ -218,7 +403,13 @@ pub async fn run(
         config.region.clone(),
         config.max_background_deletes,
     );
-    let service = s3_service(gateway.clone(), &config.access_key, &config.secret_key);
+    let limiter = InflightLimiter::new(config.max_inflight_requests, stats);
+    let service = s3_service_with_limiter(
+        gateway.clone(),
+        &config.access_key,
+        &config.secret_key,
+        limiter,
+    );
     match listener.local_addr() {
         Ok(addr) => tracing::info!(%addr, region = %config.region, "S3 gateway listening"),
         Err(e) => tracing::warn!(error = %e, "S3 gateway listening on an unknown address"),
@@ -232,7 +423,7 @@ pub async fn run(
     )
     .await;
     gateway.drain().await;
-    blobs.stop();
+    blobs.shutdown().await;
     tracing::info!("S3 gateway stopped");
     Ok(())
 }
@@ -404,6 +595,76 @@ mod tests {
             body.contains(&format!("<RequestId>{id}</RequestId>")),
             "{body}"
         );
+    }
+
+    /// A request body that records whether anyone polled it.
+    struct Untouched(Arc<std::sync::atomic::AtomicBool>);
+
+    impl futures::Stream for Untouched {
+        type Item = Result<Bytes, StdError>;
+        fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            Poll::Ready(None)
+        }
+    }
+
+    impl s3s::stream::ByteStream for Untouched {}
+
+    #[tokio::test]
+    async fn requests_past_max_inflight_get_slow_down_without_reading_the_body() {
+        let meta = MetaClient::new(vec!["http://127.0.0.1:1".into()]);
+        let blobs = BlobStore::with_static_datanodes(BlobStoreConfig::default(), Vec::new());
+        let stats = GatewayStats::new();
+        let limiter = InflightLimiter::new(1, stats.clone());
+        let service = s3_service_with_limiter(
+            Gateway::new(meta, blobs, "us-east-1".into(), 4),
+            "AK",
+            "SK",
+            Arc::clone(&limiter),
+        );
+        let held = limiter.try_acquire().expect("the one slot");
+        let polled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let body: s3s::stream::DynByteStream = Box::pin(Untouched(Arc::clone(&polled)));
+        let req = Request::builder()
+            .method("PUT")
+            .uri("/bucket/a%26b")
+            .header("host", "127.0.0.1:9000")
+            .header("content-length", "1048576")
+            .body(s3s::Body::from(body))
+            .unwrap();
+        let resp = service.call(req).await.expect("response");
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            !polled.load(std::sync::atomic::Ordering::SeqCst),
+            "the body was read"
+        );
+        let headers = resp.headers();
+        assert_eq!(headers.get("retry-after").unwrap(), "1");
+        assert_eq!(headers.get("connection").unwrap(), "close");
+        assert_eq!(headers.get("content-type").unwrap(), "application/xml");
+        let id = headers.get("x-amz-request-id").unwrap().to_str().unwrap();
+        let body = resp.body().bytes().expect("buffered error body");
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message><Resource>/bucket/a%26b</Resource><RequestId>{id}</RequestId></Error>"
+            )
+        );
+        assert_eq!(stats.inflight_rejected(), 1);
+
+        // With the slot free the request is admitted (and denied: anonymous),
+        // and its slot is released with the response.
+        drop(held);
+        let req = Request::builder()
+            .uri("/bucket")
+            .header("host", "127.0.0.1:9000")
+            .body(s3s::Body::empty())
+            .unwrap();
+        let resp = service.call(req).await.expect("response");
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        assert_eq!(stats.inflight(), 0);
+        assert_eq!(stats.inflight_high_water(), 1);
+        assert_eq!(stats.inflight_rejected(), 1);
     }
 
     #[test]

@@ -105,6 +105,13 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Result<Cluster> {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .with_test_writer()
+            .try_init();
         let mut nodes = Vec::new();
         for id in 1..=6 {
             nodes.push(Datanode::start(id).await?);
@@ -116,6 +123,7 @@ impl Cluster {
             write_quorum: K + 1,
             datanode_refresh_interval: Duration::from_secs(60),
             shard_channel_depth: 4,
+            ..Default::default()
         };
         let store = BlobStore::with_static_datanodes(
             config,
@@ -266,7 +274,7 @@ async fn write_then_read_ranges() -> Result<()> {
     let data = payload(5 * STRIPE as usize + 1234, 7);
     let p = cluster
         .store
-        .write("bucket/key/upload/1", body(&data))
+        .write("bucket/key/upload/1", body(&data), Some(data.len() as u64))
         .await?;
     assert_eq!(p.size, data.len() as u64);
     assert_eq!(
@@ -296,7 +304,10 @@ async fn write_then_read_ranges() -> Result<()> {
 
     // An exact multiple of the stripe, and an empty blob.
     let data2 = payload(3 * STRIPE as usize, 8);
-    let p2 = cluster.store.write("bucket/key2", body(&data2)).await?;
+    let p2 = cluster
+        .store
+        .write("bucket/key2", body(&data2), None)
+        .await?;
     assert_eq!(read_all(&cluster.store, &p2, 0..p2.size).await?, data2);
     assert_eq!(
         read_all(&cluster.store, &p2, STRIPE - 2..2 * STRIPE + 2).await?,
@@ -304,7 +315,7 @@ async fn write_then_read_ranges() -> Result<()> {
     );
     let empty = cluster
         .store
-        .write("bucket/empty", futures::stream::iter(Vec::new()))
+        .write("bucket/empty", futures::stream::iter(Vec::new()), None)
         .await?;
     assert_eq!(empty.size, 0);
     assert!(empty.missing.is_empty());
@@ -316,7 +327,10 @@ async fn write_then_read_ranges() -> Result<()> {
     );
 
     // A one-byte blob: one stripe whose blocks are 1 byte.
-    let p3 = cluster.store.write("bucket/one", body(b"z")).await?;
+    let p3 = cluster
+        .store
+        .write("bucket/one", body(b"z"), Some(1))
+        .await?;
     assert_eq!(read_all(&cluster.store, &p3, 0..1).await?, b"z");
     cluster.shut_down().await
 }
@@ -325,7 +339,10 @@ async fn write_then_read_ranges() -> Result<()> {
 async fn reads_reconstruct_with_two_datanodes_down() -> Result<()> {
     let mut cluster = Cluster::start().await?;
     let data = payload(6 * STRIPE as usize + 999, 21);
-    let p = cluster.store.write("bucket/degraded", body(&data)).await?;
+    let p = cluster
+        .store
+        .write("bucket/degraded", body(&data), None)
+        .await?;
     // Stop the nodes of two data shards: every stripe needs parity.
     let (a, b) = (p.nodes[0], p.nodes[2]);
     cluster.node(a).shut_down().await?;
@@ -335,7 +352,7 @@ async fn reads_reconstruct_with_two_datanodes_down() -> Result<()> {
     // Writes: 4 reachable shards are below the write quorum of 5.
     let err = cluster
         .store
-        .write("bucket/degraded2", body(&data))
+        .write("bucket/degraded2", body(&data), None)
         .await
         .expect_err("quorum");
     assert!(
@@ -361,7 +378,10 @@ async fn write_with_one_datanode_down_records_missing_shard() -> Result<()> {
     let mut cluster = Cluster::start().await?;
     cluster.node(4).shut_down().await?;
     let data = payload(2 * STRIPE as usize + 17, 5);
-    let p = cluster.store.write("bucket/partial", body(&data)).await?;
+    let p = cluster
+        .store
+        .write("bucket/partial", body(&data), None)
+        .await?;
     let down = p
         .nodes
         .iter()
@@ -376,7 +396,10 @@ async fn write_with_one_datanode_down_records_missing_shard() -> Result<()> {
 async fn corrupt_block_is_reconstructed() -> Result<()> {
     let cluster = Cluster::start().await?;
     let data = payload(4 * STRIPE as usize + 300, 99);
-    let p = cluster.store.write("bucket/bitrot", body(&data)).await?;
+    let p = cluster
+        .store
+        .write("bucket/bitrot", body(&data), None)
+        .await?;
     // Flip one byte inside block 1 of shard 1 (header 16 bytes, block 0 and its CRC).
     let name = format!("{}.1", p.blob_id);
     let file = cluster
@@ -426,7 +449,7 @@ async fn body_error_leaves_nothing_and_delete_removes_shards() -> Result<()> {
     let chunks = futures::stream::iter(vec![Ok(Bytes::from(good))]).chain(fail);
     let err = cluster
         .store
-        .write("bucket/aborted", Box::pin(chunks))
+        .write("bucket/aborted", Box::pin(chunks), None)
         .await
         .expect_err("body error");
     let BlobError::Body(io) = &err else {
@@ -443,7 +466,10 @@ async fn body_error_leaves_nothing_and_delete_removes_shards() -> Result<()> {
     .await?;
 
     let data = payload(STRIPE as usize + 1, 4);
-    let p = cluster.store.write("bucket/deleted", body(&data)).await?;
+    let p = cluster
+        .store
+        .write("bucket/deleted", body(&data), None)
+        .await?;
     assert_eq!(cluster.files_of(&p.blob_id)?.len(), 6);
     cluster.store.delete(std::slice::from_ref(&p)).await;
     assert!(cluster.files_of(&p.blob_id)?.is_empty());

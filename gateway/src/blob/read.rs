@@ -10,9 +10,14 @@
 //! shard in preference order is opened at the current stripe. When a parity
 //! shard is in use, the stripe's data blocks are reconstructed.
 //!
-//! Memory: the blocks of the stripe being fetched (k) and the output of the
-//! previous stripe (slices of the same blocks); read-ahead beyond that sits
-//! in the datanode's channel and the HTTP/2 stream window.
+//! Memory: each stripe takes a permit of `(k + m) * block_len` bytes from
+//! the read budget before its blocks are fetched (room to reconstruct from
+//! parity), keeps `k * block_len` of it once decoded, and releases that when
+//! every chunk cut from the stripe has been dropped — by hyper, after
+//! writing it to the client (each chunk is a `Bytes` whose owner holds the
+//! permit). A reader therefore holds at most the stripe it is fetching and
+//! the chunks of the previous one still being written. Read-ahead beyond
+//! that sits in the datanode's channel and the HTTP/2 stream window.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -23,9 +28,25 @@ use sluice_proto::datanode::{GetShardRequest, GetShardResponse};
 use sluice_proto::meta::Placement;
 use tonic::Streaming;
 
+use std::sync::Arc;
+
 use super::{BlobError, BlobStore, SHARD_STALL_TIMEOUT};
+use crate::admission::BufferPermit;
 use crate::erasure::Codec;
 use crate::layout::Layout;
+
+/// A decoded data block kept alive by the chunks cut from it, together with
+/// its stripe's read permit.
+struct Held {
+    data: Bytes,
+    _permit: Arc<BufferPermit>,
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
 
 /// State of one shard during a read.
 enum Slot {
@@ -137,26 +158,35 @@ impl StripeReader {
                 return Ok(None);
             }
             let s = self.next_stripe;
-            let data = self.fetch_stripe(s).await?;
+            let (data, permit) = self.fetch_stripe(s).await?;
             self.next_stripe += 1;
+            let permit = Arc::new(permit);
             let wanted = self.layout.trim(s, &self.range);
             for (i, block) in data.into_iter().enumerate() {
                 let b = self.layout.data_block_range(s, i);
                 let (start, end) = (b.start.max(wanted.start), b.end.min(wanted.end));
                 if start < end {
+                    let held = Bytes::from_owner(Held {
+                        data: block,
+                        _permit: Arc::clone(&permit),
+                    });
                     self.out
-                        .push_back(block.slice(start - b.start..end - b.start));
+                        .push_back(held.slice(start - b.start..end - b.start));
                 }
             }
         }
     }
 
     /// The k data blocks of stripe `s` (zero-padded length), read directly
-    /// or reconstructed.
-    async fn fetch_stripe(&mut self, s: u64) -> Result<Vec<Bytes>, BlobError> {
+    /// or reconstructed, and the read permit (`k * block_len` bytes) that
+    /// accounts for them.
+    async fn fetch_stripe(&mut self, s: u64) -> Result<(Vec<Bytes>, BufferPermit), BlobError> {
         let k = self.codec.data_shards();
         let n = self.codec.total_shards();
         let block_len = self.layout.block_len(s);
+        let mut permit = self.store.read_permit((n * block_len) as u64).await?;
+        // Parity room is released once the data blocks are decoded.
+        let parity_room = ((n - k) * block_len) as u64;
         let mut got: Vec<Option<Bytes>> = vec![None; n];
         let mut failures: Vec<String> = Vec::new();
         loop {
@@ -217,7 +247,9 @@ impl StripeReader {
             }
         }
         if got[..k].iter().all(Option::is_some) {
-            return Ok(got.into_iter().take(k).flatten().collect());
+            let data = got.into_iter().take(k).flatten().collect();
+            drop(permit.split(parity_room));
+            return Ok((data, permit));
         }
         let mut blocks: Vec<Option<Vec<u8>>> = got.into_iter().map(|b| b.map(Vec::from)).collect();
         self.codec
@@ -226,7 +258,7 @@ impl StripeReader {
                 blob_id: self.blob_id.clone(),
                 reason: format!("stripe {s}: {e}"),
             })?;
-        blocks
+        let data = blocks
             .into_iter()
             .take(k)
             .map(|b| {
@@ -235,7 +267,9 @@ impl StripeReader {
                     reason: format!("stripe {s}: reconstruction left a data block empty"),
                 })
             })
-            .collect()
+            .collect::<Result<Vec<Bytes>, BlobError>>()?;
+        drop(permit.split(parity_room));
+        Ok((data, permit))
     }
 }
 

@@ -1,69 +1,187 @@
 //! The write path: request body -> stripes -> k+m `PutShard` streams.
 //!
-//! Each shard gets a bounded channel of [`Frame`]s feeding one
-//! client-streaming `PutShard` RPC that runs in its own task. The body is
-//! read until one stripe is buffered, the stripe is encoded, and block `i`
-//! is sent into shard `i`'s channel; a full channel blocks the body reader,
-//! so a slow datanode slows the client instead of growing memory.
+//! Before each stripe is read from the body, a permit for it is taken from
+//! the write buffer budget (see [`crate::admission`]): waiting for it is
+//! what stops the request from reading its socket. The stripe is encoded
+//! and block `i` is sent into shard `i`'s bounded channel, together with a
+//! shared handle on the stripe's permit. Each channel feeds one
+//! client-streaming `PutShard` RPC in its own task; before the RPC's request
+//! stream yields a block it debits that datanode's credit (see
+//! [`crate::credit`]), waiting at most `stall_timeout`. The permit goes back
+//! when every shard stream has handed its block of the stripe to the gRPC
+//! transport, or failed. A full channel blocks the body reader, so a slow
+//! datanode slows the client instead of growing memory.
+//!
+//! Blocks are `Bytes` slices of the stripe buffer all the way to the gRPC
+//! encoder (a local prost message with a `bytes::Bytes` field, wire-equal to
+//! `sluice.datanode.PutShardRequest`), so a stripe's memory is exactly what
+//! its permit counts.
 //!
 //! A shard stream ends cleanly only when [`Frame::End`] is sent. If the
 //! write is abandoned (body error, quorum lost, the caller dropped the
 //! future) the shard tasks are aborted, which resets the HTTP/2 streams;
 //! the request stream never ends cleanly on its own (see
-//! [`ShardRequestStream`]), so a datanode can never commit a truncated shard.
+//! [`shard_requests`]), so a datanode can never commit a truncated shard.
 
 use std::collections::BTreeMap;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
-use sluice_proto::datanode::put_shard_request::Msg;
-use sluice_proto::datanode::{PutShardRequest, PutShardResponse, ShardBlock, ShardHeader};
+use sluice_proto::datanode::{PutShardResponse, ShardHeader};
 use sluice_proto::meta::Placement;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
 
 use super::{BlobError, BlobStore, SHARD_STALL_TIMEOUT};
+use crate::admission::BufferPermit;
+use crate::credit::{CreditError, NodeCredit};
+use crate::datanodes::MAX_MESSAGE_BYTES;
 use crate::layout::Layout;
+
+/// `PutShardRequest` of `proto/datanode.proto` with the block payload as
+/// `Bytes` (no copy of the stripe when the message is built).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct PutShardFrame {
+    #[prost(oneof = "FrameMsg", tags = "1, 2")]
+    pub(crate) msg: Option<FrameMsg>,
+}
+
+/// The `msg` oneof of [`PutShardFrame`].
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub(crate) enum FrameMsg {
+    #[prost(message, tag = "1")]
+    Header(ShardHeader),
+    #[prost(message, tag = "2")]
+    Block(BlockFrame),
+}
+
+/// `ShardBlock` of `proto/datanode.proto` with `data` as `Bytes`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct BlockFrame {
+    #[prost(bytes = "bytes", tag = "1")]
+    pub(crate) data: Bytes,
+    #[prost(uint32, tag = "2")]
+    pub(crate) crc32c: u32,
+}
 
 /// What the write path puts into a shard's channel.
 #[derive(Debug)]
 enum Frame {
-    Msg(PutShardRequest),
+    Header(ShardHeader),
+    Block {
+        data: Bytes,
+        crc32c: u32,
+        /// The stripe's buffer permit, shared by its k+m blocks.
+        stripe: Arc<BufferPermit>,
+    },
     /// The shard is complete: end the request stream cleanly.
     End,
 }
 
-/// The request stream of one `PutShard` RPC.
-///
-/// Yields the messages of the channel and ends only after [`Frame::End`].
-/// If every sender is dropped without `End`, the stream stays pending
-/// forever instead of ending: the RPC is then reset when its task is
-/// aborted, and the datanode discards the partial shard.
-struct ShardRequestStream {
-    rx: mpsc::Receiver<Frame>,
-    ended: bool,
+/// Why a shard's request stream gave up (read by the RPC task).
+#[derive(Debug, Default)]
+struct StreamFailure {
+    reason: std::sync::Mutex<Option<CreditError>>,
+    /// Cancelled when `reason` is set.
+    token: CancellationToken,
 }
 
-impl Stream for ShardRequestStream {
-    type Item = PutShardRequest;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<PutShardRequest>> {
-        if self.ended {
-            return Poll::Ready(None);
-        }
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(Frame::Msg(m))) => Poll::Ready(Some(m)),
-            Poll::Ready(Some(Frame::End)) => {
-                self.ended = true;
-                Poll::Ready(None)
-            }
-            // Abandoned: never signal a clean end of stream.
-            Poll::Ready(None) | Poll::Pending => Poll::Pending,
-        }
+impl StreamFailure {
+    fn set(&self, e: CreditError) {
+        *self.reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+        self.token.cancel();
     }
+
+    fn get(&self) -> Option<CreditError> {
+        self.reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// The request stream of one `PutShard` RPC.
+///
+/// Yields the channel's messages; before a block it debits the block's
+/// length from the datanode's credit. It ends only after [`Frame::End`]. If
+/// every sender is dropped without `End`, or credit does not come within
+/// `stall`, it stays pending forever instead of ending (the RPC is then
+/// reset when its task is aborted or gives up), and the datanode discards
+/// the partial shard. The permit of the block last yielded is released when
+/// the transport asks for the next message (by then it has encoded it).
+fn shard_requests(
+    rx: mpsc::Receiver<Frame>,
+    credit: Option<Arc<NodeCredit>>,
+    stall: Duration,
+    failure: Arc<StreamFailure>,
+) -> impl Stream<Item = PutShardFrame> + Send + 'static {
+    struct State {
+        rx: mpsc::Receiver<Frame>,
+        credit: Option<Arc<NodeCredit>>,
+        stall: Duration,
+        failure: Arc<StreamFailure>,
+        /// The permit of the block last yielded.
+        sent: Option<Arc<BufferPermit>>,
+    }
+    let state = State {
+        rx,
+        credit,
+        stall,
+        failure,
+        sent: None,
+    };
+    futures::stream::unfold(state, |mut s| async move {
+        s.sent = None;
+        let msg = match s.rx.recv().await {
+            Some(Frame::Header(h)) => FrameMsg::Header(h),
+            Some(Frame::Block {
+                data,
+                crc32c,
+                stripe,
+            }) => {
+                if let Some(credit) = &s.credit
+                    && let Err(e) = credit.debit(data.len() as u64, s.stall).await
+                {
+                    drop((data, stripe));
+                    s.failure.set(e);
+                    return std::future::pending().await;
+                }
+                s.sent = Some(stripe);
+                FrameMsg::Block(BlockFrame { data, crc32c })
+            }
+            Some(Frame::End) => return None,
+            // Abandoned: never signal a clean end of stream.
+            None => return std::future::pending().await,
+        };
+        Some((PutShardFrame { msg: Some(msg) }, s))
+    })
+}
+
+/// One `PutShard` call over `channel` with `requests` as its request stream.
+async fn put_shard<S>(channel: Channel, requests: S) -> Result<PutShardResponse, tonic::Status>
+where
+    S: Stream<Item = PutShardFrame> + Send + 'static,
+{
+    let mut grpc = tonic::client::Grpc::new(channel)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("datanode channel not ready: {e}")))?;
+    let codec = tonic_prost::ProstCodec::<PutShardFrame, PutShardResponse>::default();
+    let path = http::uri::PathAndQuery::from_static("/sluice.datanode.Datanode/PutShard");
+    let mut request = tonic::Request::new(requests);
+    request.extensions_mut().insert(tonic::GrpcMethod::new(
+        "sluice.datanode.Datanode",
+        "PutShard",
+    ));
+    grpc.client_streaming(request, path, codec)
+        .await
+        .map(tonic::Response::into_inner)
 }
 
 /// One shard's stream: its channel, its RPC task and whether it failed.
@@ -75,6 +193,10 @@ struct ShardWriter {
     /// Cancelled when the RPC task ends, for whatever reason.
     rpc_done: CancellationToken,
     task: Option<JoinHandle<Result<PutShardResponse, tonic::Status>>>,
+    /// Set when the request stream gave up waiting for credit.
+    failure: Arc<StreamFailure>,
+    /// How long a full channel may block a send.
+    send_timeout: Duration,
 }
 
 impl Drop for ShardWriter {
@@ -88,7 +210,7 @@ impl Drop for ShardWriter {
 
 impl ShardWriter {
     /// Sends one frame, waiting for channel space; `Err` (with the reason)
-    /// if the RPC ended or the channel stayed full past the stall timeout.
+    /// if the RPC ended or the channel stayed full past the send timeout.
     async fn send(&mut self, frame: Frame) -> Result<(), String> {
         let Some(tx) = &self.tx else {
             return Err("shard already failed".into());
@@ -100,10 +222,10 @@ impl ShardWriter {
                 Err(_) => false,
             },
             () = self.rpc_done.cancelled() => false,
-            () = tokio::time::sleep(SHARD_STALL_TIMEOUT) => true,
+            () = tokio::time::sleep(self.send_timeout) => true,
         };
         if stalled {
-            Err(format!("no progress for {SHARD_STALL_TIMEOUT:?}"))
+            Err(format!("no progress for {:?}", self.send_timeout))
         } else {
             Err(self.rpc_error().await)
         }
@@ -146,6 +268,11 @@ impl ShardWriter {
     fn is_alive(&self) -> bool {
         self.tx.is_some()
     }
+
+    /// Whether this shard failed for want of datanode credit.
+    fn starved(&self) -> bool {
+        !self.is_alive() && matches!(self.failure.get(), Some(CreditError::Stalled { .. }))
+    }
 }
 
 /// Everything one write holds.
@@ -162,10 +289,16 @@ impl BlobWriter<'_> {
         self.shards.iter().filter(|s| s.is_alive()).count()
     }
 
-    /// Fails with `QuorumNotReached` once too few shards are left.
+    /// Fails once too few shards are left: `DatanodesBusy` when a shard was
+    /// lost for want of credit, else `QuorumNotReached`.
     fn check_quorum(&self) -> Result<(), BlobError> {
         let alive = self.alive();
         if alive < self.write_quorum {
+            if self.shards.iter().any(ShardWriter::starved) {
+                return Err(BlobError::DatanodesBusy {
+                    waited: self.store.inner.config.stall_timeout,
+                });
+            }
             return Err(BlobError::QuorumNotReached {
                 durable: alive,
                 needed: self.write_quorum,
@@ -174,41 +307,52 @@ impl BlobWriter<'_> {
         Ok(())
     }
 
-    /// Opens one `PutShard` RPC per shard and queues its header.
+    /// Opens one `PutShard` RPC per shard (and the datanode's credit
+    /// stream, on first use) and queues its header.
     async fn open(&mut self, block_size: u32, depth: usize) -> Result<(), BlobError> {
+        let inner = &self.store.inner;
+        let stall = inner.config.stall_timeout;
         for (index, &node) in self.nodes.iter().enumerate() {
             let (tx, rx) = mpsc::channel(depth);
             let rpc_done = CancellationToken::new();
+            let failure = Arc::new(StreamFailure::default());
             let mut shard = ShardWriter {
                 index,
                 node,
                 tx: Some(tx),
                 rpc_done: rpc_done.clone(),
                 task: None,
+                failure: Arc::clone(&failure),
+                send_timeout: stall + SHARD_STALL_TIMEOUT,
             };
-            match self.store.inner.pool.client(node) {
-                Ok(mut client) => {
-                    let stream = ShardRequestStream { rx, ended: false };
+            match inner.pool.channel(node) {
+                Ok(channel) => {
+                    let addr = inner.pool.addr(node).unwrap_or_default();
+                    let credit = inner.credits.node(node, &addr, || {
+                        sluice_proto::datanode::datanode_client::DatanodeClient::new(
+                            channel.clone(),
+                        )
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+                    });
+                    let requests = shard_requests(rx, Some(credit), stall, Arc::clone(&failure));
                     shard.task = Some(tokio::spawn(async move {
                         let _done = rpc_done.drop_guard();
-                        client
-                            .put_shard(stream)
-                            .await
-                            .map(tonic::Response::into_inner)
+                        tokio::select! {
+                            result = put_shard(channel, requests) => result,
+                            // Dropping the call resets the stream.
+                            () = failure.token.cancelled() => Err(tonic::Status::resource_exhausted(
+                                failure.get().map_or_else(|| "no credit".to_string(), |e| e.to_string()),
+                            )),
+                        }
                     }));
                     let header = ShardHeader {
                         blob_id: self.blob_id.clone(),
                         shard_index: index as u32,
                         block_size,
-                        // No byte credits yet (datanode credit protocol, issue 3).
-                        gateway_id: String::new(),
+                        gateway_id: inner.credits.gateway_id().to_string(),
                     };
-                    if let Err(reason) = shard
-                        .send(Frame::Msg(PutShardRequest {
-                            msg: Some(Msg::Header(header)),
-                        }))
-                        .await
-                    {
+                    if let Err(reason) = shard.send(Frame::Header(header)).await {
                         shard.fail(&reason, &self.blob_id);
                     }
                 }
@@ -219,21 +363,22 @@ impl BlobWriter<'_> {
         self.check_quorum()
     }
 
-    /// Encodes one stripe and sends block `i` to shard `i`.
-    async fn send_stripe(&mut self, stripe: Bytes) -> Result<(), BlobError> {
+    /// Encodes one stripe and sends block `i` to shard `i`; `permit` is
+    /// released once every live shard stream has sent its block.
+    async fn send_stripe(&mut self, stripe: Bytes, permit: BufferPermit) -> Result<(), BlobError> {
         let blocks = self.store.inner.codec.encode(stripe);
+        let permit = Arc::new(permit);
         for (shard, block) in self.shards.iter_mut().zip(blocks) {
             if !shard.is_alive() {
                 continue;
             }
             let crc32c = sluice_datanode::block_crc32c(&block);
-            let msg = PutShardRequest {
-                msg: Some(Msg::Block(ShardBlock {
-                    data: block.into(),
-                    crc32c,
-                })),
+            let frame = Frame::Block {
+                data: block,
+                crc32c,
+                stripe: Arc::clone(&permit),
             };
-            if let Err(reason) = shard.send(Frame::Msg(msg)).await {
+            if let Err(reason) = shard.send(frame).await {
                 shard.fail(&reason, &self.blob_id);
             }
         }
@@ -295,11 +440,44 @@ impl BlobWriter<'_> {
     }
 }
 
+/// Payload bytes the next stripe may hold: a full stripe, or less when the
+/// declared body length `len` says fewer bytes remain after the `consumed`
+/// ones already in stripes.
+pub(super) fn stripe_capacity(len: Option<u64>, consumed: u64, stripe_bytes: usize) -> usize {
+    match len {
+        Some(len) => {
+            let left = len.saturating_sub(consumed);
+            usize::try_from(left).map_or(stripe_bytes, |l| l.min(stripe_bytes))
+        }
+        None => stripe_bytes,
+    }
+}
+
+/// Zero-pads a short stripe in place to `k` equal blocks (the capacity was
+/// reserved for it, so nothing is reallocated).
+fn padded(mut buf: BytesMut, k: usize) -> Bytes {
+    let block = Layout::block_len_for(buf.len(), k);
+    buf.resize(k * block, 0);
+    buf.freeze()
+}
+
+/// The body was longer than its declared length.
+fn too_long(len: u64) -> BlobError {
+    BlobError::Body(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("request body is longer than its declared {len} bytes"),
+    ))
+}
+
 /// Streams `body` to the shards on `nodes` (shard `i` on `nodes[i]`).
+/// `first` is the buffer permit of the first stripe (taken before the
+/// datanodes were chosen); `len` the declared body length, if known.
 pub(super) async fn write_blob<S>(
     store: &BlobStore,
     nodes: Vec<u64>,
     mut body: S,
+    len: Option<u64>,
+    first: BufferPermit,
 ) -> Result<Placement, BlobError>
 where
     S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Unpin,
@@ -320,30 +498,71 @@ where
         .await?;
 
     let mut size = 0u64;
-    let mut buf = BytesMut::new();
-    while let Some(chunk) = body.next().await {
-        let mut chunk = chunk.map_err(BlobError::Body)?;
-        size += chunk.len() as u64;
-        while !chunk.is_empty() {
-            if buf.is_empty() && chunk.len() >= stripe_bytes {
-                // A whole stripe inside the chunk: no copy.
-                writer.send_stripe(chunk.split_to(stripe_bytes)).await?;
+    let mut pending: Option<Bytes> = None;
+    let mut eof = false;
+    let mut next = Some(first);
+    loop {
+        // Bytes read from the body and not yet in a stripe are in `pending`.
+        let consumed = size - pending.as_ref().map_or(0, |c| c.len() as u64);
+        let cap = stripe_capacity(len, consumed, stripe_bytes);
+        // The buffer first, then the body: while this waits, the socket is not read.
+        let permit = match next.take() {
+            Some(p) => p,
+            None => store.stripe_permit(cap).await?,
+        };
+        let mut buf = BytesMut::new();
+        let mut stripe = None;
+        while stripe.is_none() {
+            let mut chunk = match pending.take() {
+                Some(c) => c,
+                None => match body.next().await {
+                    Some(c) => {
+                        let c = c.map_err(BlobError::Body)?;
+                        size += c.len() as u64;
+                        if let Some(len) = len
+                            && size > len
+                        {
+                            return Err(too_long(len));
+                        }
+                        c
+                    }
+                    None => {
+                        eof = true;
+                        break;
+                    }
+                },
+            };
+            if chunk.is_empty() {
                 continue;
             }
-            if buf.capacity() < stripe_bytes {
-                buf.reserve(stripe_bytes - buf.len());
+            if buf.is_empty() && cap == stripe_bytes && chunk.len() >= cap {
+                // A whole stripe inside the chunk: no copy.
+                stripe = Some(chunk.split_to(cap));
+            } else {
+                if buf.capacity() == 0 {
+                    buf.reserve(k * Layout::block_len_for(cap, k));
+                }
+                let take = (cap - buf.len()).min(chunk.len());
+                buf.extend_from_slice(&chunk.split_to(take));
+                if buf.len() == cap {
+                    stripe = Some(padded(std::mem::take(&mut buf), k));
+                }
             }
-            let take = (stripe_bytes - buf.len()).min(chunk.len());
-            buf.extend_from_slice(&chunk.split_to(take));
-            if buf.len() == stripe_bytes {
-                writer.send_stripe(buf.split().freeze()).await?;
+            if !chunk.is_empty() {
+                pending = Some(chunk);
             }
         }
+        if stripe.is_none() && !buf.is_empty() {
+            stripe = Some(padded(buf, k));
+        }
+        match stripe {
+            Some(s) => writer.send_stripe(s, permit).await?,
+            None => drop(permit),
+        }
+        if eof && pending.is_none() {
+            break;
+        }
     }
-    if !buf.is_empty() {
-        writer.send_stripe(buf.split().freeze()).await?;
-    }
-    drop(buf);
 
     let layout = Layout::new(size, k, block_size);
     let missing = writer.finish(&layout).await;
@@ -351,7 +570,13 @@ where
     if durable < writer.write_quorum {
         let needed = writer.write_quorum;
         tracing::warn!(blob_id = %writer.blob_id, durable, needed, "write quorum not reached, discarding blob");
+        let starved = writer.shards.iter().any(ShardWriter::starved);
         writer.discard().await;
+        if starved {
+            return Err(BlobError::DatanodesBusy {
+                waited: config.stall_timeout,
+            });
+        }
         return Err(BlobError::QuorumNotReached { durable, needed });
     }
     if !missing.is_empty() {
@@ -366,4 +591,67 @@ where
         nodes,
         missing,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+    use sluice_proto::datanode::put_shard_request::Msg;
+    use sluice_proto::datanode::{PutShardRequest, ShardBlock};
+
+    use super::*;
+
+    #[test]
+    fn frames_encode_exactly_like_the_generated_messages() {
+        let header = ShardHeader {
+            blob_id: "b1".into(),
+            shard_index: 3,
+            block_size: 4096,
+            gateway_id: "gw".into(),
+        };
+        let ours = PutShardFrame {
+            msg: Some(FrameMsg::Header(header.clone())),
+        };
+        let theirs = PutShardRequest {
+            msg: Some(Msg::Header(header)),
+        };
+        assert_eq!(ours.encode_to_vec(), theirs.encode_to_vec());
+
+        let data = Bytes::from_static(b"some shard block bytes");
+        let ours = PutShardFrame {
+            msg: Some(FrameMsg::Block(BlockFrame {
+                data: data.clone(),
+                crc32c: 0xDEAD_BEEF,
+            })),
+        };
+        let theirs = PutShardRequest {
+            msg: Some(Msg::Block(ShardBlock {
+                data: data.to_vec(),
+                crc32c: 0xDEAD_BEEF,
+            })),
+        };
+        let wire = ours.encode_to_vec();
+        assert_eq!(wire, theirs.encode_to_vec());
+        assert_eq!(PutShardRequest::decode(&wire[..]).expect("decode"), theirs);
+    }
+
+    #[test]
+    fn stripe_capacity_follows_the_declared_length() {
+        assert_eq!(stripe_capacity(None, 0, 1024), 1024);
+        assert_eq!(stripe_capacity(Some(10), 0, 1024), 10);
+        assert_eq!(stripe_capacity(Some(3000), 2048, 1024), 952);
+        assert_eq!(stripe_capacity(Some(3000), 1024, 1024), 1024);
+        assert_eq!(stripe_capacity(Some(3000), 3000, 1024), 0);
+        assert_eq!(stripe_capacity(Some(3000), 4000, 1024), 0);
+    }
+
+    #[test]
+    fn short_stripes_are_padded_in_place() {
+        let mut buf = BytesMut::with_capacity(4 * 3);
+        buf.extend_from_slice(b"1234567");
+        let ptr = buf.as_ptr();
+        let s = padded(buf, 4);
+        assert_eq!(&s[..], b"1234567\0");
+        assert_eq!(s.as_ptr(), ptr, "no reallocation");
+    }
 }

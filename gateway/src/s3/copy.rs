@@ -184,7 +184,7 @@ pub(super) async fn copy_object(
     let expected = expected_from_source(&src, true, extra);
     let body = object_stream(&gw.blobs, &src.parts, 0..src.size)?.map_err(io::Error::other);
     let placement_key = object_placement_key(&input.bucket, &input.key);
-    let stored = store_body(gw, &placement_key, body, expected, src.size == 0).await?;
+    let stored = store_body(gw, &placement_key, body, expected, Some(src.size)).await?;
     let new_blob = stored.placement.clone();
     let record = single_part_record(input.bucket, input.key, stored, http, now_ms());
     let (etag_value, last_modified_ms) = (record.etag.clone(), record.last_modified_ms);
@@ -243,10 +243,10 @@ pub(super) async fn upload_part_copy(
         .as_deref()
         .and_then(ChecksumAlgorithm::parse);
     let expected = expected_from_source(&src, whole, algorithm);
-    let empty = range.is_empty();
+    let len = range.end - range.start;
     let body = object_stream(&gw.blobs, &src.parts, range)?.map_err(io::Error::other);
     let placement_key = part_placement_key(&input.bucket, &input.key, &input.upload_id, number);
-    let stored = store_body(gw, &placement_key, body, expected, empty).await?;
+    let stored = store_body(gw, &placement_key, body, expected, Some(len)).await?;
     let part = commit_part(
         gw,
         &input.bucket,

@@ -11,7 +11,25 @@ use sluice_meta::MetaError;
 use sluice_proto::meta::ErrorCode;
 
 use crate::blob::BlobError;
+use crate::metrics::{SlowDownReason, count_slowdown};
 use crate::s3::checksum::DigestMismatch;
+
+/// Seconds a client is asked to wait before retrying a `SlowDown`.
+pub const RETRY_AFTER_SECONDS: u32 = 1;
+
+/// `503 SlowDown` with `Retry-After`, counted under `reason` in
+/// `sluice_gateway_slowdown_total`.
+pub fn slow_down(reason: SlowDownReason) -> S3Error {
+    count_slowdown(reason);
+    let mut err = S3Error::with_message(S3ErrorCode::SlowDown, "Please reduce your request rate.");
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from(RETRY_AFTER_SECONDS),
+    );
+    err.set_headers(headers);
+    err
+}
 
 /// S3 code for a code the meta state machine refused a call with.
 pub fn meta_code(code: ErrorCode) -> S3ErrorCode {
@@ -127,6 +145,20 @@ pub fn blob_error(err: BlobError) -> S3Error {
 fn blob_error_ref(err: &BlobError) -> S3Error {
     match err {
         BlobError::Body(io) => body_error(io),
+        BlobError::BufferStall { waited } => {
+            tracing::info!(
+                ?waited,
+                "no write or read buffer in time; answering SlowDown"
+            );
+            slow_down(SlowDownReason::Stall)
+        }
+        BlobError::DatanodesBusy { waited } => {
+            tracing::warn!(
+                ?waited,
+                "datanodes granted no credit in time; answering SlowDown"
+            );
+            slow_down(SlowDownReason::Datanodes)
+        }
         BlobError::QuorumNotReached { .. } | BlobError::NotEnoughDatanodes { .. } => {
             tracing::warn!(error = %err, "data path degraded");
             S3Error::with_message(
@@ -324,6 +356,38 @@ mod tests {
         let e = blob_error(BlobError::Body(sha));
         assert_eq!(e.code().as_str(), "XAmzContentSHA256Mismatch");
         assert_eq!(e.status_code(), Some(StatusCode::BAD_REQUEST));
+
+        for err in [
+            BlobError::BufferStall {
+                waited: std::time::Duration::from_secs(30),
+            },
+            BlobError::DatanodesBusy {
+                waited: std::time::Duration::from_secs(30),
+            },
+        ] {
+            let e = blob_error(err);
+            assert_eq!(
+                (e.code(), e.status_code()),
+                (
+                    &S3ErrorCode::SlowDown,
+                    Some(StatusCode::SERVICE_UNAVAILABLE)
+                )
+            );
+            assert_eq!(
+                e.headers()
+                    .and_then(|h| h.get("retry-after"))
+                    .map(|v| v.as_bytes()),
+                Some(&b"1"[..])
+            );
+        }
+        // A stall of the read side of a copy reaches the write path as a body error.
+        let copy = std::io::Error::other(BlobError::BufferStall {
+            waited: std::time::Duration::from_millis(5),
+        });
+        assert_eq!(
+            blob_error(BlobError::Body(copy)).code(),
+            &S3ErrorCode::SlowDown
+        );
 
         let gone = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection reset");
         let e = blob_error(BlobError::Body(gone));

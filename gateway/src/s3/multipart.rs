@@ -214,13 +214,13 @@ pub(super) async fn upload_part(
         expected.also_compute(a);
     }
     let placement_key = part_placement_key(&input.bucket, &input.key, &input.upload_id, number);
-    let known_empty = input.content_length == Some(0);
+    let len = input.content_length.and_then(|l| u64::try_from(l).ok());
     let stored = store_body(
         gw,
         &placement_key,
         request_body(input.body.take()),
         expected,
-        known_empty,
+        len,
     )
     .await?;
     let part = commit_part(

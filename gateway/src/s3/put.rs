@@ -38,22 +38,24 @@ pub fn request_body(body: Option<StreamingBlob>) -> BodyStream {
 /// Streams `body` through a [`DigestingBody`] into a new blob placed under
 /// `placement_key`, never holding more than the data path's stripes in memory.
 ///
-/// `known_empty` (a `Content-Length: 0` body) skips the data path: the body
-/// is still read (an aws-chunked body may carry a checksum trailer) but no
-/// blob is written. Errors: `BadDigest` when a digest does not match, the
-/// data-path errors of [`blob_error`].
+/// `len` is the declared (decoded) body length when known; `Some(0)` skips
+/// the data path: the body is still read (an aws-chunked body may carry a
+/// checksum trailer) but no blob is written. Errors: `BadDigest` when a
+/// digest does not match, the data-path errors of [`blob_error`] (among
+/// them `503 SlowDown` when no buffer or no datanode credit comes within
+/// `stall_timeout`).
 pub async fn store_body<S>(
     gw: &Gateway,
     placement_key: &str,
     body: S,
     expected: Expected,
-    known_empty: bool,
+    len: Option<u64>,
 ) -> S3Result<StoredBody>
 where
     S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
 {
     let (mut digesting, slot) = DigestingBody::new(body, expected);
-    let placement = if known_empty {
+    let placement = if len == Some(0) {
         while let Some(chunk) = digesting.next().await {
             if !chunk.map_err(|e| body_error(&e))?.is_empty() {
                 return Err(S3Error::with_message(
@@ -66,7 +68,7 @@ where
     } else {
         Some(
             gw.blobs
-                .write(placement_key, digesting)
+                .write(placement_key, digesting, len)
                 .await
                 .map_err(blob_error)?,
         )
@@ -269,14 +271,14 @@ pub(super) async fn put_object(
         input.expires.as_ref(),
         input.metadata.take(),
     );
-    let known_empty = input.content_length == Some(0);
+    let len = input.content_length.and_then(|l| u64::try_from(l).ok());
     let placement_key = object_placement_key(&input.bucket, &input.key);
     let stored = store_body(
         gw,
         &placement_key,
         request_body(input.body.take()),
         expected,
-        known_empty,
+        len,
     )
     .await?;
     let new_blob = stored.placement.clone();

@@ -1,0 +1,131 @@
+//! Prometheus metric names of the gateway (`metrics` 0.24 macros). The
+//! exporter is installed by the binary before [`crate::run`]; without one
+//! every update is a no-op.
+
+/// Gauge: write-path buffer bytes held (stripes and shard blocks), ≤
+/// [`BUFFER_BUDGET_BYTES`].
+pub const BUFFER_BYTES_IN_USE: &str = "sluice_gateway_buffer_bytes_in_use";
+/// Gauge: the write buffer budget (`buffer_budget_bytes`).
+pub const BUFFER_BUDGET_BYTES: &str = "sluice_gateway_buffer_budget_bytes";
+/// Gauge: requests waiting for a write buffer.
+pub const BUFFER_WAITING_REQUESTS: &str = "sluice_gateway_buffer_waiting_requests";
+/// Gauge: read-path buffer bytes held (decoded stripes), ≤
+/// [`READ_BUFFER_BUDGET_BYTES`].
+pub const READ_BUFFER_BYTES_IN_USE: &str = "sluice_gateway_read_buffer_bytes_in_use";
+/// Gauge: the read buffer budget (`read_budget_bytes`).
+pub const READ_BUFFER_BUDGET_BYTES: &str = "sluice_gateway_read_buffer_budget_bytes";
+/// Gauge: reads waiting for a read buffer.
+pub const READ_BUFFER_WAITING_REQUESTS: &str = "sluice_gateway_read_buffer_waiting_requests";
+/// Counter, label `reason` (`inflight`, `stall`, `datanodes`): `503 SlowDown`
+/// responses.
+pub const SLOWDOWN_TOTAL: &str = "sluice_gateway_slowdown_total";
+/// Histogram, label `op` (the S3 operation, e.g. `UploadPart`; `Unknown`
+/// when s3s could not route the request): seconds from the request head
+/// to the end of the response body.
+pub const REQUEST_DURATION_SECONDS: &str = "sluice_gateway_request_duration_seconds";
+/// Gauge: requests admitted and not finished.
+pub const INFLIGHT_REQUESTS: &str = "sluice_gateway_inflight_requests";
+/// Gauge, label `datanode`: credit granted by that datanode and not yet spent.
+pub const CREDIT_AVAILABLE_BYTES: &str = "sluice_gateway_credit_available_bytes";
+/// Gauge, label `datanode`: shard bytes waiting for that datanode's credit.
+pub const CREDIT_WAITING_BYTES: &str = "sluice_gateway_credit_waiting_bytes";
+/// Counter, label `datanode`: credit granted by that datanode.
+pub const CREDIT_GRANTED_BYTES_TOTAL: &str = "sluice_gateway_credit_granted_bytes_total";
+/// Counter, label `datanode`: idle credit returned to that datanode.
+pub const CREDIT_RETURNED_BYTES_TOTAL: &str = "sluice_gateway_credit_returned_bytes_total";
+/// Counter, label `datanode`: credit lost with a broken credit stream.
+pub const CREDIT_FORFEITED_BYTES_TOTAL: &str = "sluice_gateway_credit_forfeited_bytes_total";
+
+/// `reason` label of [`SLOWDOWN_TOTAL`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlowDownReason {
+    /// `max_inflight_requests` were in flight.
+    Inflight,
+    /// No buffer within `stall_timeout`.
+    Stall,
+    /// Datanodes granted no credit within `stall_timeout`.
+    Datanodes,
+}
+
+impl SlowDownReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlowDownReason::Inflight => "inflight",
+            SlowDownReason::Stall => "stall",
+            SlowDownReason::Datanodes => "datanodes",
+        }
+    }
+}
+
+/// Counts one `503 SlowDown` answered for `reason`.
+pub fn count_slowdown(reason: SlowDownReason) {
+    metrics::counter!(SLOWDOWN_TOTAL, "reason" => reason.as_str()).increment(1);
+}
+
+/// Records one request of S3 operation `op` that took `seconds`.
+pub fn record_request(op: &str, seconds: f64) {
+    metrics::histogram!(REQUEST_DURATION_SECONDS, "op" => op.to_string()).record(seconds);
+}
+
+/// Registers descriptions with the installed recorder.
+pub fn describe() {
+    use metrics::Unit;
+    metrics::describe_gauge!(
+        BUFFER_BYTES_IN_USE,
+        Unit::Bytes,
+        "Write-path stripe and shard buffer bytes held"
+    );
+    metrics::describe_gauge!(BUFFER_BUDGET_BYTES, Unit::Bytes, "Write buffer budget");
+    metrics::describe_gauge!(
+        BUFFER_WAITING_REQUESTS,
+        Unit::Count,
+        "Requests waiting for a write buffer"
+    );
+    metrics::describe_gauge!(
+        READ_BUFFER_BYTES_IN_USE,
+        Unit::Bytes,
+        "Read-path decoded stripe bytes held"
+    );
+    metrics::describe_gauge!(READ_BUFFER_BUDGET_BYTES, Unit::Bytes, "Read buffer budget");
+    metrics::describe_gauge!(
+        READ_BUFFER_WAITING_REQUESTS,
+        Unit::Count,
+        "Reads waiting for a read buffer"
+    );
+    metrics::describe_counter!(
+        SLOWDOWN_TOTAL,
+        Unit::Count,
+        "503 SlowDown responses by reason"
+    );
+    metrics::describe_histogram!(
+        REQUEST_DURATION_SECONDS,
+        Unit::Seconds,
+        "S3 request duration by operation, head to end of response body"
+    );
+    metrics::describe_gauge!(INFLIGHT_REQUESTS, Unit::Count, "S3 requests in flight");
+    metrics::describe_gauge!(
+        CREDIT_AVAILABLE_BYTES,
+        Unit::Bytes,
+        "Datanode credit held and not yet spent"
+    );
+    metrics::describe_gauge!(
+        CREDIT_WAITING_BYTES,
+        Unit::Bytes,
+        "Shard bytes waiting for datanode credit"
+    );
+    metrics::describe_counter!(
+        CREDIT_GRANTED_BYTES_TOTAL,
+        Unit::Bytes,
+        "Credit granted by datanodes"
+    );
+    metrics::describe_counter!(
+        CREDIT_RETURNED_BYTES_TOTAL,
+        Unit::Bytes,
+        "Idle credit returned to datanodes"
+    );
+    metrics::describe_counter!(
+        CREDIT_FORFEITED_BYTES_TOTAL,
+        Unit::Bytes,
+        "Credit lost with broken credit streams"
+    );
+}
