@@ -109,9 +109,17 @@ impl Role for sluice_datanode::Config {
     }
 }
 
-impl Role for sluice_gateway::Config {
+/// The gateway role: its config, and the admission and buffer counters
+/// every run of it reports into (kept across restarts).
+#[derive(Clone)]
+pub struct GatewayRole {
+    pub config: sluice_gateway::Config,
+    pub stats: sluice_gateway::GatewayStats,
+}
+
+impl Role for GatewayRole {
     fn listen(&self) -> SocketAddr {
-        self.listen
+        self.config.listen
     }
     fn run(
         self,
@@ -119,11 +127,19 @@ impl Role for sluice_gateway::Config {
         stop: oneshot::Receiver<()>,
     ) -> BoxFuture<'static, Result<()>> {
         Box::pin(async move {
-            sluice_gateway::run(self, listener, stopped(stop))
+            sluice_gateway::run_with_stats(self.config, listener, stopped(stop), self.stats)
                 .await
                 .map_err(anyhow::Error::from)
         })
     }
+}
+
+/// Changes applied to the configs a [`TestCluster`] starts its nodes with
+/// (after the fixture's own settings).
+#[derive(Clone, Copy, Default)]
+pub struct Overrides {
+    pub datanode: Option<fn(&mut sluice_datanode::Config)>,
+    pub gateway: Option<fn(&mut sluice_gateway::Config)>,
 }
 
 struct Running {
@@ -224,7 +240,7 @@ impl<C: Role> Process<C> {
 
 pub type MetaNode = Process<sluice_meta::Config>;
 pub type DataNode = Process<sluice_datanode::Config>;
-pub type Gateway = Process<sluice_gateway::Config>;
+pub type Gateway = Process<GatewayRole>;
 
 pub struct TestCluster {
     /// Holds every node's directory; removed when the cluster is dropped.
@@ -355,15 +371,28 @@ impl TestCluster {
     /// and one gateway, and waits until a leader is elected, every datanode
     /// is live and the gateway answers S3 requests.
     pub async fn start(metas: usize, datanodes: usize) -> Result<TestCluster> {
-        let mut cluster = Self::start_without_gateway(metas, datanodes).await?;
+        Self::start_with(metas, datanodes, Overrides::default()).await
+    }
+
+    /// [`TestCluster::start`] with config `overrides`.
+    pub async fn start_with(
+        metas: usize,
+        datanodes: usize,
+        overrides: Overrides,
+    ) -> Result<TestCluster> {
+        let mut cluster = Self::start_without_gateway(metas, datanodes, overrides).await?;
         cluster.gateway.start().await?;
         cluster.wait_gateway().await?;
         Ok(cluster)
     }
 
-    /// Like [`TestCluster::start`], but leaves the gateway stopped (its
+    /// Like [`TestCluster::start_with`], but leaves the gateway stopped (its
     /// listener is bound and kept for its first start).
-    pub async fn start_without_gateway(metas: usize, datanodes: usize) -> Result<TestCluster> {
+    pub async fn start_without_gateway(
+        metas: usize,
+        datanodes: usize,
+        overrides: Overrides,
+    ) -> Result<TestCluster> {
         init_tracing();
         let root = tempfile::Builder::new()
             .prefix("sluice-cluster-")
@@ -408,16 +437,27 @@ impl TestCluster {
             let listener = bind_any().await?;
             let dir = root.path().join(format!("datanode-{id}"));
             std::fs::create_dir_all(&dir)?;
-            let config = datanode_config(id, listener.local_addr()?, dir, meta_endpoints.clone());
+            let mut config =
+                datanode_config(id, listener.local_addr()?, dir, meta_endpoints.clone());
+            if let Some(f) = overrides.datanode {
+                f(&mut config);
+            }
             let mut node = Process::new(format!("datanode-{id}"), config);
             node.start_on(listener);
             dn_nodes.push(node);
         }
 
         let gw_listener = bind_any().await?;
+        let mut gw_config = gateway_config(gw_listener.local_addr()?, meta_endpoints.clone());
+        if let Some(f) = overrides.gateway {
+            f(&mut gw_config);
+        }
         let mut gateway = Process::new(
             "gateway".into(),
-            gateway_config(gw_listener.local_addr()?, meta_endpoints.clone()),
+            GatewayRole {
+                config: gw_config,
+                stats: sluice_gateway::GatewayStats::new(),
+            },
         );
         gateway.reserved = Some(gw_listener);
 
@@ -551,6 +591,32 @@ impl TestCluster {
     /// An S3 client for the gateway with the cluster's credentials.
     pub fn s3(&self) -> aws_sdk_s3::Client {
         self.s3_with(ACCESS_KEY, SECRET_KEY)
+    }
+
+    /// Like [`TestCluster::s3`], but every request is tried once: a
+    /// `503 SlowDown` is seen by the test instead of retried by the SDK.
+    /// The SDK's stalled-stream protection is off as well: it fails an
+    /// upload whose body makes no progress for 5 s, which is what the
+    /// gateway's backpressure does while a request waits its turn for a
+    /// buffer (up to `stall_timeout`); the SDK would retry it, but this
+    /// client retries nothing.
+    pub fn s3_without_retries(&self) -> aws_sdk_s3::Client {
+        let config =
+            self.s3()
+                .config()
+                .to_builder()
+                .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+                .stalled_stream_protection(
+                    aws_sdk_s3::config::StalledStreamProtectionConfig::disabled(),
+                )
+                .build();
+        aws_sdk_s3::Client::from_conf(config)
+    }
+
+    /// The gateway's admission and buffer counters (high-water marks
+    /// survive gateway restarts).
+    pub fn gateway_stats(&self) -> &sluice_gateway::GatewayStats {
+        &self.gateway.config.stats
     }
 
     /// An S3 client for the gateway with the given credentials.

@@ -10,6 +10,9 @@
 //! * `s3_errors` — S3 error codes and object semantics on a 1-voter cluster.
 //! * `s3_listing` — listing pagination and order, ListMultipartUploads,
 //!   UploadPartCopy and presigned URLs on a 1-voter cluster.
+//! * `tiny_budgets` — flow control on 4 MiB budgets: 32 concurrent
+//!   multipart uploads complete within the gateway's buffer budget;
+//!   `max_inflight_requests` and `stall_timeout` answer `503 SlowDown`.
 //! * this file — S3 helpers shared by the tests (data, ETags, uploads, reads,
 //!   error assertions).
 //!
@@ -20,6 +23,7 @@ mod fixtures;
 mod s3_errors;
 mod s3_listing;
 mod scenario;
+mod tiny_budgets;
 
 use std::fmt::Debug;
 use std::time::Instant;
