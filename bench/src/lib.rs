@@ -9,19 +9,28 @@
 //! throughput, latency percentiles and error responses by S3 code, and
 //! writes `samples.csv`, `summary.json` and `chart.svg`.
 //!
+//! `soak` starts a multi-process Sluice cluster and runs the issue-3 soak
+//! shapes (seed, SDK-default, overload) with that engine, judging each by
+//! RSS, errors, SlowDown and byte-identical read-back (see [`soak`] and
+//! `bench/SOAK.md`).
+//!
 //! # Layout
 //! * [`multipart`] — the workload: options, workers, sampler, the run.
 //! * [`s3`] — SDK client setup and the interceptor that counts every error
 //!   response (retried ones too) by S3 code.
 //! * [`data`] — pseudo-random part payloads.
+//! * [`completed`] — completed uploads and the bytes they must hold.
+//! * [`verify`] — reading completed uploads back, byte for byte.
 //! * [`stats`] — HDR latency percentiles, throughput arithmetic.
 //! * [`rss`] — `--pids` parsing and `/proc/PID/status` `VmRSS` sampling.
 //! * [`samples`] — the `samples.csv` format (write and parse).
 //! * [`report`] — the end-of-run summary (`summary.json` and stdout text).
 //! * [`chart`] — `chart.svg` (throughput and RSS over time).
+//! * [`soak`] — the soak benchmark: cluster, shapes, verdicts.
 //! * [`error`] — [`BenchError`].
 
 pub mod chart;
+pub mod completed;
 pub mod data;
 pub mod error;
 pub mod rss;
@@ -31,6 +40,8 @@ pub mod stats;
 pub mod multipart;
 pub mod report;
 pub mod s3;
+pub mod soak;
+pub mod verify;
 pub use error::BenchError;
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use sluice_bench::multipart::{self, MultipartPutOptions};
+use sluice_bench::soak::{self, SoakOptions};
 
 #[derive(Parser)]
 #[command(
@@ -20,7 +21,11 @@ struct Cli {
 enum Command {
     /// warp-style multipart-put: parallel multipart uploads of fresh random parts for a duration,
     /// with UploadPart latency, errors by S3 code and per-second server RSS samples.
-    MultipartPut(MultipartPutOptions),
+    MultipartPut(Box<MultipartPutOptions>),
+    /// Soak: start a multi-process Sluice cluster (meta, 6 datanodes, gateway), run the seed,
+    /// SDK-default and overload shapes, print a PASS/FAIL verdict per shape, write verdict.json.
+    /// Exits with status 1 when a shape fails.
+    Soak(Box<SoakOptions>),
 }
 
 #[tokio::main]
@@ -35,7 +40,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::MultipartPut(options) => {
             let out_dir = options.out_dir.clone();
-            let summary = multipart::run(options).await?;
+            let summary = multipart::run(*options).await?;
             print!("{}", summary.render_text());
             println!(
                 "  files:       {}, {}, {}",
@@ -43,6 +48,15 @@ async fn main() -> anyhow::Result<()> {
                 out_dir.join("summary.json").display(),
                 out_dir.join("chart.svg").display()
             );
+        }
+        Command::Soak(options) => {
+            let verdict = options.out_dir.join("verdict.json");
+            let report = soak::run(*options).await?;
+            print!("{}", report.render());
+            println!("  verdict:     {}", verdict.display());
+            if !report.pass {
+                anyhow::bail!("soak failed");
+            }
         }
     }
     Ok(())

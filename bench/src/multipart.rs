@@ -10,6 +10,12 @@
 //! aborted, as warp leaves them. Only UploadPart is timed, from the first
 //! attempt to the final response, SDK retries included.
 //!
+//! With `--uploads-per-worker N` each worker stops after N uploads and the
+//! run ends when every worker has stopped (or at `--duration`, whichever
+//! comes first): that is how a fixed batch such as the SDK-default shape is
+//! run. A caller of [`run_with`] can also collect every upload that
+//! CompleteMultipartUpload acknowledged ([`CompletedLog`]) to read it back.
+//!
 //! Memory: each in-flight part owns one `--part-size` buffer, reused for the
 //! worker's next part when the SDK has released it, so the payload held is
 //! at most `concurrent x part_concurrent x part_size`.
@@ -29,6 +35,7 @@ use clap::ArgAction;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::completed::{CompletedLog, CompletedUpload};
 use crate::data::{fill, part_seed, splitmix64};
 use crate::error::BenchError;
 use crate::report::{ProcessRss, Shape, Summary, UploadCounts};
@@ -106,6 +113,10 @@ pub struct MultipartPutOptions {
     /// Delete each completed object (not timed), so that a long soak does not fill the disks.
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub delete_after: bool,
+    /// Uploads each worker starts before it stops (successful or not); the run then ends
+    /// when every worker has stopped, or at --duration if that comes first. Unset = no limit.
+    #[arg(long)]
+    pub uploads_per_worker: Option<u64>,
     /// Attempts per request, the first included (SDK standard retry mode; 1 = no retries).
     /// Every failed attempt is counted by its S3 error code.
     #[arg(long, default_value_t = 3)]
@@ -154,6 +165,9 @@ impl MultipartPutOptions {
         }
         if self.max_attempts == 0 {
             return Err(invalid("max-attempts", "must be at least 1"));
+        }
+        if self.uploads_per_worker == Some(0) {
+            return Err(invalid("uploads-per-worker", "must be at least 1"));
         }
         parse_targets(&self.pids)
     }
@@ -264,8 +278,10 @@ struct Worker {
     part_concurrent: usize,
     complete: bool,
     delete_after: bool,
+    uploads_per_worker: Option<u64>,
     run_seed: u64,
     progress: Arc<Progress>,
+    completed_log: Option<Arc<CompletedLog>>,
 }
 
 /// A reason an upload was abandoned (the failure is already recorded).
@@ -277,9 +293,11 @@ impl Worker {
         // Buffers of parts that finished, for the next parts of this worker.
         let mut pool: Vec<BytesMut> = Vec::with_capacity(self.part_concurrent);
         let mut backoff = FIRST_FAILURE_BACKOFF;
-        for upload in 1u64.. {
+        let last_upload = self.uploads_per_worker.unwrap_or(u64::MAX);
+        for upload in 1..=last_upload {
             match self.upload_one(id, upload, &mut pool).await {
                 Ok(()) => backoff = FIRST_FAILURE_BACKOFF,
+                Err(Abandoned) if upload == last_upload => {}
                 Err(Abandoned) => {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_FAILURE_BACKOFF);
@@ -395,6 +413,16 @@ impl Worker {
             return Err(Abandoned);
         }
         self.progress.completed.fetch_add(1, Ordering::Relaxed);
+        if let Some(log) = &self.completed_log {
+            log.record(CompletedUpload {
+                key: key.clone(),
+                run_seed: self.run_seed,
+                worker: id,
+                upload,
+                parts: self.parts,
+                part_size: self.part_size as u64,
+            });
+        }
 
         if self.delete_after {
             match self
@@ -492,6 +520,16 @@ impl PartJob {
     }
 }
 
+/// What a library caller can collect from a run besides the [`Summary`].
+#[derive(Debug, Clone, Default)]
+pub struct RunHooks {
+    /// Receives every upload that CompleteMultipartUpload acknowledged
+    /// before the deadline (whether or not it is then deleted).
+    pub completed: Option<Arc<CompletedLog>>,
+    /// Title of `chart.svg` instead of one naming the shape of the run.
+    pub chart_title: Option<String>,
+}
+
 /// Runs the benchmark: prepares the bucket, generates load for
 /// `--duration` while sampling every second, then writes `samples.csv`
 /// (during the run), `summary.json` and `chart.svg` into `--out-dir`.
@@ -501,6 +539,17 @@ impl PartJob {
 /// cannot be written. Failed S3 requests during the load are counted, not
 /// returned.
 pub async fn run(options: MultipartPutOptions) -> Result<Summary, BenchError> {
+    run_with(options, RunHooks::default()).await
+}
+
+/// [`run`], reporting into `hooks` as well.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_with(
+    options: MultipartPutOptions,
+    hooks: RunHooks,
+) -> Result<Summary, BenchError> {
     let targets = options.validate()?;
     if options.part_size.as_u64() < MIN_PART_SIZE && options.parts > 1 {
         tracing::warn!(part_size = %options.part_size.to_string_as(true), "parts below 5 MiB are rejected by AWS S3 at CompleteMultipartUpload");
@@ -541,8 +590,10 @@ pub async fn run(options: MultipartPutOptions) -> Result<Summary, BenchError> {
         part_concurrent: options.part_concurrent.min(options.parts as usize),
         complete: options.complete,
         delete_after: options.delete_after,
+        uploads_per_worker: options.uploads_per_worker,
         run_seed,
         progress: Arc::clone(&progress),
+        completed_log: hooks.completed.clone(),
     });
     tracing::info!(
         endpoint = %options.endpoint, key_prefix, concurrent = options.concurrent, parts = options.parts,
@@ -557,11 +608,28 @@ pub async fn run(options: MultipartPutOptions) -> Result<Summary, BenchError> {
         ));
     }
 
-    let samples = sample_until(start, deadline, &progress, &tally, &targets, &mut csv).await?;
-    // Workers end at the deadline (timeout_at drops them and their parts).
-    while workers.join_next().await.is_some() {}
+    // Workers end when their uploads are done or at the deadline (timeout_at
+    // drops them and their parts); the sampler stops when they all have.
+    let (all_done_tx, all_done_rx) = tokio::sync::oneshot::channel();
+    let joiner = tokio::spawn(async move {
+        while workers.join_next().await.is_some() {}
+        let _ = all_done_tx.send(Instant::now());
+    });
+    let (samples, end) = sample_until(
+        start,
+        deadline,
+        all_done_rx,
+        &progress,
+        &tally,
+        &targets,
+        &mut csv,
+    )
+    .await?;
+    if let Err(e) = joiner.await {
+        tracing::error!(error = %e, "worker joiner ended abnormally");
+    }
 
-    let elapsed = deadline - start;
+    let elapsed = end - start;
     let bytes = progress.bytes.load(Ordering::Relaxed);
     let parts = progress.parts.load(Ordering::Relaxed);
     let started = progress.started.load(Ordering::Relaxed);
@@ -614,26 +682,33 @@ pub async fn run(options: MultipartPutOptions) -> Result<Summary, BenchError> {
         path: summary_path,
         source,
     })?;
-    let title = format!(
-        "sluice-bench multipart-put: {} x {} parts of {} ({} in flight per upload)",
-        options.concurrent,
-        options.parts,
-        options.part_size.to_string_as(true),
-        options.part_concurrent
-    );
+    let title = hooks.chart_title.unwrap_or_else(|| {
+        format!(
+            "sluice-bench multipart-put: {} x {} parts of {} ({} in flight per upload)",
+            options.concurrent,
+            options.parts,
+            options.part_size.to_string_as(true),
+            options.part_concurrent
+        )
+    });
     crate::chart::draw(&options.out_dir.join("chart.svg"), &title, &names, &samples)?;
     Ok(summary)
 }
 
-/// Takes one sample per second until `deadline`, appending each to `csv`.
+/// Takes one sample per second until `deadline` or until `all_done`
+/// resolves (every worker stopped), appending each to `csv`. Returns the
+/// samples and the end of the load phase (`deadline`, or when the workers
+/// stopped if that was earlier; then a last sample covers the partial
+/// second).
 async fn sample_until(
     start: Instant,
     deadline: Instant,
+    mut all_done: tokio::sync::oneshot::Receiver<Instant>,
     progress: &Progress,
     tally: &ErrorTally,
     targets: &[ProcTarget],
     csv: &mut SamplesWriter,
-) -> Result<Vec<Sample>, BenchError> {
+) -> Result<(Vec<Sample>, Instant), BenchError> {
     let mut ticker = tokio::time::interval_at(start + SAMPLE_INTERVAL, SAMPLE_INTERVAL);
     // Ticks stay on start + k seconds; a tick missed by more than a period
     // (an overloaded machine) is skipped and the next sample covers the
@@ -642,12 +717,24 @@ async fn sample_until(
     let mut samples = Vec::new();
     let mut last_at = start;
     let mut last_bytes = 0;
+    let mut end = deadline;
     loop {
-        let scheduled = ticker.tick().await;
-        if scheduled > deadline {
-            break;
-        }
-        let now = Instant::now().min(deadline);
+        let (now, last) = tokio::select! {
+            scheduled = ticker.tick() => {
+                if scheduled > deadline {
+                    break;
+                }
+                (Instant::now().min(deadline), false)
+            }
+            done = &mut all_done => {
+                // A closed channel means the joiner is gone: end now too.
+                end = done.unwrap_or_else(|_| Instant::now()).min(deadline);
+                if end <= last_at {
+                    break;
+                }
+                (end, true)
+            }
+        };
         let bytes = progress.bytes.load(Ordering::Relaxed);
         let rss_mib = targets
             .iter()
@@ -680,8 +767,11 @@ async fn sample_until(
         samples.push(sample);
         last_at = now;
         last_bytes = bytes;
+        if last {
+            break;
+        }
     }
-    Ok(samples)
+    Ok((samples, end))
 }
 
 #[cfg(test)]

@@ -5,6 +5,12 @@
 //! ([`Intercept::read_after_attempt`]) that tallies the outcome of every
 //! attempt: an error response that the SDK then retries (e.g. `503
 //! SlowDown`) is counted once per attempt, by its S3 error code.
+//!
+//! The SDK's retry quota (a token bucket that throttled retries drain) is
+//! shared by every client of a process with the same retry partition. Each
+//! client built here gets a partition of its own, so that it starts with a
+//! full quota like a fresh SDK process: a soak shape that drew hundreds of
+//! SlowDowns does not leave the next client unable to retry.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +19,7 @@ use std::time::Duration;
 
 use aws_credential_types::Credentials;
 use aws_sdk_s3::config::interceptors::FinalizerInterceptorContextRef;
-use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::retry::{RetryConfig, RetryPartition};
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{
     BehaviorVersion, ConfigBag, Intercept, Region, RequestChecksumCalculation, RuntimeComponents,
@@ -24,7 +30,9 @@ use aws_sdk_s3::operation::complete_multipart_upload::CompleteMultipartUploadErr
 use aws_sdk_s3::operation::create_bucket::CreateBucketError;
 use aws_sdk_s3::operation::create_multipart_upload::CreateMultipartUploadError;
 use aws_sdk_s3::operation::delete_object::DeleteObjectError;
+use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::operation::head_bucket::HeadBucketError;
+use aws_sdk_s3::operation::put_object::PutObjectError;
 use aws_sdk_s3::operation::upload_part::UploadPartError;
 use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
 
@@ -151,7 +159,9 @@ impl Intercept for CountErrors {
                 CompleteMultipartUploadError,
                 DeleteObjectError,
                 HeadBucketError,
-                CreateBucketError
+                CreateBucketError,
+                GetObjectError,
+                PutObjectError
             )
             .or_else(|| status.map(|s| format!("HTTP{s}")))
             .unwrap_or_else(|| "UnknownServiceError".to_owned())
@@ -176,8 +186,16 @@ impl Intercept for CountErrors {
     }
 }
 
-/// A path-style client for `options` whose failed attempts are counted in `tally`.
+/// Numbers the retry partitions of the clients of this process.
+static CLIENTS_BUILT: AtomicU64 = AtomicU64::new(0);
+
+/// A path-style client for `options` whose failed attempts are counted in
+/// `tally`, with a retry partition (and so a retry quota) of its own.
 pub fn build_client(options: &ClientOptions, tally: Arc<ErrorTally>) -> aws_sdk_s3::Client {
+    let partition = format!(
+        "sluice-bench-{}",
+        CLIENTS_BUILT.fetch_add(1, Ordering::Relaxed)
+    );
     let checksum = match options.checksum {
         ChecksumMode::WhenSupported => RequestChecksumCalculation::WhenSupported,
         ChecksumMode::WhenRequired => RequestChecksumCalculation::WhenRequired,
@@ -194,6 +212,7 @@ pub fn build_client(options: &ClientOptions, tally: Arc<ErrorTally>) -> aws_sdk_
             "sluice-bench",
         ))
         .force_path_style(true)
+        .retry_partition(RetryPartition::new(partition))
         .retry_config(
             RetryConfig::standard()
                 .with_max_attempts(options.max_attempts)

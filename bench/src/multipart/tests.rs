@@ -170,3 +170,80 @@ async fn run_against_fake_endpoint_counts_parts_errors_and_writes_outputs() {
     let svg = std::fs::read_to_string(out.path().join("run/chart.svg")).expect("chart.svg");
     assert!(svg.contains("bench") && svg.contains("MiB/s"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_per_worker_ends_the_run_early_and_logs_completions() {
+    let fake = FakeS3::start(vec![], 0).await;
+    let out = tempfile::tempdir().expect("tempdir");
+    let mut o = parse(&[
+        "--concurrent",
+        "3",
+        "--parts",
+        "2",
+        "--part-size",
+        "32KiB",
+        "--part-concurrent",
+        "2",
+        "--duration",
+        "5m",
+        "--uploads-per-worker",
+        "2",
+    ])
+    .expect("flags");
+    o.endpoint = fake.endpoint();
+    o.out_dir = out.path().join("run");
+    let log = Arc::new(CompletedLog::default());
+    let hooks = RunHooks {
+        completed: Some(Arc::clone(&log)),
+        chart_title: Some("custom chart title".to_owned()),
+    };
+
+    let summary = tokio::time::timeout(Duration::from_secs(60), run_with(o, hooks))
+        .await
+        .expect("ends when the workers are done, long before --duration")
+        .expect("run");
+
+    assert!(summary.elapsed_s < 60.0, "{}", summary.elapsed_s);
+    assert_eq!(summary.uploads.started, 6);
+    assert_eq!(summary.uploads.completed, 6);
+    assert_eq!(summary.uploads.unfinished, 0);
+    assert_eq!(summary.parts, 12);
+    assert_eq!(fake.state.completes.load(Ordering::Relaxed), 6);
+    let mut entries = log.entries();
+    entries.sort_by_key(|e| (e.worker, e.upload));
+    assert_eq!(entries.len(), 6);
+    assert_eq!(log.dropped(), 0);
+    assert_eq!(
+        entries
+            .iter()
+            .map(|e| (e.worker, e.upload))
+            .collect::<Vec<_>>(),
+        vec![(0, 1), (0, 2), (1, 1), (1, 2), (2, 1), (2, 2)]
+    );
+    assert!(
+        entries
+            .iter()
+            .all(|e| e.parts == 2 && e.part_size == 32 * 1024)
+    );
+    assert!(entries[0].key.ends_with("/w0/u1"), "{}", entries[0].key);
+    // The last sample closes the partial second at the end of the run.
+    let csv = std::fs::read_to_string(out.path().join("run/samples.csv")).expect("samples.csv");
+    let (_, rows) = crate::samples::parse(&csv).expect("parse samples");
+    let last = rows.last().expect("at least the closing sample");
+    assert!((last.elapsed_s - summary.elapsed_s).abs() < 0.01, "{csv}");
+    assert_eq!(last.parts_done, 12);
+    let svg = std::fs::read_to_string(out.path().join("run/chart.svg")).expect("chart.svg");
+    assert!(svg.contains("custom chart title"));
+}
+
+#[test]
+fn uploads_per_worker_must_be_positive() {
+    let o = parse(&["--uploads-per-worker", "0"]).expect("parses");
+    assert!(o.validate().is_err());
+    assert_eq!(
+        parse(&["--uploads-per-worker", "3"])
+            .expect("parses")
+            .uploads_per_worker,
+        Some(3)
+    );
+}

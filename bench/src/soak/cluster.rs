@@ -1,0 +1,493 @@
+//! The soak cluster: one meta node, six datanodes and one gateway, each a
+//! separate `sluice` process on loopback, so that each RSS is its own.
+//!
+//! [`Cluster::start`] reserves free ports, writes one TOML config per
+//! process under `<work dir>/<label>/`, starts the processes with their
+//! output in `<out dir>/logs/<label>/<name>.log`, and waits until the
+//! gateway accepts a write (bucket created, probe object put). The RSS of
+//! every process right then is the cluster's baseline. [`Cluster::stop`]
+//! sends SIGTERM (gateway first, then datanodes, then meta), SIGKILL after
+//! a timeout, and removes the data unless asked to keep it. Children are
+//! also killed if the cluster is dropped without being stopped.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_s3::primitives::ByteStream;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::Serialize;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use super::config::{
+    AcceptedKeys, GatewayAccess, KnobOutcome, Placement, Role, datanode_config, gateway_config,
+    meta_config, resolve_knobs, write_config,
+};
+use super::error::SoakError;
+use super::options::Knobs;
+use crate::error::BoxError;
+use crate::rss::ProcTarget;
+use crate::s3::{ChecksumMode, ClientOptions, ErrorTally, build_client, ensure_bucket};
+
+/// Datanodes in the cluster: k + m of the gateway's default 4+2 layout.
+pub const DATANODES: u64 = 6;
+/// Pause between two readiness probes.
+const READY_POLL: Duration = Duration::from_millis(250);
+/// Time limit of one readiness probe request.
+const READY_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Key of the readiness probe object.
+const READY_KEY: &str = "soak-ready-probe";
+/// Log lines quoted when a process exits during startup.
+const LOG_TAIL_LINES: usize = 30;
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    /// Names the cluster's directories: `main` or `overload`.
+    pub label: &'static str,
+    /// The `sluice` binary.
+    pub bin: PathBuf,
+    /// Configs and data go in `<work_dir>/<label>/`.
+    pub work_dir: PathBuf,
+    /// Logs go in `<log_dir>/<label>/`.
+    pub log_dir: PathBuf,
+    /// Budgets and admission settings.
+    pub knobs: Knobs,
+    /// Whether `knobs` come from the `--overload-*` flags.
+    pub overload: bool,
+    /// Keys the binary accepts.
+    pub accepted: AcceptedKeys,
+    /// RUST_LOG of the processes.
+    pub log_filter: String,
+    /// Startup limit.
+    pub ready_timeout: Duration,
+    /// S3 settings of the gateway.
+    pub access: GatewayAccess,
+    /// Bucket the readiness probe creates.
+    pub bucket: String,
+}
+
+/// One process of the cluster.
+#[derive(Debug)]
+pub struct Process {
+    /// `meta`, `dn1`..`dn6` or `gateway`.
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+    /// OS process id.
+    pub pid: u32,
+    /// Its log file.
+    pub log: PathBuf,
+    /// `http://127.0.0.1:PORT/metrics`, when the binary serves metrics.
+    pub metrics_url: Option<String>,
+    /// The role's memory budgets summed (the RSS bound is baseline + this), bytes.
+    pub budget_bytes: u64,
+    /// RSS right after the cluster became writable, bytes.
+    pub baseline_bytes: Option<u64>,
+    child: Child,
+}
+
+/// How a process ended when the cluster was stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessExit {
+    /// Process name.
+    pub name: String,
+    /// Exit status as printed by the OS (`exit status: 0`, `signal: 9`).
+    pub status: String,
+    /// Whether it needed SIGKILL.
+    pub killed: bool,
+}
+
+/// A running soak cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    /// `main` or `overload`.
+    pub label: &'static str,
+    /// S3 endpoint of the gateway.
+    pub endpoint: String,
+    /// meta, dn1..dn6, gateway, in that order.
+    pub processes: Vec<Process>,
+    /// Which knobs were written into the configs.
+    pub knobs: Vec<KnobOutcome>,
+    /// Configs and data.
+    pub dir: PathBuf,
+}
+
+fn reserve_ports(n: usize) -> Result<Vec<u16>, SoakError> {
+    // All bound at once so that they differ; released just before the
+    // processes bind them.
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind(("127.0.0.1", 0)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(SoakError::Port)?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(SoakError::Port)
+}
+
+fn create_dir(path: &Path) -> Result<(), SoakError> {
+    std::fs::create_dir_all(path).map_err(|source| SoakError::Filesystem {
+        action: "create",
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The last `lines` lines of a log file (empty if unreadable).
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+impl Cluster {
+    /// Writes the configs, starts every process and waits until the
+    /// cluster accepts a write; records each process's baseline RSS.
+    ///
+    /// # Errors
+    /// Unsupported explicit knobs, I/O on the work or log directory, a
+    /// process that cannot be started or exits during startup, or no
+    /// successful write within the spec's `ready_timeout`.
+    pub async fn start(spec: &ClusterSpec) -> Result<Cluster, SoakError> {
+        let (extra, knobs) = resolve_knobs(&spec.knobs, spec.overload, &spec.accepted)?;
+        let dir = spec.work_dir.join(spec.label);
+        let log_dir = spec.log_dir.join(spec.label);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|source| SoakError::Filesystem {
+                action: "remove",
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        create_dir(&dir)?;
+        create_dir(&log_dir)?;
+
+        let count = 2 + DATANODES as usize;
+        let ports = reserve_ports(2 * count)?;
+        let place = |i: usize, role: Role, name: &str| Placement {
+            port: ports[i],
+            // Only where the binary is known to serve metrics.
+            metrics_port: spec
+                .accepted
+                .lists(role, "metrics_listen")
+                .then_some(ports[count + i]),
+            data_dir: dir.join(name).join("data"),
+        };
+        let meta_port = ports[0];
+        let mut planned: Vec<(String, Role, Placement, toml::Table)> = Vec::new();
+        let meta_at = place(0, Role::Meta, "meta");
+        let meta = meta_config(&meta_at, extra.get(&Role::Meta));
+        planned.push(("meta".into(), Role::Meta, meta_at, meta));
+        for id in 1..=DATANODES {
+            let name = format!("dn{id}");
+            let at = place(id as usize, Role::Datanode, &name);
+            let config = datanode_config(id, &at, meta_port, extra.get(&Role::Datanode));
+            planned.push((name, Role::Datanode, at, config));
+        }
+        let gw_at = place(count - 1, Role::Gateway, "gateway");
+        let gw = gateway_config(&gw_at, meta_port, &spec.access, extra.get(&Role::Gateway));
+        let endpoint = format!("http://127.0.0.1:{}", gw_at.port);
+        planned.push(("gateway".into(), Role::Gateway, gw_at, gw));
+
+        let budgets = role_budgets(&spec.knobs);
+        let mut cluster = Cluster {
+            label: spec.label,
+            endpoint,
+            processes: Vec::with_capacity(count),
+            knobs,
+            dir,
+        };
+        for (name, role, at, config) in planned {
+            let process_dir = cluster.dir.join(&name);
+            create_dir(&process_dir)?;
+            let config_path = process_dir.join(format!("{}.toml", role.as_str()));
+            write_config(role, &config, &config_path)?;
+            let log = log_dir.join(format!("{name}.log"));
+            let child = spawn(&spec.bin, role, &config_path, &log, &spec.log_filter, &name)?;
+            let pid = child.id().unwrap_or(0);
+            tracing::info!(process = %name, pid, port = at.port, "started");
+            cluster.processes.push(Process {
+                name,
+                role,
+                pid,
+                log,
+                metrics_url: at
+                    .metrics_port
+                    .map(|p| format!("http://127.0.0.1:{p}/metrics")),
+                budget_bytes: budgets.get(&role).copied().unwrap_or(0),
+                baseline_bytes: None,
+                child,
+            });
+        }
+        cluster.wait_ready(spec).await?;
+        for p in &mut cluster.processes {
+            p.baseline_bytes = p.target().rss_bytes().ok().flatten();
+        }
+        Ok(cluster)
+    }
+
+    async fn wait_ready(&mut self, spec: &ClusterSpec) -> Result<(), SoakError> {
+        let client = build_client(
+            &ClientOptions {
+                endpoint: self.endpoint.clone(),
+                region: spec.access.region.clone(),
+                access_key: spec.access.access_key.clone(),
+                secret_key: spec.access.secret_key.clone(),
+                max_attempts: 1,
+                initial_backoff: Duration::from_millis(100),
+                attempt_timeout: READY_ATTEMPT_TIMEOUT,
+                checksum: ChecksumMode::WhenSupported,
+            },
+            Arc::new(ErrorTally::default()),
+        );
+        let started = Instant::now();
+        let deadline = started + spec.ready_timeout;
+        loop {
+            if let Some((name, status)) = self.exited().into_iter().next() {
+                let log = self
+                    .processes
+                    .iter()
+                    .find(|p| p.name == name)
+                    .map(|p| p.log.clone())
+                    .unwrap_or_default();
+                return Err(SoakError::Exited {
+                    tail: log_tail(&log, LOG_TAIL_LINES),
+                    name,
+                    status,
+                    log,
+                });
+            }
+            match probe_write(&client, &spec.bucket, &spec.access.region).await {
+                Ok(()) => {
+                    tracing::info!(cluster = self.label, endpoint = %self.endpoint, after = ?started.elapsed(), "cluster writable");
+                    return Ok(());
+                }
+                Err(source) if Instant::now() >= deadline => {
+                    return Err(SoakError::NotReady {
+                        waited: started.elapsed(),
+                        source,
+                    });
+                }
+                Err(e) => tracing::debug!(error = %e, "cluster not writable yet"),
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+
+    /// `name=pid` pairs of every process, for `multipart-put --pids`.
+    pub fn pids_spec(&self) -> String {
+        self.processes
+            .iter()
+            .map(|p| format!("{}={}", p.name, p.pid))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Processes that have exited, with their status.
+    pub fn exited(&mut self) -> Vec<(String, String)> {
+        let mut gone = Vec::new();
+        for p in &mut self.processes {
+            match p.child.try_wait() {
+                Ok(Some(status)) => gone.push((p.name.clone(), status.to_string())),
+                Ok(None) => {}
+                Err(e) => gone.push((p.name.clone(), format!("cannot wait: {e}"))),
+            }
+        }
+        gone
+    }
+
+    /// Stops every process (SIGTERM; SIGKILL after `timeout`): gateway,
+    /// then datanodes, then meta. Removes the data directory unless `keep`.
+    pub async fn stop(mut self, timeout: Duration, keep: bool) -> Vec<ProcessExit> {
+        let mut exits = Vec::new();
+        for role in [Role::Gateway, Role::Datanode, Role::Meta] {
+            let group: Vec<&mut Process> = self
+                .processes
+                .iter_mut()
+                .filter(|p| p.role == role)
+                .collect();
+            for p in &group {
+                if let Ok(pid) = i32::try_from(p.pid)
+                    && pid > 0
+                {
+                    // ESRCH: already gone; its status is collected below.
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+                }
+            }
+            for p in group {
+                exits.push(stop_one(p, timeout).await);
+            }
+        }
+        if keep {
+            tracing::info!(dir = %self.dir.display(), "cluster data kept");
+        } else if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "cannot remove cluster data");
+        }
+        exits
+    }
+}
+
+impl Process {
+    /// This process as an RSS sampling target.
+    pub fn target(&self) -> ProcTarget {
+        ProcTarget {
+            name: self.name.clone(),
+            pid: self.pid,
+        }
+    }
+}
+
+async fn stop_one(p: &mut Process, timeout: Duration) -> ProcessExit {
+    match tokio::time::timeout(timeout, p.child.wait()).await {
+        Ok(Ok(status)) => ProcessExit {
+            name: p.name.clone(),
+            status: status.to_string(),
+            killed: false,
+        },
+        Ok(Err(e)) => ProcessExit {
+            name: p.name.clone(),
+            status: format!("cannot wait: {e}"),
+            killed: false,
+        },
+        Err(_) => {
+            tracing::warn!(process = %p.name, ?timeout, "no exit after SIGTERM; sending SIGKILL");
+            let _ = p.child.start_kill();
+            let status = match p.child.wait().await {
+                Ok(status) => status.to_string(),
+                Err(e) => format!("cannot wait: {e}"),
+            };
+            ProcessExit {
+                name: p.name.clone(),
+                status,
+                killed: true,
+            }
+        }
+    }
+}
+
+fn spawn(
+    bin: &Path,
+    role: Role,
+    config: &Path,
+    log: &Path,
+    log_filter: &str,
+    name: &str,
+) -> Result<Child, SoakError> {
+    let file_error = |source| SoakError::Filesystem {
+        action: "create",
+        path: log.to_owned(),
+        source,
+    };
+    let out = File::create(log).map_err(file_error)?;
+    let err = out.try_clone().map_err(file_error)?;
+    Command::new(bin)
+        .arg(role.as_str())
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", log_filter)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| SoakError::Spawn {
+            name: name.to_owned(),
+            path: bin.to_owned(),
+            source,
+        })
+}
+
+/// The sum of each role's memory budgets in `knobs`, bytes: meta its sled
+/// cache, a datanode its write budget, the gateway its buffer and read budgets.
+pub fn role_budgets(knobs: &Knobs) -> BTreeMap<Role, u64> {
+    BTreeMap::from([
+        (Role::Meta, knobs.meta_sled_cache.value),
+        (Role::Datanode, knobs.datanode_write_budget.value),
+        (
+            Role::Gateway,
+            knobs
+                .gateway_buffer_budget
+                .value
+                .saturating_add(knobs.gateway_read_budget.value),
+        ),
+    ])
+}
+
+/// Creates the bucket if needed and puts (then deletes) a small object.
+async fn probe_write(
+    client: &aws_sdk_s3::Client,
+    bucket: &str,
+    region: &str,
+) -> Result<(), BoxError> {
+    ensure_bucket(client, bucket, region).await?;
+    client
+        .put_object()
+        .bucket(bucket)
+        .key(READY_KEY)
+        .body(ByteStream::from_static(b"sluice soak readiness probe"))
+        .send()
+        .await?;
+    if let Err(e) = client
+        .delete_object()
+        .bucket(bucket)
+        .key(READY_KEY)
+        .send()
+        .await
+    {
+        tracing::debug!(error = %e, "cannot delete the readiness probe object");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soak::options::Knob;
+
+    #[test]
+    fn ports_are_distinct() {
+        let ports = reserve_ports(16).expect("ports");
+        let mut sorted = ports.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 16);
+        assert!(ports.iter().all(|&p| p > 0));
+    }
+
+    #[test]
+    fn budgets_per_role() {
+        let k = |value| Knob {
+            value,
+            explicit: false,
+        };
+        let b = role_budgets(&Knobs {
+            meta_sled_cache: k(64),
+            datanode_write_budget: k(8),
+            gateway_buffer_budget: k(16),
+            gateway_read_budget: k(4),
+            max_inflight: None,
+            stall_timeout: None,
+        });
+        assert_eq!(b[&Role::Meta], 64);
+        assert_eq!(b[&Role::Datanode], 8);
+        assert_eq!(b[&Role::Gateway], 20);
+    }
+
+    #[test]
+    fn log_tail_keeps_the_last_lines() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("x.log");
+        std::fs::write(&path, "a\nb\nc\nd\n").expect("write");
+        assert_eq!(log_tail(&path, 2), "c\nd");
+        assert_eq!(log_tail(&path, 10), "a\nb\nc\nd");
+        assert_eq!(log_tail(&dir.path().join("missing"), 3), "");
+    }
+}
