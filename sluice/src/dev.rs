@@ -6,15 +6,24 @@
 //! environment, else from `<data-dir>/credentials.toml`, generated on the
 //! first start and kept, so a restart on the same directory keeps buckets,
 //! objects, open multipart uploads and keys.
+//!
+//! Memory: the process's memory limit is split among the roles (see
+//! [`crate::budget`]: each datanode limit/32 in 8..=256 MiB, the gateway
+//! limit/8 in 16..=512 MiB); every budget is printed in the banner. All
+//! roles share one Prometheus endpoint, `--metrics-listen` (default
+//! `127.0.0.1:9090`, `off` for none).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use crate::{budget, telemetry};
 
 /// Number of datanodes `sluice dev` starts (k + m of the 4+2 layout).
 const DATANODES: u64 = 6;
@@ -39,6 +48,31 @@ pub struct DevArgs {
     /// S3 secret key (else the one kept in the data dir).
     #[arg(long, env = "SLUICE_SECRET_KEY", hide_env_values = true)]
     secret_key: Option<String>,
+    /// Address of the Prometheus endpoint (GET /metrics) of every role, or `off`.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    metrics_listen: MetricsListen,
+}
+
+/// `--metrics-listen`: an address, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricsListen {
+    /// No metrics endpoint.
+    Off,
+    /// Serve `/metrics` here.
+    At(SocketAddr),
+}
+
+impl FromStr for MetricsListen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(MetricsListen::Off);
+        }
+        s.parse()
+            .map(MetricsListen::At)
+            .map_err(|e| format!("{s:?} is neither a socket address ({e}) nor `off`"))
+    }
 }
 
 /// The S3 credentials kept in `<data-dir>/credentials.toml`.
@@ -99,6 +133,8 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let host = args.listen.ip();
     let mut tasks: Vec<RoleTask> = Vec::new();
+    let limit = budget::detect_memory_limit();
+    let mut budgets: Vec<budget::Budget> = Vec::new();
 
     // Meta: a single voter.
     let meta_addr = SocketAddr::new(host, args.grpc_port_base);
@@ -110,6 +146,59 @@ pub async fn run(
         data_dir: dir.join("meta-1"),
         ..Default::default()
     };
+    budgets.extend(budget::meta_budgets(&meta_config));
+    let mut datanode_configs = Vec::new();
+    for i in 1..=DATANODES {
+        let addr = SocketAddr::new(host, args.grpc_port_base + i as u16);
+        let mut config = sluice_datanode::Config {
+            node_id: i,
+            listen: addr,
+            advertise_addr: format!("http://{addr}"),
+            data_dir: dir.join(format!("datanode-{i}")),
+            meta_endpoints: vec![meta_endpoint.clone()],
+            ..Default::default()
+        };
+        budgets.extend(budget::apply_datanode(
+            &mut config,
+            budget::DEV_DATANODE_WRITE,
+            limit.bytes,
+        ));
+        datanode_configs.push(config);
+    }
+    let mut gateway_config = sluice_gateway::Config {
+        listen: args.listen,
+        region: args.region.clone(),
+        access_key: access_key.clone(),
+        secret_key: secret_key.clone(),
+        meta_endpoints: vec![meta_endpoint],
+        data_shards: 4,
+        parity_shards: 2,
+        ..Default::default()
+    };
+    budgets.extend(budget::apply_gateway(
+        &mut gateway_config,
+        budget::DEV_GATEWAY_BUFFER,
+        limit.bytes,
+    ));
+    crate::log_memory(&limit, &budgets);
+
+    // Metrics first, so every role's metric handles bind to the recorder.
+    let metrics = match args.metrics_listen {
+        MetricsListen::Off => None,
+        MetricsListen::At(addr) => {
+            let handle = telemetry::install()?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding metrics on {addr}"))?;
+            Some(telemetry::MetricsServer::start(
+                listener,
+                handle,
+                crate::ALLOCATOR,
+                &limit,
+                &budgets,
+            )?)
+        }
+    };
     let listener = tokio::net::TcpListener::bind(meta_addr)
         .await
         .with_context(|| format!("binding meta on {meta_addr}"))?;
@@ -119,17 +208,8 @@ pub async fn run(
     ));
 
     // Datanodes.
-    for i in 1..=DATANODES {
-        let port = args.grpc_port_base + i as u16;
-        let addr = SocketAddr::new(host, port);
-        let config = sluice_datanode::Config {
-            node_id: i,
-            listen: addr,
-            advertise_addr: format!("http://{addr}"),
-            data_dir: dir.join(format!("datanode-{i}")),
-            meta_endpoints: vec![meta_endpoint.clone()],
-            ..Default::default()
-        };
+    for config in datanode_configs {
+        let (i, addr) = (config.node_id, config.listen);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding datanode {i} on {addr}"))?;
@@ -140,16 +220,6 @@ pub async fn run(
     }
 
     // Gateway.
-    let gateway_config = sluice_gateway::Config {
-        listen: args.listen,
-        region: args.region.clone(),
-        access_key: access_key.clone(),
-        secret_key: secret_key.clone(),
-        meta_endpoints: vec![meta_endpoint],
-        data_shards: 4,
-        parity_shards: 2,
-        ..Default::default()
-    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding S3 on {}", args.listen))?;
@@ -165,6 +235,19 @@ pub async fn run(
     println!("  region:     {}", args.region);
     println!("  access key: {access_key}");
     println!("  secret key: {secret_key}");
+    match &metrics {
+        Some(m) => println!("  metrics:    http://{}/metrics", m.local_addr()),
+        None => println!("  metrics:    off"),
+    }
+    println!("  allocator:  {}", crate::ALLOCATOR);
+    let total: u64 = budgets.iter().map(|b| b.bytes).sum();
+    println!(
+        "  memory:     limit {limit}; budgets {} in all:",
+        budget::mib(total)
+    );
+    for b in &budgets {
+        println!("    {b}");
+    }
     println!(
         "Try: AWS_ACCESS_KEY_ID={access_key} AWS_SECRET_ACCESS_KEY={secret_key} aws --endpoint-url {endpoint} --region {} s3 ls",
         args.region
@@ -199,6 +282,7 @@ pub async fn run(
             Err(e) => tracing::error!(role = %name, error = %e, "task panicked"),
         }
     }
+    drop(metrics);
     match failed {
         Some(e) => Err(e),
         None => {

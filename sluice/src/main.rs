@@ -8,15 +8,50 @@
 //!
 //! The roles are libraries (`sluice_meta`, `sluice_datanode`,
 //! `sluice_gateway`); this file only parses the command line and config,
-//! starts tracing, binds listeners and calls each role's `run`.
+//! starts tracing, fills unset memory budgets from the memory limit, serves
+//! Prometheus `/metrics` where the config's `metrics_listen` asks for it,
+//! binds listeners and calls each role's `run`.
+//!
+//! Allocator: the system allocator, or jemalloc / mimalloc with the cargo
+//! feature of that name (at most one).
+//!
+//! # Layout
+//!
+//! * `main.rs`: command line, the single-role subcommands, the allocator.
+//! * [`dev`]: `sluice dev`.
+//! * [`budget`]: the memory limit and the budget defaults derived from it.
+//! * [`telemetry`]: the Prometheus recorder, process gauges and `/metrics`.
 
+mod budget;
 mod dev;
+mod telemetry;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::de::DeserializeOwned;
+
+#[cfg(all(feature = "jemalloc", feature = "mimalloc"))]
+compile_error!("enable at most one of the `jemalloc` and `mimalloc` features");
+
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[cfg(all(feature = "mimalloc", not(feature = "jemalloc")))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The global allocator this binary was built with (logged, printed by
+/// `sluice dev`, exported in `sluice_build_info`).
+pub const ALLOCATOR: &str = if cfg!(feature = "jemalloc") {
+    "jemalloc"
+} else if cfg!(feature = "mimalloc") {
+    "mimalloc"
+} else {
+    "system"
+};
 
 #[derive(Parser)]
 #[command(
@@ -70,16 +105,27 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Meta { config } => {
                 let config: sluice_meta::Config = load_config(&config)?;
+                let limit = budget::detect_memory_limit();
+                let budgets = budget::meta_budgets(&config);
+                let _metrics = start_process(config.metrics_listen, &limit, &budgets).await?;
                 let listener = bind(config.listen).await?;
                 sluice_meta::run(config, listener, shutdown_signal()).await?;
             }
             Command::Datanode { config } => {
-                let config: sluice_datanode::Config = load_config(&config)?;
+                let mut config: sluice_datanode::Config = load_config(&config)?;
+                let limit = budget::detect_memory_limit();
+                let budgets =
+                    budget::apply_datanode(&mut config, budget::DATANODE_WRITE, limit.bytes);
+                let _metrics = start_process(config.metrics_listen, &limit, &budgets).await?;
                 let listener = bind(config.listen).await?;
                 sluice_datanode::run(config, listener, shutdown_signal()).await?;
             }
             Command::Gateway { config } => {
-                let config: sluice_gateway::Config = load_config(&config)?;
+                let mut config: sluice_gateway::Config = load_config(&config)?;
+                let limit = budget::detect_memory_limit();
+                let budgets =
+                    budget::apply_gateway(&mut config, budget::GATEWAY_BUFFER, limit.bytes);
+                let _metrics = start_process(config.metrics_listen, &limit, &budgets).await?;
                 let listener = bind(config.listen).await?;
                 sluice_gateway::run(config, listener, shutdown_signal()).await?;
             }
@@ -87,6 +133,49 @@ fn main() -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// Logs the allocator, memory limit and every effective budget, then, if
+/// `metrics_listen` is set, installs the Prometheus recorder and serves
+/// `/metrics` there (until the returned server is dropped). Call it before
+/// starting any role.
+async fn start_process(
+    metrics_listen: Option<std::net::SocketAddr>,
+    limit: &budget::MemoryLimit,
+    budgets: &[budget::Budget],
+) -> anyhow::Result<Option<telemetry::MetricsServer>> {
+    log_memory(limit, budgets);
+    let Some(addr) = metrics_listen else {
+        return Ok(None);
+    };
+    let handle = telemetry::install()?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding metrics on {addr}"))?;
+    let server = telemetry::MetricsServer::start(listener, handle, ALLOCATOR, limit, budgets)?;
+    tracing::info!(addr = %server.local_addr(), "serving Prometheus metrics on /metrics");
+    Ok(Some(server))
+}
+
+/// Logs (info) the allocator, the memory limit, every budget and their sum.
+fn log_memory(limit: &budget::MemoryLimit, budgets: &[budget::Budget]) {
+    tracing::info!(allocator = ALLOCATOR, %limit, "memory limit");
+    for b in budgets {
+        tracing::info!(
+            node = %b.node,
+            budget = b.budget,
+            bytes = b.bytes,
+            origin = %b.origin,
+            "memory budget: {}",
+            budget::mib(b.bytes)
+        );
+    }
+    let total: u64 = budgets.iter().map(|b| b.bytes).sum();
+    tracing::info!(
+        bytes = total,
+        "memory budgets total {}: RSS stays within base + this",
+        budget::mib(total)
+    );
 }
 
 /// Reads and parses a TOML config file.

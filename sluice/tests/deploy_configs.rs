@@ -42,3 +42,29 @@ fn unknown_fields_are_rejected() {
     let err = toml::from_str::<sluice_gateway::Config>("no_such_knob = 1").unwrap_err();
     assert!(err.to_string().contains("no_such_knob"), "{err}");
 }
+
+/// The commented `metrics_listen` examples are off by default and parse
+/// when uncommented.
+#[test]
+fn metrics_listen_examples() {
+    let uncomment = |text: String| text.replace("# metrics_listen", "metrics_listen");
+    let addr = |s: &str| Some(s.parse::<std::net::SocketAddr>().unwrap());
+
+    let meta: sluice_meta::Config = toml::from_str(&deploy("meta.toml")).unwrap();
+    assert_eq!(meta.metrics_listen, None);
+    let meta: sluice_meta::Config = toml::from_str(&uncomment(deploy("meta.toml"))).unwrap();
+    assert_eq!(meta.metrics_listen, addr("0.0.0.0:7091"));
+
+    let datanode: sluice_datanode::Config = toml::from_str(&deploy("datanode.toml")).unwrap();
+    assert_eq!(datanode.metrics_listen, None);
+    let datanode: sluice_datanode::Config =
+        toml::from_str(&uncomment(deploy("datanode.toml"))).unwrap();
+    assert_eq!(datanode.metrics_listen, addr("0.0.0.0:7191"));
+
+    let gateway: sluice_gateway::Config = toml::from_str(&deploy("gateway.toml")).unwrap();
+    assert_eq!(gateway.metrics_listen, None);
+    let gateway: sluice_gateway::Config =
+        toml::from_str(&uncomment(deploy("gateway.toml"))).unwrap();
+    assert_eq!(gateway.metrics_listen, addr("0.0.0.0:9090"));
+    gateway.validate().expect("gateway.toml with metrics valid");
+}

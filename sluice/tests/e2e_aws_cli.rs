@@ -31,15 +31,17 @@ fn free_port_range(count: u16) -> u16 {
 struct Dev {
     child: Child,
     endpoint: String,
+    metrics_url: String,
 }
 
 impl Dev {
-    fn start(data_dir: &Path, s3_port: u16, grpc_base: u16) -> Dev {
+    fn start(data_dir: &Path, s3_port: u16, grpc_base: u16, metrics_port: u16) -> Dev {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args(["dev", "--data-dir"])
             .arg(data_dir)
             .args(["--listen", &format!("127.0.0.1:{s3_port}")])
             .args(["--grpc-port-base", &grpc_base.to_string()])
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
             .env("SLUICE_ACCESS_KEY", ACCESS_KEY)
             .env("SLUICE_SECRET_KEY", SECRET_KEY)
             .env("RUST_LOG", "warn")
@@ -50,12 +52,16 @@ impl Dev {
         // The banner names the endpoint once every listener is bound.
         let stdout = child.stdout.take().expect("stdout");
         let mut endpoint = None;
+        let mut metrics_url = None;
         let mut lines = BufReader::new(stdout).lines();
         for line in lines.by_ref() {
             let line = line.expect("read banner");
             println!("sluice dev: {line}");
             if let Some(e) = line.trim().strip_prefix("endpoint:") {
                 endpoint = Some(e.trim().to_string());
+            }
+            if let Some(m) = line.trim().strip_prefix("metrics:") {
+                metrics_url = Some(m.trim().to_string());
             }
             if line.starts_with("Press Ctrl-C") {
                 break;
@@ -69,7 +75,31 @@ impl Dev {
         });
         let endpoint = endpoint.expect("banner names the endpoint");
         assert_eq!(endpoint, format!("http://127.0.0.1:{s3_port}"));
-        Dev { child, endpoint }
+        let metrics_url = metrics_url.expect("banner names the metrics endpoint");
+        assert_eq!(
+            metrics_url,
+            format!("http://127.0.0.1:{metrics_port}/metrics")
+        );
+        Dev {
+            child,
+            endpoint,
+            metrics_url,
+        }
+    }
+
+    /// GET /metrics with curl; the Prometheus text exposition.
+    fn scrape(&self) -> String {
+        let out = Command::new("curl")
+            .args(["-sS", "-f", &self.metrics_url])
+            .output()
+            .expect("run curl");
+        assert!(
+            out.status.success(),
+            "curl {}: {}",
+            self.metrics_url,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 metrics")
     }
 
     /// Sends SIGINT (Ctrl-C) and expects a clean exit.
@@ -131,6 +161,55 @@ fn aws_ok(dev: &Dev, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+/// The value of the sample whose line starts with `series` (name and labels).
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let rest = line.strip_prefix(series)?;
+        rest.strip_prefix(' ')?.trim().parse().ok()
+    })
+}
+
+/// /metrics of a running `sluice dev`: process RSS and budgets, and the
+/// roles' own metrics through the same recorder.
+fn check_metrics(dev: &Dev) {
+    let metrics = dev.scrape();
+    let rss = sample(&metrics, "sluice_process_resident_memory_bytes")
+        .unwrap_or_else(|| panic!("no RSS gauge in /metrics:\n{metrics}"));
+    assert!(
+        rss > 1024.0 * 1024.0 && rss < 64.0 * 1024.0 * 1024.0 * 1024.0,
+        "implausible RSS {rss}"
+    );
+    let limit = sample(&metrics, "sluice_process_memory_limit_bytes").expect("memory limit gauge");
+    let write_budgets: Vec<f64> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("sluice_process_budget_bytes{") && l.contains("budget=\"datanode_write\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(
+        write_budgets.len(),
+        6,
+        "one write budget per datanode:\n{metrics}"
+    );
+    for b in write_budgets {
+        assert!(
+            (8.0 * 1024.0 * 1024.0..=256.0 * 1024.0 * 1024.0).contains(&b) && b <= limit,
+            "dev datanode write budget {b} outside 8..=256 MiB (limit {limit})"
+        );
+    }
+    assert!(
+        metrics.contains("budget=\"gateway_buffer\"")
+            && metrics.contains("budget=\"meta_sled_cache\""),
+        "{metrics}"
+    );
+    assert!(metrics.contains("sluice_build_info{"), "{metrics}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("sluice_datanode_")),
+        "datanode metrics share the endpoint:\n{metrics}"
+    );
+}
+
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("bad JSON from aws ({e}): {text}"))
 }
@@ -188,13 +267,15 @@ fn wait_until_writable(dev: &Dev, bucket: &str, probe: &Path) {
 fn aws_cli_against_sluice_dev() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data_dir: PathBuf = tmp.path().join("data");
-    let base = free_port_range(8);
-    let (s3_port, grpc_base) = (base, base + 1);
-    let dev = Dev::start(&data_dir, s3_port, grpc_base);
+    // S3, then meta and six datanodes, then metrics.
+    let base = free_port_range(9);
+    let (s3_port, grpc_base, metrics_port) = (base, base + 1, base + 8);
+    let dev = Dev::start(&data_dir, s3_port, grpc_base, metrics_port);
 
     let probe = tmp.path().join("probe.txt");
     std::fs::write(&probe, b"hello sluice\n").unwrap();
     wait_until_writable(&dev, "e2e", &probe);
+    check_metrics(&dev);
 
     // aws s3 cp of a 65 MiB file: the CLI uploads it by multipart (8 MiB parts).
     let big = tmp.path().join("big.bin");
@@ -373,7 +454,7 @@ fn aws_cli_against_sluice_dev() {
     );
     dev.stop();
 
-    let dev = Dev::start(&data_dir, s3_port, grpc_base);
+    let dev = Dev::start(&data_dir, s3_port, grpc_base, metrics_port);
     let deadline = Instant::now() + Duration::from_secs(60);
     let back2 = tmp.path().join("big.back2");
     while !aws(
