@@ -12,7 +12,7 @@
 //! `soak` starts a multi-process Sluice cluster and runs the issue-3 soak
 //! shapes (seed, SDK-default, overload) with that engine, judging each by
 //! RSS, errors, SlowDown and byte-identical read-back (see [`soak`] and
-//! `bench/SOAK.md`).
+//! the README section "Memory and backpressure").
 //!
 //! # Layout
 //! * [`multipart`] — the workload: options, workers, sampler, the run.

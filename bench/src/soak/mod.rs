@@ -23,7 +23,7 @@
 //! of it to about two minutes with generous RSS bounds; its overload shape
 //! reports SlowDown without requiring it, and requires at least one
 //! completed upload so that the read-back checks something.
-//! See `bench/SOAK.md` for the commands and [`verdict`] for the exact
+//! See the README section "Memory and backpressure" for the commands and [`verdict`] for the exact
 //! definitions.
 //!
 //! # Layout
