@@ -10,6 +10,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut config = prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    // Shard blocks decode as slices of the receive buffer, not copies: a
+    // datanode's blocks are then exactly the bytes its credits count.
+    config.bytes([".sluice.datanode.ShardBlock.data"]);
     tonic_prost_build::configure()
         .type_attribute(".", "#[derive(serde::Serialize, serde::Deserialize)]")
         .compile_with_config(config, &protos, &["proto"])?;

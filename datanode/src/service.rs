@@ -175,7 +175,7 @@ impl<S: ShardStore> DatanodeService<S> {
                 }
                 index += 1;
                 let block = Block {
-                    data: block.data.into(),
+                    data: block.data,
                     crc32c: block.crc32c,
                 };
                 if tx.send(block).await.is_err() {
@@ -302,7 +302,7 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
                 let Some(item) = next else { break };
                 let last = item.is_err();
                 let item = item.map(|b| GetShardResponse {
-                    block: Some(ShardBlock { data: b.data.into(), crc32c: b.crc32c }),
+                    block: Some(ShardBlock { data: b.data, crc32c: b.crc32c }),
                 });
                 tokio::select! {
                     () = cancel.cancelled() => break,

@@ -171,7 +171,7 @@ fn shard_messages(blob: &str, gateway: &str, data: &[u8]) -> Vec<PutShardRequest
     }];
     msgs.extend(data.chunks(BLOCK).map(|c| PutShardRequest {
         msg: Some(Msg::Block(ShardBlock {
-            data: c.to_vec(),
+            data: c.to_vec().into(),
             crc32c: block_crc32c(c),
         })),
     }));

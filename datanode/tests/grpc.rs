@@ -93,7 +93,7 @@ fn header(blob: &str, index: u32) -> PutShardRequest {
 fn block(data: &[u8]) -> PutShardRequest {
     PutShardRequest {
         msg: Some(Msg::Block(ShardBlock {
-            data: data.to_vec(),
+            data: data.to_vec().into(),
             crc32c: block_crc32c(data),
         })),
     }

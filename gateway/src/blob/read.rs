@@ -337,6 +337,6 @@ impl Fetch<'_> {
                 self.stripe, block.crc32c
             ));
         }
-        Ok(Bytes::from(block.data))
+        Ok(block.data)
     }
 }
