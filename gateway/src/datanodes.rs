@@ -15,10 +15,17 @@ use sluice_meta::{MetaClient, MetaError};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use tonic::transport::{Channel, Endpoint};
 
-/// HTTP/2 initial stream window toward datanodes (bytes).
-pub const STREAM_WINDOW_BYTES: u32 = 4 * 1024 * 1024;
-/// HTTP/2 initial connection window toward datanodes (bytes).
-pub const CONNECTION_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
+/// HTTP/2 receive window of each stream from a datanode (bytes): how far a
+/// `GetShard` stream may read ahead of the stripe being decoded (four
+/// blocks of the default 256 KiB). These bytes sit in the gateway outside
+/// the read budget, so the window is small; the datanode's own receive
+/// windows (for `PutShard`) are what is sized to the credit.
+pub const STREAM_WINDOW_BYTES: u32 = 1024 * 1024;
+/// HTTP/2 receive window of each datanode connection (bytes): all the
+/// read-ahead of every `GetShard` stream from one datanode together. With D
+/// datanodes the gateway holds at most `D × CONNECTION_WINDOW_BYTES` of
+/// read-ahead.
+pub const CONNECTION_WINDOW_BYTES: u32 = 4 * 1024 * 1024;
 /// Largest gRPC message to or from a datanode (bytes): one shard block of at
 /// most `sluice_datanode::MAX_BLOCK_SIZE` plus framing.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;

@@ -24,6 +24,7 @@
 //! * [`placement`], [`layout`], [`erasure`], [`datanodes`] — rendezvous
 //!   placement, stripe arithmetic, Reed–Solomon coding, the live datanode set.
 pub mod admission;
+pub mod aws_chunked;
 pub mod blob;
 pub mod config;
 pub mod credit;

@@ -38,6 +38,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::admission::{GatewayStats, InflightGuard, InflightLimiter};
+use crate::aws_chunked::{self, Rechunked};
 use crate::blob::{BlobError, BlobStore, BlobStoreConfig};
 use crate::config::{Config, ConfigError, DEFAULT_MAX_INFLIGHT_REQUESTS};
 use crate::metrics::{self, SlowDownReason};
@@ -45,6 +46,17 @@ use crate::s3::Gateway;
 use crate::s3::bucket::BucketNameRules;
 use crate::s3::error::{RETRY_AFTER_SECONDS, standard_message};
 
+/// Largest read buffer of an HTTP/1 client connection (bytes). A request
+/// body arrives in chunks of at most this size, and a chunk handed to the
+/// write path keeps its buffer alive until it has been copied into stripes,
+/// so an uploading connection holds at most about twice this outside the
+/// buffer budget. (hyper's default, ~400 KiB, held 58 MiB over 80 uploads.)
+pub const HTTP1_MAX_BUF_BYTES: usize = 64 * 1024;
+/// HTTP/2 receive window of each client stream (bytes): body bytes a client
+/// may send before the gateway reads them.
+pub const HTTP2_STREAM_WINDOW_BYTES: u32 = 256 * 1024;
+/// HTTP/2 receive window of each client connection (bytes).
+pub const HTTP2_CONNECTION_WINDOW_BYTES: u32 = 1024 * 1024;
 /// Largest XML request body s3s buffers (CompleteMultipartUpload of 10000
 /// parts, DeleteObjects of 1000 keys), in bytes.
 const XML_MAX_BODY: usize = 4 * 1024 * 1024;
@@ -156,7 +168,14 @@ impl SluiceService {
         };
         let span = tracing::info_span!("s3", request_id = %request_id.0, method = %req.method(), path = %resource);
         let op = OpName::default();
-        let mut req = req;
+        // Unsigned aws-chunked bodies are re-framed into small chunks, or
+        // s3s would hold each client-sized chunk (a whole part, for some
+        // SDKs) before the write budget is asked for it.
+        let mut req = if aws_chunked::is_unsigned_chunked(req.headers()) {
+            req.map(|body| s3s::Body::http_body(Rechunked::new(body)))
+        } else {
+            req
+        };
         req.extensions_mut().insert(request_id.clone());
         req.extensions_mut().insert(op.clone());
         let mut resp = self.inner.call(req).instrument(span.clone()).await?;
@@ -439,8 +458,15 @@ async fn serve(
     grace: Duration,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new());
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .max_buf_size(HTTP1_MAX_BUF_BYTES);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .initial_stream_window_size(HTTP2_STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(HTTP2_CONNECTION_WINDOW_BYTES);
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections: JoinSet<()> = JoinSet::new();
