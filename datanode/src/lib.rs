@@ -43,7 +43,7 @@ pub mod store;
 pub use config::{Config, ConfigError};
 pub use error::Error;
 pub use grants::CREDIT_GRANT_CHANNEL_DEPTH;
-pub use server::{CONNECTION_WINDOW_BYTES, STREAM_WINDOW_BYTES, run};
+pub use server::{receive_window, run};
 pub use service::{DEFAULT_LIST_LIMIT, GET_SHARD_CHANNEL_DEPTH, MAX_LIST_LIMIT, MAX_MESSAGE_BYTES};
 pub use store::MAX_BLOCK_SIZE;
 

@@ -19,20 +19,21 @@ use crate::service::{DatanodeService, ServiceOptions};
 use crate::store::DiskStore;
 use crate::{Config, Error, metrics};
 
-/// HTTP/2 receive window per stream, in bytes: several 256 KiB blocks of
-/// one PutShard stream in flight.
+/// HTTP/2 receive window, per stream and per connection, for a datanode
+/// whose write budget is `write_budget` bytes: the budget itself (clamped
+/// to what HTTP/2 allows, 64 KiB to 2^31 - 1).
 ///
 /// Credits, not windows, bound the datanode's memory: bytes a gateway sent
 /// against credit are counted (outstanding, then in-flight) wherever they
-/// sit, including in these windows. The windows only cap how fast credit
-/// can be spent: a gateway should put no more credit on one stream than
-/// this window (nor on one connection than [`CONNECTION_WINDOW_BYTES`]),
-/// or HTTP/2 flow control, not credit, paces it. Credit beyond the windows
-/// is safe, merely not usable at once.
-pub const STREAM_WINDOW_BYTES: u32 = 4 * 1024 * 1024;
-/// HTTP/2 receive window per connection, in bytes (all streams of one
-/// gateway); see [`STREAM_WINDOW_BYTES`] for how it relates to credits.
-pub const CONNECTION_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
+/// sit, including in these windows. No gateway holds more credit than the
+/// budget, so a window of the budget's size never stalls a transfer that
+/// credit allows: credit alone paces the gateways (RFC 9113, section 5.2).
+pub fn receive_window(write_budget: u64) -> u32 {
+    const MIN: u64 = 64 * 1024;
+    const MAX: u64 = (1 << 31) - 1;
+    u32::try_from(write_budget.clamp(MIN, MAX)).expect("clamped to u32")
+}
+
 /// HTTP/2 keepalive ping interval; a peer that does not answer within
 /// [`KEEPALIVE_TIMEOUT`] is dropped and its uncommitted shards discarded.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
@@ -116,8 +117,8 @@ pub async fn run(
         conn
     });
     let server = Server::builder()
-        .initial_stream_window_size(STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .initial_stream_window_size(receive_window(options.write_budget))
+        .initial_connection_window_size(receive_window(options.write_budget))
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(service.into_server())
@@ -168,5 +169,17 @@ async fn drive(
             );
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::receive_window;
+
+    #[test]
+    fn windows_are_the_budget_within_http2_limits() {
+        assert_eq!(receive_window(64 * 1024 * 1024), 64 * 1024 * 1024);
+        assert_eq!(receive_window(1), 64 * 1024);
+        assert_eq!(receive_window(u64::MAX), (1 << 31) - 1);
     }
 }
