@@ -24,6 +24,7 @@
 
 mod budget;
 mod dev;
+mod malloc;
 mod telemetry;
 
 use std::path::{Path, PathBuf};
@@ -89,6 +90,8 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Before any thread exists (see malloc.rs).
+    let malloc = malloc::tune();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -98,6 +101,12 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    tracing::info!(
+        allocator = ALLOCATOR,
+        mmap_threshold = ?malloc.mmap_threshold,
+        arena_max = ?malloc.arena_max,
+        "malloc tuning"
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
