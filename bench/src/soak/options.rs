@@ -167,7 +167,9 @@ pub struct SoakOptions {
     /// [default: 16MiB; smoke 64MiB].
     #[arg(long)]
     pub rss_growth_floor: Option<ByteSize>,
-    /// Extra allowance over baseline + budgets in the peak-RSS checks [default: 0; smoke 256MiB].
+    /// Extra allowance over baseline + budgets in the peak-RSS checks, per process: what no
+    /// budget counts (allocator metadata, thread stacks, per-connection HTTP/2 and HTTP/1
+    /// state; see README, "Memory formula") [default: 4MiB; smoke 256MiB].
     #[arg(long)]
     pub rss_slack: Option<ByteSize>,
 }
@@ -396,7 +398,7 @@ impl SoakOptions {
                     .rss_growth_pct
                     .unwrap_or(if smoke { 25.0 } else { 5.0 }),
                 growth_floor: size(self.rss_growth_floor, 16 * MIB, 64 * MIB),
-                slack: size(self.rss_slack, 0, 256 * MIB),
+                slack: size(self.rss_slack, 4 * MIB, 256 * MIB),
             },
         };
         plan.validate()?;
@@ -503,7 +505,9 @@ mod tests {
         assert_eq!(p.min_free_disk, 10 * GIB);
         assert_eq!(p.rss.growth_pct, 5.0);
         assert_eq!(p.rss.growth_floor, 16 * MIB);
-        assert_eq!(p.rss.slack, 0);
+        // base + budgets, plus 4 MiB for what no budget counts (allocator
+        // metadata, thread stacks, per-connection HTTP state).
+        assert_eq!(p.rss.slack, 4 * MIB);
         assert_eq!(p.overload_knobs.datanode_write_budget.value, 8 * MIB);
         assert!(!p.overload_knobs.datanode_write_budget.explicit);
         assert_eq!(p.normal_knobs.max_inflight, None);

@@ -436,6 +436,7 @@ mod tests {
             budget_mib: 24.0,
             bound_mib: Some(44.0),
             warmup_end_mib: Some(30.0),
+            warmup_level_mib: Some(30.0),
             max_after_warmup_mib: Some(35.0),
             growth_mib: Some(5.0),
             allowed_growth_mib: Some(16.0),
