@@ -220,14 +220,59 @@ impl<K: KvStore> RaftLogStorage<TypeConfig> for LogStore<K> {
             .kv
             .keys_in(Space::Log, Bound::Unbounded, Bound::Included(&end))
             .map_err(|e| StorageIOError::write_logs(&e))?;
+        // The marker goes with the first chunk; entries left below it by a
+        // crash are never read (reads start above the marker) and the next
+        // purge deletes them. Small batches because sled keeps memory after
+        // a large one: measured under the soak, purging ~4000 entries in one
+        // batch added ~10 MiB of RSS that stayed (with any sled cache size);
+        // in batches of 256 the same purge added ~1.4 MiB.
+        let mut chunks = keys.chunks(PURGE_BATCH_KEYS);
         let mut b = Batch::new();
         b.put(Space::LogMeta, PURGED, log_id.to_pb().encode_to_vec());
-        for k in keys {
-            b.delete(Space::Log, k);
+        loop {
+            for k in chunks.next().unwrap_or_default() {
+                b.delete(Space::Log, k.clone());
+            }
+            self.kv
+                .apply(std::mem::take(&mut b))
+                .map_err(|e| StorageIOError::write_logs(&e))?;
+            if chunks.len() == 0 {
+                return Ok(());
+            }
         }
-        self.kv
-            .apply(b)
-            .map_err(|e| StorageIOError::write_logs(&e))?;
-        Ok(())
+    }
+}
+
+/// Log entries deleted per batch by a purge.
+const PURGE_BATCH_KEYS: usize = 256;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemStore;
+    use openraft::CommittedLeaderId;
+
+    fn log_id(index: u64) -> LogId<u64> {
+        LogId::new(CommittedLeaderId::new(1, 1), index)
+    }
+
+    #[tokio::test]
+    async fn purge_deletes_every_entry_up_to_the_id_across_batches() {
+        let kv = Arc::new(MemStore::new());
+        let n = 3 * PURGE_BATCH_KEYS as u64 + 17;
+        let mut b = Batch::new();
+        for i in 1..=n {
+            b.put(Space::Log, index_key(i).to_vec(), vec![1]);
+        }
+        kv.apply(b).unwrap();
+        let mut store = LogStore::new(kv.clone());
+        let upto = n - 5;
+        store.purge(log_id(upto)).await.unwrap();
+        let left = kv
+            .keys_in(Space::Log, Bound::Unbounded, Bound::Unbounded)
+            .unwrap();
+        let expected: Vec<Vec<u8>> = (upto + 1..=n).map(|i| index_key(i).to_vec()).collect();
+        assert_eq!(left, expected);
+        assert_eq!(store.read_log_id(PURGED).unwrap(), Some(log_id(upto)));
     }
 }
