@@ -45,8 +45,8 @@
 //!     holds whole to check its signature (clients that sign chunks send
 //!     64-128 KiB). Unsigned chunks are re-framed to at most 64 KiB
 //!     (`crate::aws_chunked`).
-//!   - per datanode connection: unread `GetShard` read-ahead, at most
-//!     `CONNECTION_WINDOW_BYTES` (4 MiB; see `crate::datanodes`).
+//!   - per open `GetShard` stream: unread read-ahead, at most
+//!     `STREAM_WINDOW_BYTES` (256 KiB; see `crate::datanodes`).
 //!   - per request: its task, HTTP/2 stream state and digests (a few KiB).
 //!
 //! So:
@@ -54,7 +54,7 @@
 //! ```text
 //! gateway RSS ≤ base + buffer_budget_bytes + read_budget_bytes
 //!             + 2 × 64 KiB × uploading connections (≤ max_inflight_requests)
-//!             + D × 4 MiB + allocator overhead
+//!             + 256 KiB × open GetShard streams + allocator overhead
 //! ```
 //!
 //! Measured under the soak benchmark, with glibc tuned as

@@ -16,16 +16,19 @@ use sluice_proto::datanode::datanode_client::DatanodeClient;
 use tonic::transport::{Channel, Endpoint};
 
 /// HTTP/2 receive window of each stream from a datanode (bytes): how far a
-/// `GetShard` stream may read ahead of the stripe being decoded (four
-/// blocks of the default 256 KiB). These bytes sit in the gateway outside
-/// the read budget, so the window is small; the datanode's own receive
-/// windows (for `PutShard`) are what is sized to the credit.
-pub const STREAM_WINDOW_BYTES: u32 = 1024 * 1024;
-/// HTTP/2 receive window of each datanode connection (bytes): all the
-/// read-ahead of every `GetShard` stream from one datanode together. With D
-/// datanodes the gateway holds at most `D × CONNECTION_WINDOW_BYTES` of
-/// read-ahead.
-pub const CONNECTION_WINDOW_BYTES: u32 = 4 * 1024 * 1024;
+/// `GetShard` stream may read ahead of the stripe being decoded (one block
+/// of the default 256 KiB). These bytes sit in the gateway outside the
+/// read budget, so the window is small; the datanode's own receive windows
+/// (for `PutShard`) are what is sized to the credit.
+pub const STREAM_WINDOW_BYTES: u32 = 256 * 1024;
+/// HTTP/2 receive window of each datanode connection (bytes). Deliberately
+/// far above what the streams need together: read-ahead of streams whose
+/// readers wait for a read permit must never fill the connection window,
+/// or it blocks the streams whose readers hold permits (and the credit
+/// RPCs on the same connection) — a deadlock, seen with a 4 MiB window and
+/// 32 concurrent reads. Read-ahead is bounded per stream instead:
+/// `STREAM_WINDOW_BYTES × open GetShard streams`.
+pub const CONNECTION_WINDOW_BYTES: u32 = 64 * 1024 * 1024;
 /// Largest gRPC message to or from a datanode (bytes): one shard block of at
 /// most `sluice_datanode::MAX_BLOCK_SIZE` plus framing.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
