@@ -197,8 +197,11 @@ fn shard_requests(
                 if let Some(credit) = &s.credit
                     && let Err(e) = credit.debit(data.len() as u64, s.stall).await
                 {
-                    drop((data, stripe));
                     s.failure.set(e);
+                    // Release this block, the blocks still queued and their
+                    // permits now: HTTP/2 may keep this body until the
+                    // stream is reset, which is not ours to time.
+                    drop((data, stripe, s));
                     return std::future::pending().await;
                 }
                 let (head, tail) = block_message(&data, crc32c);
@@ -215,7 +218,10 @@ fn shard_requests(
             }
             Some(Frame::End) => return None,
             // Abandoned: never signal a clean end of stream.
-            None => return std::future::pending().await,
+            None => {
+                drop(s);
+                return std::future::pending().await;
+            }
         };
         Some((Ok(hyper::body::Frame::data(first)), s))
     })
@@ -596,7 +602,19 @@ where
         // The buffer first, then the body: while this waits, the socket is not read.
         let permit = match next.take() {
             Some(p) => p,
-            None => store.stripe_permit(cap).await?,
+            None => match store.stripe_permit(cap).await {
+                Ok(p) => p,
+                // The buffers are held by blocks no datanode would take:
+                // the datanodes are the bottleneck, not the budget.
+                Err(BlobError::BufferStall { .. })
+                    if writer.shards.iter().any(ShardWriter::starved) =>
+                {
+                    return Err(BlobError::DatanodesBusy {
+                        waited: config.stall_timeout,
+                    });
+                }
+                Err(e) => return Err(e),
+            },
         };
         let mut buf = BytesMut::new();
         let mut stripe = None;
