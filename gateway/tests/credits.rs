@@ -498,7 +498,21 @@ async fn datanodes_without_credit_end_the_write_with_datanodes_busy() -> Result<
     let stall = Duration::from_millis(300);
     let cluster = Cluster::start(31, stall).await?;
     let data = payload(STRIPE * 4, 9);
-    // One datanode without credit: its shard fails after the stall
+    // Connect the gateway's credit streams first: on a loaded machine the
+    // first connection and grant can take longer than this short stall, so
+    // the warm-up write is retried until all six shards were written.
+    let warm_up = Instant::now();
+    loop {
+        match cluster.store.write("bucket/warm", body(&data), None).await {
+            Ok(p) if p.missing.is_empty() => break,
+            other => ensure!(
+                warm_up.elapsed() < WAIT,
+                "warm-up write still incomplete: {other:?}"
+            ),
+        }
+    }
+    // One datanode without credit (the hog gets the budget once the
+    // gateway's idle credit has been returned): its shard fails after the stall
     // timeout, the write quorum (5 of 6) still holds.
     let hog_a = hog(&cluster.nodes[0].endpoint()).await?;
     let p = cluster

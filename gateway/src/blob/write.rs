@@ -28,6 +28,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -68,6 +69,8 @@ enum Frame {
 #[derive(Debug, Default)]
 struct StreamFailure {
     reason: std::sync::Mutex<Option<CreditError>>,
+    /// Whether the stream is waiting for credit right now.
+    awaiting_credit: std::sync::atomic::AtomicBool,
     /// Cancelled when `reason` is set.
     token: CancellationToken,
 }
@@ -194,9 +197,16 @@ fn shard_requests(
                 crc32c,
                 stripe,
             }) => {
-                if let Some(credit) = &s.credit
-                    && let Err(e) = credit.debit(data.len() as u64, s.stall).await
-                {
+                let debit = match &s.credit {
+                    Some(credit) => {
+                        s.failure.awaiting_credit.store(true, Ordering::Relaxed);
+                        let debit = credit.debit(data.len() as u64, s.stall).await;
+                        s.failure.awaiting_credit.store(false, Ordering::Relaxed);
+                        debit
+                    }
+                    None => Ok(()),
+                };
+                if let Err(e) = debit {
                     s.failure.set(e);
                     // Release this block, the blocks still queued and their
                     // permits now: HTTP/2 may keep this body until the
@@ -401,6 +411,63 @@ impl BlobWriter<'_> {
         Ok(())
     }
 
+    /// The buffer permit of the next stripe (of `payload` bytes).
+    ///
+    /// Blocks queued for a datanode that grants no credit hold their
+    /// stripes' buffers until that shard's credit wait gives up (after
+    /// `stall_timeout`, like this wait) and the shard is failed. The two
+    /// waits end at nearly the same time when the budget is a few stripes,
+    /// in either order; so a buffer stall first fails the shards whose
+    /// credit wait gave up (waiting at most one more `stall_timeout` for a
+    /// shard still waiting for credit to give up), then, if the quorum
+    /// still holds, waits again: a starved
+    /// datanode costs its shard, not the write. Every retry fails at least
+    /// one shard, so this ends. Errors: `BufferStall` when no shard was
+    /// starved; `DatanodesBusy` when starved shards broke the quorum.
+    async fn stripe_permit(&mut self, payload: usize) -> Result<BufferPermit, BlobError> {
+        loop {
+            match self.store.stripe_permit(payload).await {
+                Err(stall @ BlobError::BufferStall { .. }) => {
+                    if self.fail_starved().await == 0 {
+                        return Err(stall);
+                    }
+                    self.check_quorum()?;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// Fails the live shards whose credit wait gave up; if none has, but
+    /// some are still waiting for credit, first waits up to `stall_timeout`
+    /// for one of those to give up. Returns how many shards it failed.
+    async fn fail_starved(&mut self) -> usize {
+        let gave_up = |s: &ShardWriter| s.is_alive() && s.failure.token.is_cancelled();
+        if !self.shards.iter().any(gave_up) {
+            let waits: Vec<_> = self
+                .shards
+                .iter()
+                .filter(|s| s.is_alive() && s.failure.awaiting_credit.load(Ordering::Relaxed))
+                .map(|s| Box::pin(s.failure.token.cancelled()))
+                .collect();
+            if waits.is_empty() {
+                return 0;
+            }
+            let grace = self.store.inner.config.stall_timeout;
+            let _ = tokio::time::timeout(grace, futures::future::select_all(waits)).await;
+        }
+        let mut failed = 0;
+        for shard in self.shards.iter_mut().filter(|s| gave_up(s)) {
+            let reason = shard
+                .failure
+                .get()
+                .map_or_else(|| "no credit".to_string(), |e| e.to_string());
+            shard.fail(&reason, &self.blob_id);
+            failed += 1;
+        }
+        failed
+    }
+
     /// Opens one `PutShard` RPC per shard (and the datanode's credit
     /// stream, on first use) and queues its header.
     async fn open(&mut self, block_size: u32, depth: usize) -> Result<(), BlobError> {
@@ -602,19 +669,7 @@ where
         // The buffer first, then the body: while this waits, the socket is not read.
         let permit = match next.take() {
             Some(p) => p,
-            None => match store.stripe_permit(cap).await {
-                Ok(p) => p,
-                // The buffers are held by blocks no datanode would take:
-                // the datanodes are the bottleneck, not the budget.
-                Err(BlobError::BufferStall { .. })
-                    if writer.shards.iter().any(ShardWriter::starved) =>
-                {
-                    return Err(BlobError::DatanodesBusy {
-                        waited: config.stall_timeout,
-                    });
-                }
-                Err(e) => return Err(e),
-            },
+            None => writer.stripe_permit(cap).await?,
         };
         let mut buf = BytesMut::new();
         let mut stripe = None;
