@@ -218,9 +218,8 @@ impl Datanode {
         Ok(())
     }
 
-    /// Stops the node and starts it again on the same address and directory.
-    async fn restart(&mut self) -> Result<()> {
-        self.shut_down().await?;
+    /// Starts the stopped node again on the same address and directory.
+    async fn start_again(&mut self) -> Result<()> {
         let started = Instant::now();
         let listener = loop {
             match TcpListener::bind(self.addr).await {
@@ -439,15 +438,22 @@ async fn a_restarted_datanode_grants_again_after_reconnect() -> Result<()> {
     let p = cluster.store.write("bucket/a", body(&data), None).await?;
     ensure!(p.missing.is_empty());
     let node = cluster.nodes[2].id;
-    cluster.nodes[2].restart().await?;
-    // The broken stream lost its credit and reconnects with backoff. The
-    // first PutShard after the restart may still meet the dead connection
-    // (a transport error: that shard is written degraded, to heal); the
-    // channel reconnects for the next write, which must use the node.
-    let mut again = cluster.store.write("bucket/b", body(&data), None).await?;
-    if !again.missing.is_empty() {
-        again = cluster.store.write("bucket/b2", body(&data), None).await?;
-    }
+    cluster.nodes[2].shut_down().await?;
+    // The gateway sees its credit stream break (here before the node is
+    // back; a write racing the break itself can still meet the dead
+    // connection and be written without that shard).
+    eventually("credit stream broken", || {
+        let stats = cluster.store.credit_stats(node).ok_or("no stream")?;
+        (!stats.connected)
+            .then_some(())
+            .ok_or_else(|| format!("{stats:?}"))
+    })
+    .await?;
+    cluster.nodes[2].start_again().await?;
+    // The broken stream lost its credit and reconnects with backoff; the
+    // next write's PutShard waits for it, so it does not go out on the dead
+    // connection and the restarted node gets its shard.
+    let again = cluster.store.write("bucket/b", body(&data), None).await?;
     ensure!(
         again.missing.is_empty(),
         "node {node} restarted: missing {:?}",
