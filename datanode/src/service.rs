@@ -145,10 +145,16 @@ impl<S: ShardStore> DatanodeService<S> {
 
         let node_id = self.options.node_id;
         let receive = async move {
-            let mut index = 0u64;
+            let (mut index, mut bytes) = (0u64, 0u64);
+            let mut end = None;
             while let Some(message) = stream.message().await? {
                 let block = match message.msg {
+                    _ if end.is_some() => return Err(RequestError::AfterEnd.into()),
                     Some(Msg::Block(b)) => b,
+                    Some(Msg::End(e)) => {
+                        end = Some(e);
+                        continue;
+                    }
                     Some(Msg::Header(_)) => return Err(RequestError::RepeatedHeader.into()),
                     None => return Err(RequestError::EmptyMessage.into()),
                 };
@@ -174,6 +180,7 @@ impl<S: ShardStore> DatanodeService<S> {
                     }));
                 }
                 index += 1;
+                bytes += block.data.len() as u64;
                 let block = Block {
                     data: block.data,
                     crc32c: block.crc32c,
@@ -183,7 +190,7 @@ impl<S: ShardStore> DatanodeService<S> {
                     break;
                 }
             }
-            Ok::<(), Status>(())
+            Ok::<_, Status>((end, index, bytes))
         };
         let (fsync_bytes, fsync_idle) = (
             self.options.credit_fsync_bytes,
@@ -219,7 +226,23 @@ impl<S: ShardStore> DatanodeService<S> {
             }
             Ok::<_, Status>(writer)
         };
-        let ((), writer) = tokio::try_join!(receive, write)?;
+        let ((end, blocks, bytes), writer) = tokio::try_join!(receive, write)?;
+        // Only a stream that ended right after a matching end message is a
+        // complete shard (see `ShardEnd` in datanode.proto); dropping the
+        // writer discards the rest.
+        match end {
+            None => return Err(RequestError::Truncated { blocks }.into()),
+            Some(e) if e.blocks != blocks || e.bytes != bytes => {
+                return Err(RequestError::EndMismatch {
+                    sent_blocks: e.blocks,
+                    sent_bytes: e.bytes,
+                    blocks,
+                    bytes,
+                }
+                .into());
+            }
+            Some(_) => {}
+        }
         let committed = writer.commit().await?;
         if let Some(credit) = credit {
             credit.persisted_all();

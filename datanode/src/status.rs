@@ -29,8 +29,22 @@ pub(crate) enum RequestError {
     MissingHeader,
     #[error("a PutShard stream carries exactly one header")]
     RepeatedHeader,
-    #[error("PutShard message without header or block")]
+    #[error("PutShard message without header, block or end")]
     EmptyMessage,
+    #[error("PutShard message after the end message")]
+    AfterEnd,
+    /// The stream ended (or was cancelled) before its `ShardEnd`.
+    #[error("PutShard stream ended after {blocks} blocks without an end message; shard discarded")]
+    Truncated { blocks: u64 },
+    #[error(
+        "PutShard end message says {sent_blocks} blocks / {sent_bytes} bytes, received {blocks} / {bytes}"
+    )]
+    EndMismatch {
+        sent_blocks: u64,
+        sent_bytes: u64,
+        blocks: u64,
+        bytes: u64,
+    },
     #[error("block {block}: crc32c sent {sent:#010x}, data has {computed:#010x}")]
     ChecksumMismatch {
         block: u64,
@@ -45,6 +59,7 @@ impl From<RequestError> for Status {
     fn from(e: RequestError) -> Status {
         let code = match e {
             RequestError::ShuttingDown => Code::Unavailable,
+            RequestError::Truncated { .. } => Code::Aborted,
             _ => Code::InvalidArgument,
         };
         Status::new(code, e.to_string())

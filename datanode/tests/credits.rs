@@ -12,7 +12,7 @@ use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::put_shard_request::Msg;
 use sluice_proto::datanode::{
     CreditGrant, CreditReport, CreditStreamRequest, GetShardRequest, PutShardRequest,
-    PutShardResponse, ShardBlock, ShardHeader,
+    PutShardResponse, ShardBlock, ShardEnd, ShardHeader,
 };
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
@@ -152,7 +152,8 @@ impl Gateway {
     async fn put(&mut self, blob: &str, data: &[u8]) -> Result<PutShardResponse, tonic::Status> {
         assert!(data.len() as u64 <= self.balance, "sending beyond credit");
         self.balance -= data.len() as u64;
-        let msgs = shard_messages(blob, &self.id, data);
+        let mut msgs = shard_messages(blob, &self.id, data);
+        msgs.push(shard_end(data));
         self.client
             .put_shard(tokio_stream::iter(msgs))
             .await
@@ -176,6 +177,16 @@ fn shard_messages(blob: &str, gateway: &str, data: &[u8]) -> Vec<PutShardRequest
         })),
     }));
     msgs
+}
+
+/// The end message of a shard of `data`.
+fn shard_end(data: &[u8]) -> PutShardRequest {
+    PutShardRequest {
+        msg: Some(Msg::End(ShardEnd {
+            blocks: data.chunks(BLOCK).count() as u64,
+            bytes: data.len() as u64,
+        })),
+    }
 }
 
 fn payload(len: u64, seed: u8) -> Vec<u8> {
@@ -298,15 +309,17 @@ async fn send_within_credit(g: &mut Gateway, shards: &[(&str, Vec<u8>)]) -> Resu
         calls.push(tokio::spawn(async move {
             client.put_shard(ReceiverStream::new(rx)).await
         }));
-        queues.push((tx, msgs.collect::<Vec<_>>().into_iter()));
+        queues.push((tx, msgs.collect::<Vec<_>>().into_iter(), shard_end(data)));
     }
     let mut left: u64 = shards.iter().map(|(_, d)| d.len() as u64).sum();
     while !queues.is_empty() {
         let mut i = 0;
         while i < queues.len() {
             let Some(block) = queues[i].1.next() else {
-                // Ending the request stream lets the datanode commit.
-                queues.remove(i);
+                // The end message, then the end of the stream, lets the
+                // datanode commit.
+                let (tx, _, end) = queues.remove(i);
+                tx.send(end).await?;
                 continue;
             };
             let len = match &block.msg {

@@ -11,7 +11,7 @@ use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::put_shard_request::Msg;
 use sluice_proto::datanode::{
     DeleteBlobsRequest, GetShardRequest, ListShardsRequest, NodeStatusRequest, PutShardRequest,
-    PutShardResponse, ShardBlock, ShardHeader,
+    PutShardResponse, ShardBlock, ShardEnd, ShardHeader,
 };
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
@@ -99,6 +99,12 @@ fn block(data: &[u8]) -> PutShardRequest {
     }
 }
 
+fn end(blocks: u64, bytes: u64) -> PutShardRequest {
+    PutShardRequest {
+        msg: Some(Msg::End(ShardEnd { blocks, bytes })),
+    }
+}
+
 async fn put(
     c: &mut DatanodeClient<Channel>,
     blob: &str,
@@ -107,6 +113,7 @@ async fn put(
 ) -> Result<PutShardResponse, tonic::Status> {
     let mut msgs = vec![header(blob, index)];
     msgs.extend(data.chunks(BLOCK).map(block));
+    msgs.push(end(data.chunks(BLOCK).count() as u64, data.len() as u64));
     c.put_shard(tokio_stream::iter(msgs))
         .await
         .map(|r| r.into_inner())
@@ -301,6 +308,45 @@ async fn bad_checksum_or_protocol_stores_nothing() -> Result<()> {
         .await
         .expect_err("short block not last");
     assert_eq!(err.code(), Code::InvalidArgument);
+    // A stream that ends without its end message, or whose end message
+    // does not match what arrived, or that goes on after it.
+    let msgs = vec![header("bad", 2), block(&data[..BLOCK])];
+    let err = c
+        .put_shard(tokio_stream::iter(msgs))
+        .await
+        .expect_err("no end message");
+    assert_eq!(err.code(), Code::Aborted, "{}", err.message());
+    for (what, msgs) in [
+        (
+            "end counts 2 blocks",
+            vec![
+                header("bad", 3),
+                block(&data[..BLOCK]),
+                end(2, BLOCK as u64),
+            ],
+        ),
+        (
+            "end counts 1 byte",
+            vec![header("bad", 3), block(&data[..BLOCK]), end(1, 1)],
+        ),
+        (
+            "block after the end",
+            vec![
+                header("bad", 3),
+                block(&data[..BLOCK]),
+                end(1, BLOCK as u64),
+                block(&data[..BLOCK]),
+            ],
+        ),
+    ] {
+        let err = c.put_shard(tokio_stream::iter(msgs)).await.expect_err(what);
+        assert_eq!(
+            err.code(),
+            Code::InvalidArgument,
+            "{what}: {}",
+            err.message()
+        );
+    }
 
     wait_for("temp files removed", || temp_files(dir.path()) == 0).await;
     assert_eq!(

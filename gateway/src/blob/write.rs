@@ -19,11 +19,14 @@
 //! last block of the stripe, so a stripe's memory is exactly what its
 //! permit counts, wherever its blocks are.
 //!
-//! A shard stream ends cleanly only when [`Frame::End`] is sent. If the
-//! write is abandoned (body error, quorum lost, the caller dropped the
-//! future) the shard tasks are aborted, which resets the HTTP/2 streams;
-//! the request stream never ends cleanly on its own (see
-//! [`shard_requests`]), so a datanode can never commit a truncated shard.
+//! A shard is complete only when [`Frame::End`] is sent: the stream then
+//! carries a `ShardEnd` message with its block and byte counts, and a
+//! datanode commits only a stream that ends right after a matching one.
+//! If the write is abandoned (body error, quorum lost, the caller dropped
+//! the future) the shard tasks are aborted, which resets the HTTP/2
+//! streams; tonic hands a cancelled request stream to the datanode as a
+//! clean end of stream, so the end message, not the end of the stream, is
+//! what keeps a datanode from committing a truncated shard.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
@@ -36,7 +39,9 @@ use futures::{Stream, StreamExt};
 use prost::Message as _;
 use prost::encoding::{self, WireType};
 use sluice_proto::datanode::put_shard_request::Msg;
-use sluice_proto::datanode::{PutShardRequest, PutShardResponse, ShardBlock, ShardHeader};
+use sluice_proto::datanode::{
+    PutShardRequest, PutShardResponse, ShardBlock, ShardEnd, ShardHeader,
+};
 use sluice_proto::meta::Placement;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -61,7 +66,7 @@ enum Frame {
         /// The stripe's buffer permit, shared by its k+m blocks.
         stripe: Arc<BufferPermit>,
     },
-    /// The shard is complete: end the request stream cleanly.
+    /// The shard is complete: send `ShardEnd`, then end the stream.
     End,
 }
 
@@ -158,8 +163,9 @@ fn block_message(data: &Bytes, crc32c: u32) -> (Bytes, Bytes) {
 ///
 /// Takes the channel's frames; before a block it debits the block's length
 /// from the datanode's credit, then yields the block's gRPC message as
-/// three frames (prefix, the block itself as a [`HeldBlock`], suffix). It
-/// ends only after [`Frame::End`]. If every sender is dropped without
+/// three frames (prefix, the block itself as a [`HeldBlock`], suffix). On
+/// [`Frame::End`] it yields the `ShardEnd` message (the blocks and bytes it
+/// yielded) and ends; never otherwise. If every sender is dropped without
 /// `End`, or credit does not come within `stall`, it stays pending forever
 /// instead of ending (the RPC is then reset when its task is aborted or
 /// gives up), and the datanode discards the partial shard.
@@ -176,6 +182,11 @@ fn shard_requests(
         failure: Arc<StreamFailure>,
         /// Frames of the current message not yet yielded (at most two).
         queued: VecDeque<Bytes>,
+        /// Blocks and payload bytes yielded, for the end message.
+        blocks: u64,
+        bytes: u64,
+        /// The end message was yielded: end the stream next.
+        ended: bool,
     }
     let state = State {
         rx,
@@ -183,10 +194,16 @@ fn shard_requests(
         stall,
         failure,
         queued: VecDeque::with_capacity(2),
+        blocks: 0,
+        bytes: 0,
+        ended: false,
     };
     futures::stream::unfold(state, |mut s| async move {
         if let Some(bytes) = s.queued.pop_front() {
             return Some((Ok(hyper::body::Frame::data(bytes)), s));
+        }
+        if s.ended {
+            return None;
         }
         let first = match s.rx.recv().await {
             Some(Frame::Header(h)) => grpc_message(&PutShardRequest {
@@ -214,6 +231,8 @@ fn shard_requests(
                     drop((data, stripe, s));
                     return std::future::pending().await;
                 }
+                s.blocks += 1;
+                s.bytes += data.len() as u64;
                 let (head, tail) = block_message(&data, crc32c);
                 if !data.is_empty() {
                     s.queued.push_back(Bytes::from_owner(HeldBlock {
@@ -226,7 +245,15 @@ fn shard_requests(
                 }
                 head
             }
-            Some(Frame::End) => return None,
+            Some(Frame::End) => {
+                s.ended = true;
+                grpc_message(&PutShardRequest {
+                    msg: Some(Msg::End(ShardEnd {
+                        blocks: s.blocks,
+                        bytes: s.bytes,
+                    })),
+                })
+            }
             // Abandoned: never signal a clean end of stream.
             None => {
                 drop(s);
@@ -808,14 +835,23 @@ mod tests {
             .map(|f| f.unwrap().into_data().expect("data frame"))
             .collect()
             .await;
-        assert_eq!(frames.len(), 3, "prefix, block, suffix");
+        assert_eq!(frames.len(), 4, "prefix, block, suffix, end message");
+        assert_eq!(
+            PutShardRequest::decode(&frames[3][5..]).expect("end message"),
+            PutShardRequest {
+                msg: Some(Msg::End(ShardEnd {
+                    blocks: 1,
+                    bytes: 250
+                }))
+            }
+        );
         assert_eq!(frames[1], data.slice(..250));
         assert_eq!(
             budget.available(),
             1024 - 600,
             "held while the block is queued"
         );
-        let wire: Vec<u8> = frames.iter().flat_map(|b| b.to_vec()).collect();
+        let wire: Vec<u8> = frames[..3].iter().flat_map(|b| b.to_vec()).collect();
         let decoded = PutShardRequest::decode(&wire[5..]).expect("decode");
         assert!(matches!(
             decoded.msg,
