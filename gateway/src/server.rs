@@ -8,10 +8,8 @@
 //!
 //! Admission happens here, before s3s sees the request: a request past
 //! `max_inflight_requests` is answered `503 SlowDown` with `Retry-After: 1`
-//! and a complete S3 error body, without waiting for a byte of its body
-//! (see [`crate::admission`]); the body is then read and dropped, within
-//! bounds, so the client can read the answer before the connection closes.
-//! An admitted request holds its slot until its
+//! and a complete S3 error body, without a byte of its body being read
+//! (see [`crate::admission`]). An admitted request holds its slot until its
 //! response body has been sent; its duration is then recorded under its S3
 //! operation name (`sluice_gateway_request_duration_seconds{op}`), which an
 //! s3s access hook reports back to this layer.
@@ -25,7 +23,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{HeaderValue, Request, StatusCode};
-use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -64,18 +61,6 @@ pub const HTTP2_CONNECTION_WINDOW_BYTES: u32 = 1024 * 1024;
 /// parts, DeleteObjects of 1000 keys), in bytes.
 const XML_MAX_BODY: usize = 4 * 1024 * 1024;
 
-/// Largest body of a refused request that is read and discarded after its
-/// `503` so that the connection closes cleanly (bytes); past it the
-/// connection is closed with the rest unread, which the client may see as
-/// a reset.
-pub const DISCARD_MAX_BYTES: u64 = 64 * 1024 * 1024;
-/// Longest a refused request's body is discarded for.
-pub const DISCARD_TIMEOUT: Duration = Duration::from_secs(10);
-/// Refused bodies discarded at once; past it a refused connection closes
-/// at once. Each costs a task and its connection's read buffer (at most
-/// [`HTTP1_MAX_BUF_BYTES`]), which the connection holds anyway.
-pub const MAX_DISCARDS: usize = 64;
-
 /// Pause after a failed `accept` (e.g. out of file descriptors) before the next one.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -105,8 +90,6 @@ impl RequestId {
 pub struct SluiceService {
     inner: S3Service,
     limiter: Arc<InflightLimiter>,
-    /// Permits of the refused bodies being discarded ([`MAX_DISCARDS`]).
-    discards: Arc<Semaphore>,
 }
 
 /// Where the s3s access hook puts the name of the S3 operation it routed a
@@ -166,7 +149,6 @@ pub fn s3_service_with_limiter(
     SluiceService {
         inner: builder.build(),
         limiter,
-        discards: Arc::new(Semaphore::new(MAX_DISCARDS)),
     }
 }
 
@@ -182,11 +164,7 @@ impl SluiceService {
             metrics::count_slowdown(SlowDownReason::Inflight);
             tracing::debug!(request_id = %request_id.0, method = %req.method(), path = %resource,
                 max = self.limiter.max(), "too many requests in flight; answering SlowDown");
-            let resp = inflight_slow_down(&req, &request_id.0, &resource);
-            if resp.headers().contains_key(http::header::CONNECTION) {
-                self.discard_body(req);
-            }
-            return Ok(resp);
+            return Ok(inflight_slow_down(&req, &request_id.0, &resource));
         };
         let span = tracing::info_span!("s3", request_id = %request_id.0, method = %req.method(), path = %resource);
         let op = OpName::default();
@@ -220,43 +198,6 @@ impl SluiceService {
             });
         }
         Ok(resp)
-    }
-}
-
-impl SluiceService {
-    /// Reads and drops the body of a refused HTTP/1 request after its
-    /// `503` (a lingering close). The answer does not wait for this; but
-    /// if the connection were closed with body bytes unread, the kernel
-    /// would answer them with a reset, and a client still sending would
-    /// see the reset instead of the `503` (measured: 518 of 13 544 refusals
-    /// in the overload soak). Bounded by [`DISCARD_MAX_BYTES`],
-    /// [`DISCARD_TIMEOUT`] and [`MAX_DISCARDS`]; nothing is kept. A client
-    /// waiting for `100 Continue` sends no body, so there is none to read.
-    fn discard_body(&self, req: Request<s3s::Body>) {
-        let expects_continue = req
-            .headers()
-            .get(http::header::EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        if expects_continue {
-            return;
-        }
-        let Ok(permit) = Arc::clone(&self.discards).try_acquire_owned() else {
-            return;
-        };
-        let mut body = req.into_body();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let mut read = 0u64;
-            let _ = tokio::time::timeout(DISCARD_TIMEOUT, async {
-                while let Some(Ok(frame)) = body.frame().await {
-                    read += frame.data_ref().map_or(0, |d| d.len() as u64);
-                    if read > DISCARD_MAX_BYTES {
-                        break;
-                    }
-                }
-            })
-            .await;
-        });
     }
 }
 
@@ -303,8 +244,7 @@ impl hyper::body::Body for TrackedBody {
 
 /// The `503 SlowDown` of a request refused admission: S3 error XML with
 /// `Code`, `Message`, `Resource` and `RequestId`, `Retry-After`, and for an
-/// HTTP/1 request with a body `Connection: close` (its body is discarded
-/// after the answer, see [`SluiceService::discard_body`]).
+/// HTTP/1 request with a body `Connection: close` (its body is not read).
 fn inflight_slow_down<B>(req: &Request<B>, request_id: &str, resource: &str) -> HttpResponse {
     let body = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>{}</Message><Resource>{}</Resource><RequestId>{}</RequestId></Error>",
@@ -737,14 +677,6 @@ mod tests {
             )
         );
         assert_eq!(stats.inflight_rejected(), 1);
-        // After the answer the body is read and dropped (a lingering close).
-        tokio::time::timeout(Duration::from_secs(5), async {
-            while !polled.load(std::sync::atomic::Ordering::SeqCst) {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-        .expect("the refused body is discarded");
 
         // With the slot free the request is admitted (and denied: anonymous),
         // and its slot is released with the response.
@@ -759,60 +691,6 @@ mod tests {
         assert_eq!(stats.inflight(), 0);
         assert_eq!(stats.inflight_high_water(), 1);
         assert_eq!(stats.inflight_rejected(), 1);
-    }
-
-    /// Over a real socket: a client that sends its whole body before
-    /// reading (as HTTP/1 clients without `Expect: 100-continue` do) reads
-    /// the complete 503 and a clean end of the connection, not a reset.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_refused_upload_reads_its_slow_down_not_a_reset() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let meta = MetaClient::new(vec!["http://127.0.0.1:1".into()]);
-        let blobs = BlobStore::with_static_datanodes(BlobStoreConfig::default(), Vec::new());
-        let limiter = InflightLimiter::new(1, GatewayStats::new());
-        let service = s3_service_with_limiter(
-            Gateway::new(meta, blobs, "us-east-1".into(), 4),
-            "AK",
-            "SK",
-            Arc::clone(&limiter),
-        );
-        let _held = limiter.try_acquire().expect("the one slot");
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(
-            listener,
-            service,
-            async {
-                let _ = stopped.await;
-            },
-            4,
-            Duration::from_secs(1),
-        ));
-        const BODY: usize = 8 * 1024 * 1024;
-        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let head = format!(
-            "PUT /bucket/key?partNumber=1&uploadId=u HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {BODY}\r\n\r\n"
-        );
-        client.write_all(head.as_bytes()).await.unwrap();
-        let chunk = vec![7u8; 64 * 1024];
-        for _ in 0..BODY / chunk.len() {
-            client
-                .write_all(&chunk)
-                .await
-                .expect("the body is accepted");
-        }
-        let mut answer = Vec::new();
-        tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer))
-            .await
-            .expect("the connection ends")
-            .expect("no reset");
-        let answer = String::from_utf8_lossy(&answer);
-        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
-        assert!(answer.contains("retry-after: 1"), "{answer}");
-        assert!(answer.ends_with("</Error>"), "{answer}");
-        let _ = stop.send(());
-        server.await.unwrap();
     }
 
     #[test]
