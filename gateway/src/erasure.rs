@@ -113,6 +113,7 @@ impl Codec {
 mod tests {
     use super::*;
 
+    /// `len` bytes of test data (bounded by the caller's `len`).
     fn payload(len: usize, seed: u8) -> Bytes {
         (0..len)
             .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)

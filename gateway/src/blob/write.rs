@@ -425,17 +425,25 @@ impl BlobWriter<'_> {
     fn check_quorum(&self) -> Result<(), BlobError> {
         let alive = self.alive();
         if alive < self.write_quorum {
-            if self.shards.iter().any(ShardWriter::starved) {
-                return Err(BlobError::DatanodesBusy {
-                    waited: self.store.inner.config.stall_timeout,
-                });
-            }
-            return Err(BlobError::QuorumNotReached {
-                durable: alive,
-                needed: self.write_quorum,
-            });
+            return Err(self.quorum_lost(alive));
         }
         Ok(())
+    }
+
+    /// Why the write failed with only `durable` shards left:
+    /// `DatanodesBusy` when a shard was lost for want of credit, else
+    /// `QuorumNotReached`.
+    fn quorum_lost(&self, durable: usize) -> BlobError {
+        if self.shards.iter().any(ShardWriter::starved) {
+            BlobError::DatanodesBusy {
+                waited: self.store.inner.config.stall_timeout,
+            }
+        } else {
+            BlobError::QuorumNotReached {
+                durable,
+                needed: self.write_quorum,
+            }
+        }
     }
 
     /// The buffer permit of the next stripe (of `payload` bytes).
@@ -447,10 +455,10 @@ impl BlobWriter<'_> {
     /// in either order; so a buffer stall first fails the shards whose
     /// credit wait gave up (waiting at most one more `stall_timeout` for a
     /// shard still waiting for credit to give up), then, if the quorum
-    /// still holds, waits again: a starved
-    /// datanode costs its shard, not the write. Every retry fails at least
-    /// one shard, so this ends. Errors: `BufferStall` when no shard was
-    /// starved; `DatanodesBusy` when starved shards broke the quorum.
+    /// still holds, waits again: a starved datanode costs its shard, not
+    /// the write. Every retry fails at least one shard, so this ends.
+    /// Errors: `BufferStall` when no shard was starved; `DatanodesBusy`
+    /// when starved shards broke the quorum.
     async fn stripe_permit(&mut self, payload: usize) -> Result<BufferPermit, BlobError> {
         loop {
             match self.store.stripe_permit(payload).await {
@@ -758,14 +766,9 @@ where
     if durable < writer.write_quorum {
         let needed = writer.write_quorum;
         tracing::warn!(blob_id = %writer.blob_id, durable, needed, "write quorum not reached, discarding blob");
-        let starved = writer.shards.iter().any(ShardWriter::starved);
+        let err = writer.quorum_lost(durable);
         writer.discard().await;
-        if starved {
-            return Err(BlobError::DatanodesBusy {
-                waited: config.stall_timeout,
-            });
-        }
-        return Err(BlobError::QuorumNotReached { durable, needed });
+        return Err(err);
     }
     if !missing.is_empty() {
         tracing::warn!(blob_id = %writer.blob_id, ?missing, "blob written without some shards (to heal)");
