@@ -41,10 +41,17 @@ impl Membership {
             }
             let attempt = async {
                 if registered {
-                    meta.heartbeat(self.node_id, &self.advertise_addr).await
+                    meta.heartbeat(sluice_proto::meta::HeartbeatRequest {
+                        id: self.node_id,
+                        addr: self.advertise_addr.clone(),
+                        writable: true,
+                        ..Default::default()
+                    })
+                    .await
                 } else {
-                    meta.register_datanode(self.node_id, &self.advertise_addr)
+                    meta.register_datanode(self.node_id, &self.advertise_addr, "")
                         .await
+                        .map(drop)
                 }
             };
             let result = tokio::select! {

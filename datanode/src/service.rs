@@ -437,6 +437,13 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
             bytes_stored: stats.stored_bytes,
         }))
     }
+
+    async fn has_shards(
+        &self,
+        _request: Request<sluice_proto::datanode::HasShardsRequest>,
+    ) -> Result<Response<sluice_proto::datanode::HasShardsResponse>, Status> {
+        Err(Status::unimplemented("HasShards"))
+    }
 }
 
 /// Moves a gateway's grants from its mailbox onto its `Credits` stream

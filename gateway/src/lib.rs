@@ -29,6 +29,7 @@ pub mod blob;
 pub mod config;
 pub mod credit;
 pub mod datanodes;
+pub mod epoch;
 pub mod erasure;
 pub mod layout;
 pub mod metrics;

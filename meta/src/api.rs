@@ -67,6 +67,7 @@ impl<K: KvStore> MetaService<K> {
     /// Proposes `command` and waits for it to be applied.
     async fn write(&self, command: Command) -> Result<Applied, Status> {
         let cmd = MetaCommand {
+            leader_now_ms: crate::sm::wall_clock_ms(),
             command: Some(command),
         };
         match self.raft.client_write(cmd).await {
@@ -291,7 +292,8 @@ impl<K: KvStore> Meta for MetaService<K> {
         if self.leader_only().is_ok() {
             self.liveness.beat(id);
         }
-        Ok(Response::new(pb::RegisterDatanodeResponse {}))
+        // TODO(durability): disk generation from the state machine.
+        Ok(Response::new(pb::RegisterDatanodeResponse::default()))
     }
 
     async fn heartbeat(
@@ -308,6 +310,8 @@ impl<K: KvStore> Meta for MetaService<K> {
                 .write(Command::RegisterDatanode(pb::RegisterDatanodeRequest {
                     id: r.id,
                     addr: r.addr.clone(),
+                    disk_id: r.disk_id.clone(),
+                    op_id: String::new(),
                 }))
                 .await?;
             done("RegisterDatanode", &applied)?;
@@ -339,6 +343,55 @@ impl<K: KvStore> Meta for MetaService<K> {
         Ok(Response::new(pb::FilterUnreferencedResponse {
             unreferenced,
         }))
+    }
+
+    async fn collectable(
+        &self,
+        _request: Request<pb::CollectableRequest>,
+    ) -> Result<Response<pb::CollectableResponse>, Status> {
+        Err(Status::unimplemented("Collectable"))
+    }
+
+    async fn open_epoch(
+        &self,
+        _request: Request<pb::OpenEpochRequest>,
+    ) -> Result<Response<pb::OpenEpochResponse>, Status> {
+        Err(Status::unimplemented("OpenEpoch"))
+    }
+
+    async fn renew_epoch(
+        &self,
+        _request: Request<pb::RenewEpochRequest>,
+    ) -> Result<Response<pb::RenewEpochResponse>, Status> {
+        Err(Status::unimplemented("RenewEpoch"))
+    }
+
+    async fn list_placements(
+        &self,
+        _request: Request<pb::ListPlacementsRequest>,
+    ) -> Result<Response<pb::ListPlacementsResponse>, Status> {
+        Err(Status::unimplemented("ListPlacements"))
+    }
+
+    async fn report_missing(
+        &self,
+        _request: Request<pb::ReportMissingRequest>,
+    ) -> Result<Response<pb::ReportMissingResponse>, Status> {
+        Err(Status::unimplemented("ReportMissing"))
+    }
+
+    async fn begin_heal(
+        &self,
+        _request: Request<pb::BeginHealRequest>,
+    ) -> Result<Response<pb::BeginHealResponse>, Status> {
+        Err(Status::unimplemented("BeginHeal"))
+    }
+
+    async fn update_placement(
+        &self,
+        _request: Request<pb::UpdatePlacementRequest>,
+    ) -> Result<Response<pb::UpdatePlacementResponse>, Status> {
+        Err(Status::unimplemented("UpdatePlacement"))
     }
 
     async fn cluster_status(

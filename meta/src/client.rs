@@ -3,9 +3,16 @@
 //! It follows leader changes: a `NOT_LEADER` answer with a leader hint sends
 //! the call to the hinted node, an unreachable node sends it to the next
 //! configured one, and every call is retried with backoff until
-//! `retry_deadline` has passed. Every metadata mutation is idempotent by
-//! design (re-putting the same record, re-completing an upload with the same
-//! list), so retrying after an ambiguous transport failure is safe.
+//! `retry_deadline` has passed.
+//!
+//! Every mutation carries an operation id ([`new_op_id`]) chosen once per
+//! method call and sent unchanged by every retry, so a retry after an
+//! ambiguous failure (a lost response, a timeout) is applied at most once by
+//! the state machine and answered with the first outcome. No attempt is sent
+//! once `retry_deadline` has passed since the call began.
+//!
+//! [`CallFaults`] is the fault-injection seam on the transport: tests drop
+//! responses with it to exercise the retry path.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -38,6 +45,37 @@ impl MetaError {
     }
 }
 
+/// A fresh operation id: 32 random hex digits.
+pub fn new_op_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// What to do with a response that arrived (see [`CallFaults`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Hand the response to the caller.
+    Deliver,
+    /// Throw it away as if the connection broke after the server answered;
+    /// the client retries with the same operation id.
+    Drop,
+}
+
+/// Fault injection on the meta transport (tests, chaos): consulted for
+/// every successful response of RPC `rpc` (the method name, e.g.
+/// `"PutObject"`).
+pub trait CallFaults: Send + Sync + 'static {
+    /// How long to stall before sending an attempt of `rpc` (a paused
+    /// process, a slow link); `None` sends at once.
+    fn before_call(&self, _rpc: &'static str) -> Option<Duration> {
+        None
+    }
+
+    /// What to do with a response of `rpc` that arrived.
+    fn on_response(&self, _rpc: &'static str) -> FaultAction {
+        FaultAction::Deliver
+    }
+}
+
 /// A cloneable, leader-following client for the `sluice.meta.Meta` service.
 #[derive(Clone)]
 pub struct MetaClient {
@@ -54,6 +92,7 @@ struct Inner {
     current: Mutex<String>,
     retry_deadline: Duration,
     rpc_timeout: Duration,
+    faults: Option<Arc<dyn CallFaults>>,
 }
 
 impl MetaClient {
@@ -81,8 +120,22 @@ impl MetaClient {
                 current: Mutex::new(current),
                 retry_deadline,
                 rpc_timeout,
+                faults: None,
             }),
         }
+    }
+
+    /// Like [`MetaClient::with_timeouts`], with `faults` consulted on every
+    /// response.
+    pub fn with_faults(
+        seeds: Vec<String>,
+        retry_deadline: Duration,
+        rpc_timeout: Duration,
+        faults: Arc<dyn CallFaults>,
+    ) -> Self {
+        let mut c = Self::with_timeouts(seeds, retry_deadline, rpc_timeout);
+        Arc::get_mut(&mut c.inner).expect("fresh client").faults = Some(faults);
+        c
     }
 
     fn channel(&self, addr: &str) -> Result<Channel, MetaError> {
@@ -123,9 +176,19 @@ impl MetaClient {
             let client = RpcClient::new(self.channel(&addr)?)
                 .max_decoding_message_size(64 * 1024 * 1024)
                 .max_encoding_message_size(64 * 1024 * 1024);
+            if let Some(stall) = self.inner.faults.as_ref().and_then(|x| x.before_call(what)) {
+                tokio::time::sleep(stall).await;
+            }
             let result = tokio::time::timeout(self.inner.rpc_timeout, f(client)).await;
             let status = match result {
-                Ok(Ok(resp)) => return Ok(resp.into_inner()),
+                Ok(Ok(resp)) => match &self.inner.faults {
+                    Some(faults) if faults.on_response(what) == FaultAction::Drop => {
+                        tonic::Status::unavailable(format!(
+                            "{what}: response dropped (fault injection)"
+                        ))
+                    }
+                    _ => return Ok(resp.into_inner()),
+                },
                 Ok(Err(status)) => status,
                 Err(_) => tonic::Status::deadline_exceeded(format!("{what} timed out on {addr}")),
             };
@@ -158,6 +221,10 @@ impl MetaClient {
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_millis(500));
+            // A stalled caller (a paused process) sends no late retry.
+            if started.elapsed() >= self.inner.retry_deadline {
+                return Err(MetaError::Unavailable(last_error));
+            }
         }
     }
 
@@ -165,6 +232,7 @@ impl MetaClient {
         let req = pb::CreateBucketRequest {
             name: name.to_string(),
             now_ms,
+            op_id: new_op_id(),
         };
         let r = self
             .call("CreateBucket", |mut c| {
@@ -178,6 +246,7 @@ impl MetaClient {
     pub async fn get_bucket(&self, name: &str) -> Result<pb::Bucket, MetaError> {
         let req = pb::BucketRequest {
             name: name.to_string(),
+            op_id: String::new(),
         };
         let r = self
             .call("GetBucket", |mut c| {
@@ -192,6 +261,7 @@ impl MetaClient {
     pub async fn delete_bucket(&self, name: &str) -> Result<(), MetaError> {
         let req = pb::BucketRequest {
             name: name.to_string(),
+            op_id: new_op_id(),
         };
         self.call("DeleteBucket", |mut c| {
             let req = req.clone();
@@ -217,6 +287,7 @@ impl MetaClient {
     ) -> Result<Vec<pb::Placement>, MetaError> {
         let req = pb::PutObjectRequest {
             object: Some(object),
+            op_id: new_op_id(),
         };
         let r = self
             .call("PutObject", |mut c| {
@@ -231,6 +302,7 @@ impl MetaClient {
         let req = pb::ObjectKey {
             bucket: bucket.to_string(),
             key: key.to_string(),
+            op_id: String::new(),
         };
         let r = self
             .call("GetObject", |mut c| {
@@ -251,6 +323,7 @@ impl MetaClient {
         let req = pb::ObjectKey {
             bucket: bucket.to_string(),
             key: key.to_string(),
+            op_id: new_op_id(),
         };
         let r = self
             .call("DeleteObject", |mut c| {
@@ -275,6 +348,7 @@ impl MetaClient {
     pub async fn create_upload(&self, upload: pb::UploadRecord) -> Result<(), MetaError> {
         let req = pb::CreateUploadRequest {
             upload: Some(upload),
+            op_id: new_op_id(),
         };
         self.call("CreateUpload", |mut c| {
             let req = req.clone();
@@ -294,6 +368,7 @@ impl MetaClient {
             bucket: bucket.into(),
             key: key.into(),
             upload_id: upload_id.into(),
+            op_id: String::new(),
         };
         let r = self
             .call("GetUpload", |mut c| {
@@ -316,6 +391,7 @@ impl MetaClient {
             bucket: bucket.into(),
             key: key.into(),
             part: Some(part),
+            op_id: new_op_id(),
         };
         let r = self
             .call("PutPart", |mut c| {
@@ -339,8 +415,11 @@ impl MetaClient {
 
     pub async fn complete_upload(
         &self,
-        req: pb::CompleteUploadRequest,
+        mut req: pb::CompleteUploadRequest,
     ) -> Result<pb::CompleteUploadResponse, MetaError> {
+        if req.op_id.is_empty() {
+            req.op_id = new_op_id();
+        }
         self.call("CompleteUpload", |mut c| {
             let req = req.clone();
             async move { c.complete_upload(req).await }
@@ -359,6 +438,7 @@ impl MetaClient {
             bucket: bucket.into(),
             key: key.into(),
             upload_id: upload_id.into(),
+            op_id: new_op_id(),
         };
         let r = self
             .call("AbortUpload", |mut c| {
@@ -380,24 +460,29 @@ impl MetaClient {
         .await
     }
 
-    pub async fn register_datanode(&self, id: u64, addr: &str) -> Result<(), MetaError> {
+    /// Registers datanode `id` at `addr` with the identity of its disk.
+    /// Refused with `DuplicateDatanode` when another live node holds the id.
+    pub async fn register_datanode(
+        &self,
+        id: u64,
+        addr: &str,
+        disk_id: &str,
+    ) -> Result<pb::RegisterDatanodeResponse, MetaError> {
         let req = pb::RegisterDatanodeRequest {
             id,
             addr: addr.into(),
+            disk_id: disk_id.into(),
+            op_id: new_op_id(),
         };
         self.call("RegisterDatanode", |mut c| {
             let req = req.clone();
             async move { c.register_datanode(req).await }
         })
-        .await?;
-        Ok(())
+        .await
     }
 
-    pub async fn heartbeat(&self, id: u64, addr: &str) -> Result<(), MetaError> {
-        let req = pb::HeartbeatRequest {
-            id,
-            addr: addr.into(),
-        };
+    /// Reports liveness and capacity of datanode `req.id`.
+    pub async fn heartbeat(&self, req: pb::HeartbeatRequest) -> Result<(), MetaError> {
         self.call("Heartbeat", |mut c| {
             let req = req.clone();
             async move { c.heartbeat(req).await }
@@ -433,6 +518,109 @@ impl MetaClient {
             })
             .await?;
         Ok(r.unreferenced)
+    }
+
+    /// Which of `shards` (at most 1000) of datanode `node_id` are garbage
+    /// (see `CollectableRequest` in `proto/meta.proto`); linearizable.
+    pub async fn collectable(
+        &self,
+        node_id: u64,
+        shards: Vec<pb::ShardRef>,
+    ) -> Result<Vec<pb::ShardRef>, MetaError> {
+        let req = pb::CollectableRequest { node_id, shards };
+        let r = self
+            .call("Collectable", |mut c| {
+                let req = req.clone();
+                async move { c.collectable(req).await }
+            })
+            .await?;
+        Ok(r.collectable)
+    }
+
+    /// Opens a write epoch for gateway `gateway_id`.
+    pub async fn open_epoch(&self, gateway_id: &str) -> Result<pb::OpenEpochResponse, MetaError> {
+        let req = pb::OpenEpochRequest {
+            gateway_id: gateway_id.into(),
+            op_id: new_op_id(),
+        };
+        self.call("OpenEpoch", |mut c| {
+            let req = req.clone();
+            async move { c.open_epoch(req).await }
+        })
+        .await
+    }
+
+    /// Renews write epoch `epoch`; `EpochClosed` when it was closed.
+    pub async fn renew_epoch(&self, epoch: u64) -> Result<(), MetaError> {
+        let req = pb::RenewEpochRequest {
+            epoch,
+            op_id: new_op_id(),
+        };
+        self.call("RenewEpoch", |mut c| {
+            let req = req.clone();
+            async move { c.renew_epoch(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// One page of committed blobs (all, or only degraded ones).
+    pub async fn list_placements(
+        &self,
+        req: pb::ListPlacementsRequest,
+    ) -> Result<pb::ListPlacementsResponse, MetaError> {
+        self.call("ListPlacements", |mut c| {
+            let req = req.clone();
+            async move { c.list_placements(req).await }
+        })
+        .await
+    }
+
+    /// Marks `shards` of datanode `node_id` missing in their placements;
+    /// returns how many were marked.
+    pub async fn report_missing(
+        &self,
+        node_id: u64,
+        shards: Vec<pb::ShardRef>,
+    ) -> Result<u32, MetaError> {
+        let req = pb::ReportMissingRequest {
+            node_id,
+            shards,
+            op_id: new_op_id(),
+        };
+        let r = self
+            .call("ReportMissing", |mut c| {
+                let req = req.clone();
+                async move { c.report_missing(req).await }
+            })
+            .await?;
+        Ok(r.marked)
+    }
+
+    /// Records a heal intent (`req.op_id` is filled in).
+    pub async fn begin_heal(&self, mut req: pb::BeginHealRequest) -> Result<(), MetaError> {
+        req.op_id = new_op_id();
+        self.call("BeginHeal", |mut c| {
+            let req = req.clone();
+            async move { c.begin_heal(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Compare-and-set of a healed placement (`req.op_id` is filled in);
+    /// `PlacementChanged` when the placement is no longer `req.expected`.
+    pub async fn update_placement(
+        &self,
+        mut req: pb::UpdatePlacementRequest,
+    ) -> Result<(), MetaError> {
+        req.op_id = new_op_id();
+        self.call("UpdatePlacement", |mut c| {
+            let req = req.clone();
+            async move { c.update_placement(req).await }
+        })
+        .await?;
+        Ok(())
     }
 
     pub async fn cluster_status(&self) -> Result<pb::ClusterStatusResponse, MetaError> {

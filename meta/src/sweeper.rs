@@ -131,6 +131,7 @@ impl<K: KvStore> Sweeper<K> {
             upload_id = %upload.upload_id
         );
         let cmd = MetaCommand {
+            leader_now_ms: crate::sm::wall_clock_ms(),
             command: Some(Command::AbortUpload(upload)),
         };
         let written = self.raft.client_write(cmd).instrument(span.clone()).await;

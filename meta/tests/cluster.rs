@@ -219,6 +219,7 @@ async fn three_voters_fail_over_catch_up_and_restart() -> Result<()> {
         .heartbeat(pb::HeartbeatRequest {
             id: 1,
             addr: "http://127.0.0.1:1".into(),
+            ..Default::default()
         })
         .await
         .expect_err("heartbeat on a follower");
@@ -347,10 +348,19 @@ async fn single_voter_restart_keeps_everything() -> Result<()> {
             .await?
             .is_empty()
     );
-    client.register_datanode(4, "http://127.0.0.1:7104").await?;
-    client.heartbeat(4, "http://127.0.0.1:7104").await?;
+    client
+        .register_datanode(4, "http://127.0.0.1:7104", "disk-4")
+        .await?;
+    let beat = |id: u64, addr: &str| pb::HeartbeatRequest {
+        id,
+        addr: addr.into(),
+        disk_id: format!("disk-{id}"),
+        writable: true,
+        ..Default::default()
+    };
+    client.heartbeat(beat(4, "http://127.0.0.1:7104")).await?;
     // An unknown datanode's heartbeat registers it.
-    client.heartbeat(5, "http://127.0.0.1:7105").await?;
+    client.heartbeat(beat(5, "http://127.0.0.1:7105")).await?;
     let dns = client.list_datanodes().await?;
     assert_eq!(
         dns.iter().map(|d| (d.id, d.live)).collect::<Vec<_>>(),

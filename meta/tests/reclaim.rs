@@ -191,6 +191,7 @@ async fn filter_unreferenced_follows_commits_and_restarts() -> Result<()> {
             now_ms: now_ms(),
             min_part_size: 5 << 20,
             checksums: None,
+            ..Default::default()
         })
         .await?;
     assert_eq!(done.released, vec![placement("p2")]);

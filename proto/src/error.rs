@@ -37,7 +37,10 @@ fn status_from_detail(detail: ErrorDetail) -> tonic::Status {
         ErrorCode::BucketNotEmpty
         | ErrorCode::InvalidPart
         | ErrorCode::InvalidPartOrder
-        | ErrorCode::EntityTooSmall => tonic::Code::FailedPrecondition,
+        | ErrorCode::EntityTooSmall
+        | ErrorCode::EpochClosed
+        | ErrorCode::PlacementChanged => tonic::Code::FailedPrecondition,
+        ErrorCode::DuplicateDatanode => tonic::Code::AlreadyExists,
         ErrorCode::InvalidArgument => tonic::Code::InvalidArgument,
         ErrorCode::Internal | ErrorCode::Unspecified => tonic::Code::Internal,
     };

@@ -6,6 +6,7 @@
 //! * `proto/datanode.proto` — shard streams between gateways and datanodes.
 //! * `proto/raft.proto` — Raft RPCs between meta nodes.
 //! * [`error`] — encoding of [`meta::ErrorDetail`] in a `tonic::Status`.
+//! * [`blob_id`] — blob ids and the write epoch they name.
 
 pub mod meta {
     tonic::include_proto!("sluice.meta");
@@ -16,4 +17,5 @@ pub mod datanode {
 pub mod raft {
     tonic::include_proto!("sluice.raft");
 }
+pub mod blob_id;
 pub mod error;

@@ -46,6 +46,10 @@ pub fn meta_code(code: ErrorCode) -> S3ErrorCode {
         // The client retries leader changes itself; one that leaks out is a
         // cluster without a leader.
         ErrorCode::NotLeader => S3ErrorCode::ServiceUnavailable,
+        // The gateway lost its write epoch (paused or cut off past its
+        // lease): retryable, the next attempt writes under a new epoch.
+        ErrorCode::EpochClosed => S3ErrorCode::ServiceUnavailable,
+        ErrorCode::PlacementChanged | ErrorCode::DuplicateDatanode => S3ErrorCode::InternalError,
         ErrorCode::Internal | ErrorCode::Unspecified => S3ErrorCode::InternalError,
     }
 }

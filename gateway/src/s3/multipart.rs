@@ -432,6 +432,7 @@ pub(super) async fn complete_multipart_upload(
             now_ms: now_ms(),
             min_part_size: MIN_PART_SIZE,
             checksums,
+            op_id: String::new(),
         })
         .await
         .map_err(meta_error)?;

@@ -392,8 +392,10 @@ mod tests {
                 pb::CreateBucketRequest {
                     name: "b".into(),
                     now_ms: 7,
+                    ..Default::default()
                 },
             )),
+            ..Default::default()
         };
         let entries: Vec<Entry<TypeConfig>> = vec![
             Entry {

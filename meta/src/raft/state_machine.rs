@@ -346,6 +346,7 @@ mod tests {
             log_id: LogId::new(LeaderId::new(1, 1), index),
             payload: EntryPayload::Normal(rpb::MetaCommand {
                 command: Some(command),
+                ..Default::default()
             }),
         }
     }
@@ -374,6 +375,7 @@ mod tests {
                 }],
                 ..Default::default()
             }),
+            ..Default::default()
         })
     }
 
@@ -385,6 +387,7 @@ mod tests {
             Command::CreateBucket(pb::CreateBucketRequest {
                 name: "b".into(),
                 now_ms: 1,
+                ..Default::default()
             }),
             put_object("a", "blob-a"),
             put_object("c", "blob-c"),
@@ -396,6 +399,7 @@ mod tests {
                     initiated_ms: 1,
                     ..Default::default()
                 }),
+                ..Default::default()
             }),
             Command::PutPart(pb::PutPartRequest {
                 bucket: "b".into(),
@@ -406,10 +410,12 @@ mod tests {
                     placement: Some(placement("blob-p")),
                     ..Default::default()
                 }),
+                ..Default::default()
             }),
             Command::DeleteObject(pb::ObjectKey {
                 bucket: "b".into(),
                 key: "c".into(),
+                ..Default::default()
             }),
         ];
         let entries: Vec<_> = commands

@@ -56,3 +56,13 @@ pub fn datanode(id: u64) -> Vec<u8> {
 pub fn reference(blob_id: &str) -> Vec<u8> {
     blob_id.as_bytes().to_vec()
 }
+
+/// `Epochs`: the epoch, big-endian.
+pub fn epoch(epoch: u64) -> Vec<u8> {
+    epoch.to_be_bytes().to_vec()
+}
+
+/// `Pending`: the blob id.
+pub fn pending(blob_id: &str) -> Vec<u8> {
+    blob_id.as_bytes().to_vec()
+}

@@ -15,10 +15,14 @@
 //!   leader's sweeper.
 //! * [`keys`] — key encodings of the keyspaces.
 
+pub mod epochs;
+pub mod heal;
 pub mod keys;
 mod mutate;
+pub mod pending;
 mod read;
 pub mod refs;
+mod sessions;
 mod stale;
 
 #[cfg(test)]
@@ -58,6 +62,12 @@ pub enum Applied {
     Released(Vec<pb::Placement>),
     /// CompleteUpload succeeded.
     Completed(Box<pb::CompleteUploadResponse>),
+    /// OpenEpoch succeeded.
+    Epoch(pb::OpenEpochResponse),
+    /// RegisterDatanode succeeded.
+    Registered(pb::RegisterDatanodeResponse),
+    /// ReportMissing: how many shards were marked missing.
+    Marked(u32),
     /// The mutation was refused for an S3-level reason; nothing changed.
     Refused { code: ErrorCode, message: String },
 }
@@ -81,6 +91,15 @@ pub enum SmError {
     /// A stored key is not what its space promises (corruption).
     #[error("malformed key in {0:?}")]
     BadKey(Space),
+}
+
+/// This node's wall clock in ms since the Unix epoch: the leader stamps
+/// it on every entry it proposes (`MetaCommand.leader_now_ms`).
+pub fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 pub(crate) fn refuse<T>(code: ErrorCode, message: impl Into<String>) -> Result<T, SmError> {

@@ -11,7 +11,10 @@ use sluice_proto::meta::{self as pb, ErrorCode};
 use sluice_proto::raft::{MetaCommand, meta_command::Command};
 
 use super::refs::update_index;
-use super::{Applied, MAX_PART_NUMBER, SmError, get, keys, refuse, require_bucket};
+use super::{
+    Applied, MAX_PART_NUMBER, SmError, epochs, get, heal, keys, pending, refuse, require_bucket,
+    sessions,
+};
 use crate::store::{Batch, KvStore, Space};
 
 /// Applies `cmd` to the state in `kv`: the writes to make (atomically,
@@ -22,6 +25,7 @@ pub fn apply_command<K: KvStore>(kv: &K, cmd: &MetaCommand) -> Result<(Batch, Ap
     let Some(command) = &cmd.command else {
         return Ok((Batch::new(), Applied::None));
     };
+    let now_ms = cmd.leader_now_ms;
     let result = match command {
         Command::CreateBucket(r) => create_bucket(kv, r),
         Command::DeleteBucket(r) => delete_bucket(kv, r),
@@ -32,6 +36,14 @@ pub fn apply_command<K: KvStore>(kv: &K, cmd: &MetaCommand) -> Result<(Batch, Ap
         Command::CompleteUpload(r) => complete_upload(kv, r),
         Command::AbortUpload(r) => abort_upload(kv, r),
         Command::RegisterDatanode(r) => register_datanode(r),
+        Command::OpenEpoch(r) => epochs::open_epoch(kv, r, now_ms),
+        Command::RenewEpoch(r) => epochs::renew_epoch(kv, r, now_ms),
+        Command::CloseEpochs(r) => epochs::close_epochs(kv, r, now_ms),
+        Command::CollectPending(r) => pending::collect_pending(kv, r),
+        Command::ExpireSessions(r) => sessions::expire_sessions(kv, r),
+        Command::ReportMissing(r) => heal::report_missing(kv, r),
+        Command::BeginHeal(r) => heal::begin_heal(kv, r),
+        Command::UpdatePlacement(r) => heal::update_placement(kv, r),
     };
     match result {
         Ok(ok) => Ok(ok),
@@ -376,8 +388,8 @@ fn register_datanode(r: &pb::RegisterDatanodeRequest) -> Outcome {
     let info = pb::DatanodeInfo {
         id: r.id,
         addr: r.addr.clone(),
-        live: false,
-        last_heartbeat_ms: 0,
+        disk_id: r.disk_id.clone(),
+        ..Default::default()
     };
     let mut b = Batch::new();
     b.put(Space::Datanodes, keys::datanode(r.id), info.encode_to_vec());

@@ -43,6 +43,7 @@ pub fn stale_uploads<K: KvStore>(
                 bucket: upload.bucket,
                 key: upload.key,
                 upload_id: upload.upload_id,
+                op_id: String::new(),
             });
         }
         last = Some(k);

@@ -14,6 +14,7 @@ fn exec(kv: &MemStore, command: Command) -> Applied {
         kv,
         &MetaCommand {
             command: Some(command),
+            ..Default::default()
         },
     )
     .unwrap();
@@ -34,6 +35,7 @@ fn bucket(kv: &MemStore, name: &str) {
         Command::CreateBucket(pb::CreateBucketRequest {
             name: name.into(),
             now_ms: 1,
+            ..Default::default()
         }),
     );
     assert_eq!(a, Applied::Created(true));
@@ -71,6 +73,7 @@ fn put(kv: &MemStore, b: &str, key: &str, blob: &str) -> Applied {
         kv,
         Command::PutObject(pb::PutObjectRequest {
             object: Some(object(b, key, blob)),
+            ..Default::default()
         }),
     )
 }
@@ -90,7 +93,10 @@ fn upload(kv: &MemStore, b: &str, key: &str, id: &str) {
     assert_eq!(
         exec(
             kv,
-            Command::CreateUpload(pb::CreateUploadRequest { upload: Some(up) })
+            Command::CreateUpload(pb::CreateUploadRequest {
+                upload: Some(up),
+                ..Default::default()
+            })
         ),
         Applied::Done
     );
@@ -111,6 +117,7 @@ fn part(kv: &MemStore, key: &str, id: &str, n: u32, size: u64, body: &[u8], blob
             bucket: "b".into(),
             key: key.into(),
             part: Some(part),
+            ..Default::default()
         }),
     )
 }
@@ -133,6 +140,7 @@ fn complete(kv: &MemStore, id: &str, parts: Vec<pb::CompletedPart>) -> Applied {
             now_ms: 9,
             min_part_size: 5 * MIB,
             checksums: None,
+            ..Default::default()
         }),
     )
 }
@@ -146,6 +154,7 @@ fn create_bucket_twice_reports_existing_and_delete_requires_empty() {
         Command::CreateBucket(pb::CreateBucketRequest {
             name: "b".into(),
             now_ms: 2,
+            ..Default::default()
         }),
     );
     assert_eq!(again, Applied::Created(false));
@@ -154,7 +163,10 @@ fn create_bucket_twice_reports_existing_and_delete_requires_empty() {
     put(&kv, "b", "k", "blob1");
     let del = exec(
         &kv,
-        Command::DeleteBucket(pb::BucketRequest { name: "b".into() }),
+        Command::DeleteBucket(pb::BucketRequest {
+            name: "b".into(),
+            ..Default::default()
+        }),
     );
     assert_eq!(refused_code(&del), Some(ErrorCode::BucketNotEmpty));
     exec(
@@ -162,13 +174,17 @@ fn create_bucket_twice_reports_existing_and_delete_requires_empty() {
         Command::DeleteObject(pb::ObjectKey {
             bucket: "b".into(),
             key: "k".into(),
+            ..Default::default()
         }),
     );
 
     upload(&kv, "b", "k", "u1");
     let del = exec(
         &kv,
-        Command::DeleteBucket(pb::BucketRequest { name: "b".into() }),
+        Command::DeleteBucket(pb::BucketRequest {
+            name: "b".into(),
+            ..Default::default()
+        }),
     );
     assert_eq!(refused_code(&del), Some(ErrorCode::BucketNotEmpty));
     exec(
@@ -177,19 +193,26 @@ fn create_bucket_twice_reports_existing_and_delete_requires_empty() {
             bucket: "b".into(),
             key: "k".into(),
             upload_id: "u1".into(),
+            ..Default::default()
         }),
     );
 
     assert_eq!(
         exec(
             &kv,
-            Command::DeleteBucket(pb::BucketRequest { name: "b".into() })
+            Command::DeleteBucket(pb::BucketRequest {
+                name: "b".into(),
+                ..Default::default()
+            })
         ),
         Applied::Done
     );
     let del = exec(
         &kv,
-        Command::DeleteBucket(pb::BucketRequest { name: "b".into() }),
+        Command::DeleteBucket(pb::BucketRequest {
+            name: "b".into(),
+            ..Default::default()
+        }),
     );
     assert_eq!(refused_code(&del), Some(ErrorCode::NoSuchBucket));
     assert!(list_buckets(&kv).unwrap().is_empty());
@@ -222,6 +245,7 @@ fn put_object_releases_replaced_placements_but_not_on_retry() {
         Command::DeleteObject(pb::ObjectKey {
             bucket: "b".into(),
             key: "k".into(),
+            ..Default::default()
         }),
     );
     assert_eq!(del, Applied::Released(vec![placement("blob2")]));
@@ -230,6 +254,7 @@ fn put_object_releases_replaced_placements_but_not_on_retry() {
         Command::DeleteObject(pb::ObjectKey {
             bucket: "b".into(),
             key: "k".into(),
+            ..Default::default()
         }),
     );
     assert_eq!(
@@ -433,6 +458,7 @@ fn abort_releases_parts_and_unknown_upload_is_refused() {
         bucket: "b".into(),
         key: "k".into(),
         upload_id: "u1".into(),
+        ..Default::default()
     };
     let Applied::Released(rel) = exec(&kv, Command::AbortUpload(key.clone())) else {
         panic!()
@@ -689,6 +715,7 @@ fn register_datanode_upserts_address() {
         Command::RegisterDatanode(pb::RegisterDatanodeRequest {
             id: 2,
             addr: "http://a".into(),
+            ..Default::default()
         }),
     );
     exec(
@@ -696,6 +723,7 @@ fn register_datanode_upserts_address() {
         Command::RegisterDatanode(pb::RegisterDatanodeRequest {
             id: 1,
             addr: "http://b".into(),
+            ..Default::default()
         }),
     );
     exec(
@@ -703,6 +731,7 @@ fn register_datanode_upserts_address() {
         Command::RegisterDatanode(pb::RegisterDatanodeRequest {
             id: 2,
             addr: "http://c".into(),
+            ..Default::default()
         }),
     );
     let nodes = list_datanodes(&kv).unwrap();

@@ -46,11 +46,26 @@ pub enum Space {
     /// The reference index: blob id -> empty value, for every placement a
     /// part record or an object record references (see `sm::refs`).
     Refs = 15,
+    /// Client sessions: operation id -> the first outcome of that
+    /// operation (see `sm::sessions`).
+    Sessions = 16,
+    /// Session expiry order: applied-at ms (i64 BE) 0x00 operation id -> empty.
+    SessionsByTime = 17,
+    /// Write epochs: epoch (u64 BE) -> open epoch record; the next epoch
+    /// number lives in `SmMeta` (see `sm::epochs`).
+    Epochs = 18,
+    /// Pending deletions of released blobs: blob id -> record (see `sm::pending`).
+    Pending = 19,
+    /// Heal intents (see `sm::heal`).
+    HealIntents = 20,
+    /// Degraded blobs: blob id -> empty, for every committed placement with
+    /// missing shards (see `sm::heal`).
+    Degraded = 21,
 }
 
 impl Space {
     /// The spaces that make up the state machine (and so its snapshot).
-    pub const STATE_MACHINE: [Space; 7] = [
+    pub const STATE_MACHINE: [Space; 13] = [
         Space::SmMeta,
         Space::Buckets,
         Space::Objects,
@@ -58,6 +73,12 @@ impl Space {
         Space::Parts,
         Space::Datanodes,
         Space::Refs,
+        Space::Sessions,
+        Space::SessionsByTime,
+        Space::Epochs,
+        Space::Pending,
+        Space::HealIntents,
+        Space::Degraded,
     ];
 
     /// The prefix byte of this space.
@@ -78,6 +99,12 @@ impl Space {
             Space::Parts,
             Space::Datanodes,
             Space::Refs,
+            Space::Sessions,
+            Space::SessionsByTime,
+            Space::Epochs,
+            Space::Pending,
+            Space::HealIntents,
+            Space::Degraded,
         ]
         .into_iter()
         .find(|s| s.id() == id)

@@ -26,6 +26,7 @@ fn delete_object(kv: &MemStore, key: &str) -> Applied {
         Command::DeleteObject(pb::ObjectKey {
             bucket: "b".into(),
             key: key.into(),
+            ..Default::default()
         }),
     )
 }
@@ -37,6 +38,7 @@ fn abort(kv: &MemStore, key: &str, id: &str) -> Applied {
             bucket: "b".into(),
             key: key.into(),
             upload_id: id.into(),
+            ..Default::default()
         }),
     )
 }
@@ -148,6 +150,7 @@ fn delete_and_overwrite_object() {
         &kv,
         Command::PutObject(pb::PutObjectRequest {
             object: Some(multi),
+            ..Default::default()
         }),
     );
     assert_eq!(refs(&kv), set(&["a2", "m1", "m2"]));
@@ -218,7 +221,10 @@ fn upload_at(kv: &MemStore, bucket: &str, key: &str, id: &str, initiated_ms: i64
     };
     exec(
         kv,
-        Command::CreateUpload(pb::CreateUploadRequest { upload: Some(up) }),
+        Command::CreateUpload(pb::CreateUploadRequest {
+            upload: Some(up),
+            ..Default::default()
+        }),
     );
 }
 
