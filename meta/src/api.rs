@@ -64,7 +64,9 @@ fn done(what: &str, applied: &Applied) -> Result<(), Status> {
 }
 
 impl<K: KvStore> MetaService<K> {
-    /// Proposes `command` and waits for it to be applied.
+    /// Proposes `command`, stamped with this leader's clock
+    /// (`leader_now_ms`), and waits for it to be applied. A retried op id
+    /// gets its first outcome (refusals included) from the session table.
     async fn write(&self, command: Command) -> Result<Applied, Status> {
         let cmd = MetaCommand {
             leader_now_ms: crate::sm::wall_clock_ms(),
@@ -354,16 +356,23 @@ impl<K: KvStore> Meta for MetaService<K> {
 
     async fn open_epoch(
         &self,
-        _request: Request<pb::OpenEpochRequest>,
+        request: Request<pb::OpenEpochRequest>,
     ) -> Result<Response<pb::OpenEpochResponse>, Status> {
-        Err(Status::unimplemented("OpenEpoch"))
+        match self.write(Command::OpenEpoch(request.into_inner())).await? {
+            Applied::Epoch(resp) => Ok(Response::new(resp)),
+            other => Err(unexpected("OpenEpoch", &other)),
+        }
     }
 
     async fn renew_epoch(
         &self,
-        _request: Request<pb::RenewEpochRequest>,
+        request: Request<pb::RenewEpochRequest>,
     ) -> Result<Response<pb::RenewEpochResponse>, Status> {
-        Err(Status::unimplemented("RenewEpoch"))
+        let applied = self
+            .write(Command::RenewEpoch(request.into_inner()))
+            .await?;
+        done("RenewEpoch", &applied)?;
+        Ok(Response::new(pb::RenewEpochResponse {}))
     }
 
     async fn list_placements(

@@ -74,7 +74,47 @@ pub struct Config {
     /// so `sluice dev`, which runs every role in one process, has its own
     /// `--metrics-listen` flag instead).
     pub metrics_listen: Option<SocketAddr>,
+    /// Most client session entries (op id -> first outcome) the state
+    /// machine keeps; an insert into a full table evicts the oldest. Every
+    /// voter must use the same value. Default 100 000.
+    pub session_table_max_entries: u64,
+    /// A session entry applied (leader time) longer ago than this is
+    /// expired by the leader's sweeper. Must exceed 2 × `epoch_lease` + 20 s
+    /// (MetaClient's retry deadline). Default 10 min.
+    #[serde(with = "humantime_serde")]
+    pub session_expiry: Duration,
+    /// How often the leader expires old session entries. Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub session_sweep_interval: Duration,
+    /// A write epoch not renewed (leader time) for this long is closed by
+    /// the leader's sweeper; OpenEpoch reports it to gateways, which renew
+    /// every lease/3. Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub epoch_lease: Duration,
+    /// How often the leader looks for expired write epochs. Default 2 s;
+    /// any positive humantime ("50ms" in tests).
+    #[serde(with = "humantime_serde")]
+    pub epoch_sweep_interval: Duration,
+    /// How often the leader's reclaimer deletes the shards of released
+    /// blobs whose `delete_delay` passed. Default 30 s; any positive
+    /// humantime ("100ms" in tests).
+    #[serde(with = "humantime_serde")]
+    pub reclaim_interval: Duration,
+    /// A released blob's shards are deleted this long (leader time) after
+    /// the release, so GETs that started before it read to the end; longer
+    /// than a GET's per-stripe stall (30 s). Default 5 min.
+    #[serde(with = "humantime_serde")]
+    pub delete_delay: Duration,
+    /// Most DeleteBlobs calls the reclaimer has in flight. Default 4.
+    pub reclaim_concurrency: usize,
+    /// Timeout of one DeleteBlobs call (connect included). Default 10 s.
+    #[serde(with = "humantime_serde")]
+    pub reclaim_call_timeout: Duration,
 }
+
+/// MetaClient's retry deadline: no attempt is sent later than this after
+/// a call began (see `client.rs`).
+pub const CLIENT_RETRY_DEADLINE: Duration = Duration::from_secs(20);
 
 impl Default for Config {
     fn default() -> Self {
@@ -95,6 +135,15 @@ impl Default for Config {
             stale_upload_check_interval: Duration::from_secs(6 * 3600),
             stale_upload_expiry: Duration::from_secs(24 * 3600),
             metrics_listen: None,
+            session_table_max_entries: crate::sm::sessions::DEFAULT_MAX_ENTRIES,
+            session_expiry: Duration::from_secs(600),
+            session_sweep_interval: Duration::from_secs(30),
+            epoch_lease: Duration::from_millis(crate::sm::epochs::DEFAULT_LEASE_MS),
+            epoch_sweep_interval: Duration::from_secs(2),
+            reclaim_interval: Duration::from_secs(30),
+            delete_delay: Duration::from_secs(300),
+            reclaim_concurrency: 4,
+            reclaim_call_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -126,6 +175,14 @@ pub enum ConfigError {
     StaleUploadCheckInterval,
     #[error("stale_upload_expiry must be greater than 0")]
     StaleUploadExpiry,
+    #[error("session_table_max_entries must be greater than 0")]
+    SessionTableMax,
+    #[error(
+        "session_expiry ({expiry:?}) must exceed 2 x epoch_lease ({lease:?}) + the client retry deadline (20s)"
+    )]
+    SessionExpiry { expiry: Duration, lease: Duration },
+    #[error("{0} must be greater than 0")]
+    Zero(&'static str),
 }
 
 fn is_url(s: &str) -> bool {
@@ -170,6 +227,29 @@ impl Config {
         }
         if self.stale_upload_expiry.is_zero() {
             return Err(ConfigError::StaleUploadExpiry);
+        }
+        if self.session_table_max_entries == 0 {
+            return Err(ConfigError::SessionTableMax);
+        }
+        for (name, d) in [
+            ("session_sweep_interval", self.session_sweep_interval),
+            ("epoch_lease", self.epoch_lease),
+            ("epoch_sweep_interval", self.epoch_sweep_interval),
+            ("reclaim_interval", self.reclaim_interval),
+            ("reclaim_call_timeout", self.reclaim_call_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        if self.reclaim_concurrency == 0 {
+            return Err(ConfigError::Zero("reclaim_concurrency"));
+        }
+        if self.session_expiry <= self.epoch_lease * 2 + CLIENT_RETRY_DEADLINE {
+            return Err(ConfigError::SessionExpiry {
+                expiry: self.session_expiry,
+                lease: self.epoch_lease,
+            });
         }
         Ok(())
     }
@@ -316,5 +396,46 @@ mod tests {
         };
         assert_eq!(bad.validate(), Err(ConfigError::StaleUploadExpiry));
         assert_eq!(Config::default().initial_voters().len(), 1);
+        let bad = Config {
+            session_expiry: Duration::from_secs(80),
+            ..Config::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::SessionExpiry { .. })
+        ));
+        let ok = Config {
+            session_expiry: Duration::from_secs(81),
+            ..Config::default()
+        };
+        ok.validate().unwrap();
+        let bad = Config {
+            reclaim_interval: Duration::ZERO,
+            ..Config::default()
+        };
+        assert_eq!(bad.validate(), Err(ConfigError::Zero("reclaim_interval")));
+        let bad = Config {
+            session_table_max_entries: 0,
+            ..Config::default()
+        };
+        assert_eq!(bad.validate(), Err(ConfigError::SessionTableMax));
+    }
+
+    #[test]
+    fn durability_keys_parse_with_defaults() {
+        let c = Config::default();
+        assert_eq!(c.session_table_max_entries, 100_000);
+        assert_eq!(c.session_expiry, Duration::from_secs(600));
+        assert_eq!(c.epoch_lease, Duration::from_secs(30));
+        assert_eq!(c.delete_delay, Duration::from_secs(300));
+        let t: Config = toml::from_str(
+            "epoch_sweep_interval = \"50ms\"\nreclaim_interval = \"100ms\"\ndelete_delay = \"1s\"\nsession_expiry = \"15m\"",
+        )
+        .unwrap();
+        assert_eq!(t.epoch_sweep_interval, Duration::from_millis(50));
+        assert_eq!(t.reclaim_interval, Duration::from_millis(100));
+        assert_eq!(t.delete_delay, Duration::from_secs(1));
+        assert_eq!(t.session_expiry, Duration::from_secs(900));
+        t.validate().unwrap();
     }
 }

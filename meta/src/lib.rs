@@ -21,13 +21,18 @@
 //! * `api` — the `sluice.meta.Meta` gRPC service (leader checks, NOT_LEADER
 //!   hints); `liveness` — datanode heartbeats in leader memory;
 //!   `sweeper` — the leader aborts multipart uploads older than
-//!   `stale_upload_expiry` through Raft.
+//!   `stale_upload_expiry` through Raft, closes write epochs whose lease
+//!   ran out and expires client sessions; [`reclaimer`] — the leader
+//!   deletes released blobs' shards after `delete_delay`.
 //! * [`client`] — [`MetaClient`], the leader-following client.
 //!
 //! # Metrics
 //! `sluice_meta_applied_entries_total`: Raft log entries applied to the
 //! state machine. `sluice_meta_stale_uploads_aborted_total`: uploads the
-//! sweeper aborted.
+//! sweeper aborted. `sluice_meta_epochs_closed_total`: write epochs closed
+//! for an expired lease. `sluice_meta_sessions`: session table entries.
+//! `sluice_meta_pending_deletions`, `sluice_meta_reclaimed_blobs_total`:
+//! see [`reclaimer`].
 
 mod api;
 pub mod client;
@@ -36,6 +41,7 @@ pub mod error;
 mod liveness;
 mod node;
 pub mod raft;
+pub mod reclaimer;
 pub mod sm;
 pub mod store;
 mod sweeper;

@@ -1,6 +1,7 @@
 //! [`run`]: one meta node — sled store, openraft, the gRPC server (Raft
 //! and Meta services on one listener), and the leader's background tasks
-//! (datanode liveness, stale upload sweeper).
+//! (datanode liveness, stale upload sweeper, epoch and session sweeps,
+//! the reclaimer of released blobs).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,7 +23,8 @@ use crate::raft::service::RaftService;
 use crate::raft::{LogStore, MetaRaft, StateMachine};
 use crate::sm;
 use crate::store::SledStore;
-use crate::sweeper::Sweeper;
+use crate::reclaimer::{GrpcDeleter, Reclaimer};
+use crate::sweeper::{LeaseSweeper, Sweeper};
 
 /// How long `run` waits, on start, for a previous instance in this process
 /// to release the same data dir, and on shutdown for its own handles.
@@ -48,6 +50,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     config.validate()?;
+    sm::sessions::set_max_entries(config.session_table_max_entries);
+    sm::epochs::set_lease_ms(ms(config.epoch_lease));
     std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::DataDir {
         path: config.data_dir.clone(),
         source,
@@ -106,6 +110,28 @@ pub async fn run(
         }
         .run(),
     );
+    let lease_sweeper = tokio::spawn(
+        LeaseSweeper {
+            raft: raft.clone(),
+            kv: kv.clone(),
+            epoch_interval: config.epoch_sweep_interval,
+            lease: config.epoch_lease,
+            session_interval: config.session_sweep_interval,
+            session_expiry: config.session_expiry,
+        }
+        .run(),
+    );
+    let reclaimer = tokio::spawn(
+        Reclaimer {
+            raft: raft.clone(),
+            kv: kv.clone(),
+            deleter: Arc::new(GrpcDeleter::new(config.reclaim_call_timeout)),
+            interval: config.reclaim_interval,
+            delete_delay: config.delete_delay,
+            concurrency: config.reclaim_concurrency,
+        }
+        .run(),
+    );
 
     let meta = MetaService {
         node_id: config.node_id,
@@ -146,8 +172,10 @@ pub async fn run(
     };
     watcher.abort();
     let _ = watcher.await;
-    sweeper.abort();
-    let _ = sweeper.await;
+    for task in [sweeper, lease_sweeper, reclaimer] {
+        task.abort();
+        let _ = task.await;
+    }
     drop(raft);
     release_store(kv).await;
     tracing::info!(node_id = config.node_id, "meta node stopped");

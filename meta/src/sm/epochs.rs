@@ -1,8 +1,17 @@
 //! Write epochs: fencing of late commits (see `OpenEpochRequest` in
-//! `proto/meta.proto`).
+//! `proto/meta.proto` and `docs/durability.md` §3).
+//!
+//! `Space::Epochs` holds one [`rpb::EpochRecord`] per open epoch under its
+//! number (u64 BE); a closed epoch has no record and never reopens. The
+//! next epoch number (starting at 1) is kept in the same space under the
+//! empty key, so it travels with the records in snapshots (`SmMeta` is not
+//! part of a snapshot).
 //!
 //! Owner: the exactly-once/epochs work. [`is_open`] is used by
 //! `sm::heal` (Collectable, UpdatePlacement) and must keep its signature.
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use prost::Message;
 use sluice_proto::meta::{self as pb, ErrorCode};
@@ -12,6 +21,25 @@ use super::{Applied, SmError, keys, refuse};
 use crate::store::{Batch, KvStore, Space};
 
 type Outcome = Result<(Batch, Applied), SmError>;
+
+/// Default `epoch_lease` in ms.
+pub const DEFAULT_LEASE_MS: u64 = 30_000;
+
+/// `Space::Epochs` key of the next epoch number (u64 BE).
+const NEXT_KEY: &[u8] = b"";
+
+/// The lease OpenEpoch answers with (`epoch_lease`, ms); set at node start.
+static LEASE_MS: AtomicU64 = AtomicU64::new(DEFAULT_LEASE_MS);
+
+/// Sets the lease (ms) that OpenEpoch reports to gateways.
+pub fn set_lease_ms(ms: u64) {
+    LEASE_MS.store(ms.max(1), Ordering::Relaxed);
+}
+
+/// The lease (ms) OpenEpoch reports.
+pub fn lease_ms() -> u64 {
+    LEASE_MS.load(Ordering::Relaxed)
+}
 
 /// `true` while write epoch `epoch` is open (it has a record in
 /// [`Space::Epochs`]). Epoch 0 (legacy blob ids) is never open.
@@ -24,24 +52,88 @@ pub fn get_epoch<K: KvStore>(kv: &K, epoch: u64) -> Result<Option<rpb::EpochReco
     super::get(kv, Space::Epochs, &keys::epoch(epoch), "epoch")
 }
 
-pub(crate) fn open_epoch<K: KvStore>(_kv: &K, _r: &pb::OpenEpochRequest, _now_ms: i64) -> Outcome {
-    refuse(ErrorCode::Internal, "OpenEpoch is not built yet")
+/// One page of open epochs: (epoch, record) in epoch order after `after`
+/// (exclusive), at most `limit`.
+pub fn list_open<K: KvStore>(
+    kv: &K,
+    after: Option<u64>,
+    limit: usize,
+) -> Result<Vec<(u64, rpb::EpochRecord)>, SmError> {
+    let from = after.map(keys::epoch);
+    let start = match &from {
+        Some(k) => Bound::Excluded(k.as_slice()),
+        // Skips the empty key (the next-epoch counter).
+        None => Bound::Excluded(NEXT_KEY),
+    };
+    let rows = kv.scan(Space::Epochs, start, Bound::Unbounded, limit)?;
+    rows.into_iter()
+        .map(|(k, v)| {
+            let n: [u8; 8] = k
+                .as_slice()
+                .try_into()
+                .map_err(|_| SmError::BadKey(Space::Epochs))?;
+            Ok((u64::from_be_bytes(n), super::decode("epoch", &v)?))
+        })
+        .collect()
 }
 
-pub(crate) fn renew_epoch<K: KvStore>(
-    _kv: &K,
-    _r: &pb::RenewEpochRequest,
-    _now_ms: i64,
-) -> Outcome {
-    refuse(ErrorCode::Internal, "RenewEpoch is not built yet")
-}
-
-pub(crate) fn close_epochs<K: KvStore>(_kv: &K, _r: &rpb::CloseEpochs, _now_ms: i64) -> Outcome {
-    // Must also drop the epochs' heal intents.
-    let mut b = Batch::new();
-    for e in &_r.epochs {
-        super::heal::drop_intents_of_epoch(_kv, &mut b, *e)?;
+fn next_epoch<K: KvStore>(kv: &K) -> Result<u64, SmError> {
+    match kv.get(Space::Epochs, NEXT_KEY)? {
+        Some(v) => {
+            let n: [u8; 8] = v
+                .as_slice()
+                .try_into()
+                .map_err(|_| SmError::BadKey(Space::Epochs))?;
+            Ok(u64::from_be_bytes(n).max(1))
+        }
+        None => Ok(1),
     }
-    let _ = rpb::EpochRecord::default().encode_to_vec();
-    refuse(ErrorCode::Internal, "CloseEpochs is not built yet")
+}
+
+pub(crate) fn open_epoch<K: KvStore>(kv: &K, r: &pb::OpenEpochRequest, now_ms: i64) -> Outcome {
+    let epoch = next_epoch(kv)?;
+    let Some(after) = epoch.checked_add(1) else {
+        return refuse(ErrorCode::Internal, "write epoch numbers are exhausted");
+    };
+    let record = rpb::EpochRecord {
+        gateway_id: r.gateway_id.clone(),
+        opened_ms: now_ms,
+        renewed_ms: now_ms,
+    };
+    let mut b = Batch::new();
+    b.put(Space::Epochs, keys::epoch(epoch), record.encode_to_vec());
+    b.put(Space::Epochs, NEXT_KEY, after.to_be_bytes().to_vec());
+    Ok((
+        b,
+        Applied::Epoch(pb::OpenEpochResponse {
+            epoch,
+            lease_ms: lease_ms(),
+        }),
+    ))
+}
+
+pub(crate) fn renew_epoch<K: KvStore>(kv: &K, r: &pb::RenewEpochRequest, now_ms: i64) -> Outcome {
+    let Some(mut record) = get_epoch(kv, r.epoch)? else {
+        return refuse(
+            ErrorCode::EpochClosed,
+            format!("write epoch {} is closed", r.epoch),
+        );
+    };
+    // Leader time may step back across a leader change: never shorten.
+    record.renewed_ms = record.renewed_ms.max(now_ms);
+    let mut b = Batch::new();
+    b.put(Space::Epochs, keys::epoch(r.epoch), record.encode_to_vec());
+    Ok((b, Applied::Done))
+}
+
+pub(crate) fn close_epochs<K: KvStore>(kv: &K, r: &rpb::CloseEpochs, _now_ms: i64) -> Outcome {
+    let mut b = Batch::new();
+    for e in &r.epochs {
+        if !is_open(kv, *e)? {
+            continue;
+        }
+        b.delete(Space::Epochs, keys::epoch(*e));
+        super::heal::drop_intents_of_epoch(kv, &mut b, *e)?;
+    }
+    Ok((b, Applied::Done))
 }

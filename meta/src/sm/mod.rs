@@ -22,7 +22,7 @@ mod mutate;
 pub mod pending;
 mod read;
 pub mod refs;
-mod sessions;
+pub mod sessions;
 mod stale;
 
 #[cfg(test)]
@@ -34,7 +34,7 @@ use sluice_proto::meta::{self as pb, ErrorCode};
 
 use crate::store::{KvError, KvStore, Space};
 
-pub use mutate::{apply_command, multipart_etag, part_etag};
+pub use mutate::{apply_command, apply_command_with, multipart_etag, part_etag};
 pub use read::{
     get_bucket, get_datanode, get_object, get_upload, list_buckets, list_datanodes, list_objects,
     list_parts, list_uploads,

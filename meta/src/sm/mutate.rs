@@ -20,18 +20,45 @@ use crate::store::{Batch, KvStore, Space};
 /// Applies `cmd` to the state in `kv`: the writes to make (atomically,
 /// together with the applied log id) and the outcome. Only store failures
 /// and corrupt records are errors; S3-level refusals are
-/// [`Applied::Refused`] with an empty batch.
+/// [`Applied::Refused`] with no state change besides the session entry.
+///
+/// Around every mutation, centrally:
+/// * *Sessions*: a request whose non-empty `op_id` is in the session table
+///   gets its first outcome back with an empty batch; otherwise the
+///   outcome (refusals too) is recorded under the op id.
+/// * *Fence*: a PutObject or PutPart whose new record names a blob of a
+///   write epoch that is not open is refused `EPOCH_CLOSED` (legacy blob
+///   ids, epoch 0, included); one naming a blob with a pending deletion is
+///   refused `INVALID_ARGUMENT`.
+/// * *Pending deletions*: every placement the mutation releases gets a
+///   `PendingDeletion` record at leader time `leader_now_ms`.
+///
+/// Uses the session table bound set with [`sessions::set_max_entries`].
 pub fn apply_command<K: KvStore>(kv: &K, cmd: &MetaCommand) -> Result<(Batch, Applied), SmError> {
+    apply_command_with(kv, cmd, sessions::max_entries())
+}
+
+/// [`apply_command`] with an explicit session table bound `max_sessions`
+/// (entries).
+pub fn apply_command_with<K: KvStore>(
+    kv: &K,
+    cmd: &MetaCommand,
+    max_sessions: u64,
+) -> Result<(Batch, Applied), SmError> {
     let Some(command) = &cmd.command else {
         return Ok((Batch::new(), Applied::None));
     };
     let now_ms = cmd.leader_now_ms;
+    let op_id = op_id_of(command);
+    if let Some(first) = sessions::lookup(kv, op_id)? {
+        return Ok((Batch::new(), first));
+    }
     let result = match command {
         Command::CreateBucket(r) => create_bucket(kv, r),
         Command::DeleteBucket(r) => delete_bucket(kv, r),
         Command::PutObject(r) => put_object(kv, r),
         Command::DeleteObject(r) => delete_object(kv, r),
-        Command::CreateUpload(r) => create_upload(kv, r),
+        Command::CreateUpload(r) => create_upload(kv, r, now_ms),
         Command::PutPart(r) => put_part(kv, r),
         Command::CompleteUpload(r) => complete_upload(kv, r),
         Command::AbortUpload(r) => abort_upload(kv, r),
@@ -44,14 +71,90 @@ pub fn apply_command<K: KvStore>(kv: &K, cmd: &MetaCommand) -> Result<(Batch, Ap
         Command::ReportMissing(r) => heal::report_missing(kv, r),
         Command::BeginHeal(r) => heal::begin_heal(kv, r),
         Command::UpdatePlacement(r) => heal::update_placement(kv, r),
-    };
-    match result {
-        Ok(ok) => Ok(ok),
-        Err(SmError::Refused { code, message }) => {
-            Ok((Batch::new(), Applied::Refused { code, message }))
-        }
-        Err(e) => Err(e),
     }
+    .and_then(|applied| {
+        fence(kv, command)?;
+        Ok(applied)
+    });
+    let (mut batch, applied) = match result {
+        Ok((mut batch, applied)) => {
+            match &applied {
+                Applied::Released(released) => {
+                    pending::record_released(&mut batch, released, now_ms);
+                }
+                Applied::Completed(resp) => {
+                    pending::record_released(&mut batch, &resp.released, now_ms);
+                }
+                _ => {}
+            }
+            (batch, applied)
+        }
+        Err(SmError::Refused { code, message }) => (Batch::new(), Applied::Refused { code, message }),
+        Err(e) => return Err(e),
+    };
+    if !op_id.is_empty() {
+        sessions::record(kv, &mut batch, op_id, &applied, now_ms, max_sessions)?;
+    }
+    Ok((batch, applied))
+}
+
+/// The operation id of a mutation request; empty for the leader's internal
+/// entries (CloseEpochs, CollectPending, ExpireSessions).
+fn op_id_of(command: &Command) -> &str {
+    match command {
+        Command::CreateBucket(r) => &r.op_id,
+        Command::DeleteBucket(r) => &r.op_id,
+        Command::PutObject(r) => &r.op_id,
+        Command::DeleteObject(r) => &r.op_id,
+        Command::CreateUpload(r) => &r.op_id,
+        Command::PutPart(r) => &r.op_id,
+        Command::CompleteUpload(r) => &r.op_id,
+        Command::AbortUpload(r) => &r.op_id,
+        Command::RegisterDatanode(r) => &r.op_id,
+        Command::OpenEpoch(r) => &r.op_id,
+        Command::RenewEpoch(r) => &r.op_id,
+        Command::ReportMissing(r) => &r.op_id,
+        Command::BeginHeal(r) => &r.op_id,
+        Command::UpdatePlacement(r) => &r.op_id,
+        Command::CloseEpochs(_) | Command::CollectPending(_) | Command::ExpireSessions(_) => "",
+    }
+}
+
+/// Refuses a commit (PutObject, PutPart) whose new record names a blob of
+/// a write epoch that is not open, or a blob that was released.
+/// CompleteUpload moves already committed part blobs and is not fenced.
+fn fence<K: KvStore>(kv: &K, command: &Command) -> Result<(), SmError> {
+    let blobs: Vec<&str> = match command {
+        Command::PutObject(r) => r
+            .object
+            .iter()
+            .flat_map(placements)
+            .map(|p| p.blob_id.as_str())
+            .collect(),
+        Command::PutPart(r) => r
+            .part
+            .iter()
+            .filter_map(|p| p.placement.as_ref())
+            .map(|p| p.blob_id.as_str())
+            .collect(),
+        _ => return Ok(()),
+    };
+    for blob in blobs {
+        let epoch = sluice_proto::blob_id::epoch_of(blob);
+        if !epochs::is_open(kv, epoch)? {
+            return refuse(
+                ErrorCode::EpochClosed,
+                format!("blob {blob} belongs to write epoch {epoch}, which is closed"),
+            );
+        }
+        if pending::get(kv, blob)?.is_some() {
+            return refuse(
+                ErrorCode::InvalidArgument,
+                format!("blob {blob} was released"),
+            );
+        }
+    }
+    Ok(())
 }
 
 type Outcome = Result<(Batch, Applied), SmError>;
@@ -171,7 +274,10 @@ fn delete_object<K: KvStore>(kv: &K, r: &pb::ObjectKey) -> Outcome {
     Ok((b, Applied::Released(released)))
 }
 
-fn create_upload<K: KvStore>(kv: &K, r: &pb::CreateUploadRequest) -> Outcome {
+/// Records a multipart upload initiated at leader time `now_ms` (the
+/// caller's `initiated_ms` is ignored; entries proposed before leader time
+/// was stamped, `now_ms == 0`, keep it so their replay is unchanged).
+fn create_upload<K: KvStore>(kv: &K, r: &pb::CreateUploadRequest, now_ms: i64) -> Outcome {
     let Some(upload) = &r.upload else {
         return refuse(ErrorCode::InvalidArgument, "CreateUpload without an upload");
     };
@@ -182,6 +288,10 @@ fn create_upload<K: KvStore>(kv: &K, r: &pb::CreateUploadRequest) -> Outcome {
     let mut b = Batch::new();
     // A retried create keeps the first record (and its initiation time).
     if kv.get(Space::Uploads, &key)?.is_none() {
+        let mut upload = upload.clone();
+        if now_ms > 0 {
+            upload.initiated_ms = now_ms;
+        }
         b.put(Space::Uploads, key, upload.encode_to_vec());
     }
     Ok((b, Applied::Done))

@@ -1,16 +1,181 @@
 //! Client sessions: at-most-once application of operation ids (Ongaro's
 //! Raft dissertation, §6.3).
 //!
+//! `Space::Sessions` maps an op id to the JSON of the first [`Applied`]
+//! outcome of that operation; `Space::SessionsByTime` orders the entries by
+//! the leader time they were applied at (`ms i64 BE 0x00 op id`), for
+//! expiry and eviction. The entry count lives in `Space::Sessions` under
+//! the empty key (an empty op id is never recorded), so it travels with the
+//! table in snapshots and the apply path never scans the table.
+//!
+//! Bounds: the table holds at most `session_table_max_entries`
+//! ([`set_max_entries`], default [`DEFAULT_MAX_ENTRIES`]); an insert into a
+//! full table evicts the oldest entries, at most [`EVICTIONS_PER_INSERT`]
+//! per insert. The leader's sweeper expires entries older than
+//! `session_expiry` with `ExpireSessions`, at most [`MAX_EXPIRE_BATCH`] per
+//! entry.
+//!
 //! Owner: the exactly-once/epochs work.
 
-use sluice_proto::meta::ErrorCode;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use sluice_proto::raft as rpb;
 
-use super::{Applied, SmError, refuse};
-use crate::store::{Batch, KvStore};
+use super::{Applied, SmError};
+use crate::store::{Batch, KvStore, Space};
 
 type Outcome = Result<(Batch, Applied), SmError>;
 
-pub(crate) fn expire_sessions<K: KvStore>(_kv: &K, _r: &rpb::ExpireSessions) -> Outcome {
-    refuse(ErrorCode::Internal, "ExpireSessions is not built yet")
+/// Default `session_table_max_entries`.
+pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
+
+/// Most oldest entries one insert evicts from a full table (bounded work
+/// per apply; more than one so a lowered maximum drains).
+pub const EVICTIONS_PER_INSERT: usize = 2;
+
+/// Most entries one `ExpireSessions` removes, whatever its `limit`.
+pub const MAX_EXPIRE_BATCH: u32 = 10_000;
+
+/// `Space::Sessions` key of the entry count (u64 BE).
+const COUNT_KEY: &[u8] = b"";
+
+/// The table bound every replica applies with; set once at node start from
+/// `session_table_max_entries` (all voters must use the same value).
+static MAX_ENTRIES: AtomicU64 = AtomicU64::new(DEFAULT_MAX_ENTRIES);
+
+/// Sets the session table bound used by [`super::apply_command`] (at least 1).
+pub fn set_max_entries(max: u64) {
+    MAX_ENTRIES.store(max.max(1), Ordering::Relaxed);
+}
+
+/// The session table bound in force.
+pub fn max_entries() -> u64 {
+    MAX_ENTRIES.load(Ordering::Relaxed)
+}
+
+#[allow(deprecated)]
+fn json_error(e: &serde_json::Error) -> SmError {
+    SmError::Decode {
+        what: "session outcome",
+        source: prost::DecodeError::new(e.to_string()),
+    }
+}
+
+/// `SessionsByTime` key: applied-at ms (i64 BE, negative times as 0, so
+/// keys sort by time) 0x00 op id.
+pub fn by_time_key(applied_ms: i64, op_id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + op_id.len());
+    k.extend_from_slice(&applied_ms.max(0).to_be_bytes());
+    k.push(0);
+    k.extend_from_slice(op_id.as_bytes());
+    k
+}
+
+fn op_of_time_key(key: &[u8]) -> Result<&[u8], SmError> {
+    if key.len() < 9 || key[8] != 0 {
+        return Err(SmError::BadKey(Space::SessionsByTime));
+    }
+    Ok(&key[9..])
+}
+
+/// How many session entries the table holds.
+pub fn count<K: KvStore>(kv: &K) -> Result<u64, SmError> {
+    Ok(match kv.get(Space::Sessions, COUNT_KEY)? {
+        Some(v) if v.len() == 8 => u64::from_be_bytes(v.try_into().unwrap_or([0; 8])),
+        Some(_) => return Err(SmError::BadKey(Space::Sessions)),
+        None => 0,
+    })
+}
+
+/// The first outcome of operation `op_id`, if it was applied and its
+/// session entry is still in the table.
+pub fn lookup<K: KvStore>(kv: &K, op_id: &str) -> Result<Option<Applied>, SmError> {
+    if op_id.is_empty() {
+        return Ok(None);
+    }
+    match kv.get(Space::Sessions, op_id.as_bytes())? {
+        Some(v) => Ok(Some(serde_json::from_slice(&v).map_err(|e| json_error(&e))?)),
+        None => Ok(None),
+    }
+}
+
+/// The applied-at time of the oldest session entry.
+pub fn oldest_ms<K: KvStore>(kv: &K) -> Result<Option<i64>, SmError> {
+    let first = kv.scan(
+        Space::SessionsByTime,
+        Bound::Unbounded,
+        Bound::Unbounded,
+        1,
+    )?;
+    match first.first() {
+        Some((k, _)) => {
+            op_of_time_key(k)?;
+            let ms: [u8; 8] = k[..8]
+                .try_into()
+                .map_err(|_| SmError::BadKey(Space::SessionsByTime))?;
+            Ok(Some(i64::from_be_bytes(ms)))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Adds to `b` the session entry of `op_id` (applied at `now_ms` with
+/// outcome `applied`), evicting the oldest entries when the table would
+/// exceed `max` (at most [`EVICTIONS_PER_INSERT`]).
+pub(crate) fn record<K: KvStore>(
+    kv: &K,
+    b: &mut Batch,
+    op_id: &str,
+    applied: &Applied,
+    now_ms: i64,
+    max: u64,
+) -> Result<(), SmError> {
+    let encoded = serde_json::to_vec(applied).map_err(|e| json_error(&e))?;
+    let mut n = count(kv)? + 1;
+    if n > max {
+        let excess = usize::try_from(n - max).unwrap_or(usize::MAX);
+        let oldest = kv.scan(
+            Space::SessionsByTime,
+            Bound::Unbounded,
+            Bound::Unbounded,
+            excess.min(EVICTIONS_PER_INSERT),
+        )?;
+        for (k, _) in oldest {
+            b.delete(Space::Sessions, op_of_time_key(&k)?.to_vec());
+            b.delete(Space::SessionsByTime, k);
+            n -= 1;
+        }
+    }
+    b.put(Space::Sessions, op_id.as_bytes().to_vec(), encoded);
+    b.put(Space::SessionsByTime, by_time_key(now_ms, op_id), Vec::new());
+    b.put(Space::Sessions, COUNT_KEY, n.to_be_bytes().to_vec());
+    Ok(())
+}
+
+/// Removes up to `limit` (at most [`MAX_EXPIRE_BATCH`]) session entries
+/// applied before `before_ms`, oldest first.
+pub(crate) fn expire_sessions<K: KvStore>(kv: &K, r: &rpb::ExpireSessions) -> Outcome {
+    if r.before_ms <= 0 {
+        return Ok((Batch::new(), Applied::Done));
+    }
+    let limit = r.limit.clamp(1, MAX_EXPIRE_BATCH) as usize;
+    let end = r.before_ms.to_be_bytes();
+    let rows = kv.scan(
+        Space::SessionsByTime,
+        Bound::Unbounded,
+        Bound::Excluded(end.as_slice()),
+        limit,
+    )?;
+    let mut b = Batch::new();
+    if rows.is_empty() {
+        return Ok((b, Applied::Done));
+    }
+    let n = count(kv)?.saturating_sub(rows.len() as u64);
+    for (k, _) in rows {
+        b.delete(Space::Sessions, op_of_time_key(&k)?.to_vec());
+        b.delete(Space::SessionsByTime, k);
+    }
+    b.put(Space::Sessions, COUNT_KEY, n.to_be_bytes().to_vec());
+    Ok((b, Applied::Done))
 }
