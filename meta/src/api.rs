@@ -7,6 +7,7 @@
 //! leader's memory.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::BasicNode;
 use openraft::ServerState;
@@ -16,7 +17,7 @@ use sluice_proto::meta::{self as pb, ErrorCode, meta_server::Meta};
 use sluice_proto::raft::{MetaCommand, meta_command::Command};
 use tonic::{Request, Response, Status};
 
-use crate::liveness::Liveness;
+use crate::liveness::{Capacity, Liveness};
 use crate::raft::MetaRaft;
 use crate::sm::{self, Applied, SmError};
 use crate::store::KvStore;
@@ -26,6 +27,32 @@ pub(crate) struct MetaService<K: KvStore> {
     pub(crate) raft: MetaRaft,
     pub(crate) kv: Arc<K>,
     pub(crate) liveness: Arc<Liveness>,
+    /// How long a released blob's shards stay readable before Collectable
+    /// lets datanodes delete them (`docs/durability.md` §4).
+    pub(crate) delete_delay: Duration,
+}
+
+/// The `delete_delay` when the config does not set one: 5 min, longer than
+/// any GET's per-stripe stall.
+pub(crate) const DEFAULT_DELETE_DELAY: Duration = Duration::from_secs(300);
+
+/// `true` when a registration of (addr, disk_id) under the id of `recorded`
+/// is a second process claiming a live node's id: the node is heard from,
+/// and both its disk id and its address differ. A restarted node keeps its
+/// address or its disk, so either being equal lets it through.
+fn claims_live_id(recorded: &pb::DatanodeInfo, live: bool, addr: &str, disk_id: &str) -> bool {
+    live
+        && !disk_id.is_empty()
+        && !recorded.disk_id.is_empty()
+        && recorded.disk_id != disk_id
+        && recorded.addr != addr
+}
+
+fn registered(applied: Applied) -> Result<pb::RegisterDatanodeResponse, Status> {
+    match applied {
+        Applied::Registered(r) => Ok(r),
+        other => Err(unexpected("RegisterDatanode", &other)),
+    }
 }
 
 fn forward(f: ForwardToLeader<u64, BasicNode>) -> Status {
@@ -100,6 +127,29 @@ impl<K: KvStore> MetaService<K> {
                 Err(Status::unavailable(format!("raft is not running: {f}")))
             }
         }
+    }
+
+    /// Refuses `DUPLICATE_DATANODE` when registering (addr, disk_id) as
+    /// datanode `id` would take the id of another live process (see
+    /// [`claims_live_id`]). Checked before Raft, on the leader's liveness;
+    /// elsewhere the registry alone decides.
+    fn refuse_duplicate(&self, id: u64, addr: &str, disk_id: &str) -> Result<(), Status> {
+        if self.leader_only().is_err() {
+            return Ok(());
+        }
+        let Some(recorded) = sm::get_datanode(self.kv.as_ref(), id).map_err(sm_status)? else {
+            return Ok(());
+        };
+        if claims_live_id(&recorded, self.liveness.status(id).heard, addr, disk_id) {
+            return Err(status(
+                ErrorCode::DuplicateDatanode,
+                format!(
+                    "datanode {id} is live at {} with disk {}; refusing {addr} with disk {disk_id}",
+                    recorded.addr, recorded.disk_id
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// `Ok` on the leader; `NOT_LEADER` with the hint elsewhere.
@@ -288,14 +338,13 @@ impl<K: KvStore> Meta for MetaService<K> {
     ) -> Result<Response<pb::RegisterDatanodeResponse>, Status> {
         let r = request.into_inner();
         let id = r.id;
-        let applied = self.write(Command::RegisterDatanode(r)).await?;
-        done("RegisterDatanode", &applied)?;
+        self.refuse_duplicate(id, &r.addr, &r.disk_id)?;
+        let response = registered(self.write(Command::RegisterDatanode(r)).await?)?;
         // Registration is a sign of life.
         if self.leader_only().is_ok() {
             self.liveness.beat(id);
         }
-        // TODO(durability): disk generation from the state machine.
-        Ok(Response::new(pb::RegisterDatanodeResponse::default()))
+        Ok(Response::new(response))
     }
 
     async fn heartbeat(
@@ -304,21 +353,34 @@ impl<K: KvStore> Meta for MetaService<K> {
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
         self.leader_only()?;
         let r = request.into_inner();
-        let registered = sm::get_datanode(self.kv.as_ref(), r.id).map_err(sm_status)?;
-        if registered.as_ref().map(|d| d.addr.as_str()) != Some(r.addr.as_str()) {
-            // Unknown datanode or a new address: (re)register it first, so
-            // the liveness map only ever holds registered ids.
-            let applied = self
-                .write(Command::RegisterDatanode(pb::RegisterDatanodeRequest {
+        let recorded = sm::get_datanode(self.kv.as_ref(), r.id).map_err(sm_status)?;
+        let stale = match &recorded {
+            None => true,
+            Some(d) => d.addr != r.addr || (!r.disk_id.is_empty() && d.disk_id != r.disk_id),
+        };
+        if stale {
+            // Unknown datanode, a new address or a new disk: (re)register it
+            // first, so the liveness map only ever holds registered ids and
+            // a changed disk bumps its generation.
+            self.refuse_duplicate(r.id, &r.addr, &r.disk_id)?;
+            registered(
+                self.write(Command::RegisterDatanode(pb::RegisterDatanodeRequest {
                     id: r.id,
                     addr: r.addr.clone(),
                     disk_id: r.disk_id.clone(),
                     op_id: String::new(),
                 }))
-                .await?;
-            done("RegisterDatanode", &applied)?;
+                .await?,
+            )?;
         }
-        self.liveness.beat(r.id);
+        self.liveness.beat_with(
+            r.id,
+            Capacity {
+                writable: r.writable,
+                free_bytes: r.free_bytes,
+                used_bytes: r.used_bytes,
+            },
+        );
         Ok(Response::new(pb::HeartbeatResponse {}))
     }
 
@@ -329,7 +391,12 @@ impl<K: KvStore> Meta for MetaService<K> {
         self.leader_only()?;
         let mut datanodes = sm::list_datanodes(self.kv.as_ref()).map_err(sm_status)?;
         for d in &mut datanodes {
-            (d.live, d.last_heartbeat_ms) = self.liveness.status(d.id);
+            let s = self.liveness.status(d.id);
+            d.live = s.live;
+            d.last_heartbeat_ms = s.last_heartbeat_ms;
+            d.writable = s.capacity.writable;
+            d.free_bytes = s.capacity.free_bytes;
+            d.used_bytes = s.capacity.used_bytes;
         }
         Ok(Response::new(pb::ListDatanodesResponse { datanodes }))
     }
@@ -349,9 +416,21 @@ impl<K: KvStore> Meta for MetaService<K> {
 
     async fn collectable(
         &self,
-        _request: Request<pb::CollectableRequest>,
+        request: Request<pb::CollectableRequest>,
     ) -> Result<Response<pb::CollectableResponse>, Status> {
-        Err(Status::unimplemented("Collectable"))
+        self.linearizable().await?;
+        let r = request.get_ref();
+        let delete_delay_ms = i64::try_from(self.delete_delay.as_millis()).unwrap_or(i64::MAX);
+        // Refuses more than MAX_SHARDS_PER_CALL shards with INVALID_ARGUMENT.
+        let collectable = sm::collectable(
+            self.kv.as_ref(),
+            r.node_id,
+            &r.shards,
+            sm::wall_clock_ms(),
+            delete_delay_ms,
+        )
+        .map_err(sm_status)?;
+        Ok(Response::new(pb::CollectableResponse { collectable }))
     }
 
     async fn open_epoch(
@@ -377,30 +456,44 @@ impl<K: KvStore> Meta for MetaService<K> {
 
     async fn list_placements(
         &self,
-        _request: Request<pb::ListPlacementsRequest>,
+        request: Request<pb::ListPlacementsRequest>,
     ) -> Result<Response<pb::ListPlacementsResponse>, Status> {
-        Err(Status::unimplemented("ListPlacements"))
+        self.linearizable().await?;
+        let resp = sm::list_placements(self.kv.as_ref(), request.get_ref()).map_err(sm_status)?;
+        Ok(Response::new(resp))
     }
 
     async fn report_missing(
         &self,
-        _request: Request<pb::ReportMissingRequest>,
+        request: Request<pb::ReportMissingRequest>,
     ) -> Result<Response<pb::ReportMissingResponse>, Status> {
-        Err(Status::unimplemented("ReportMissing"))
+        match self
+            .write(Command::ReportMissing(request.into_inner()))
+            .await?
+        {
+            Applied::Marked(marked) => Ok(Response::new(pb::ReportMissingResponse { marked })),
+            other => Err(unexpected("ReportMissing", &other)),
+        }
     }
 
     async fn begin_heal(
         &self,
-        _request: Request<pb::BeginHealRequest>,
+        request: Request<pb::BeginHealRequest>,
     ) -> Result<Response<pb::BeginHealResponse>, Status> {
-        Err(Status::unimplemented("BeginHeal"))
+        let applied = self.write(Command::BeginHeal(request.into_inner())).await?;
+        done("BeginHeal", &applied)?;
+        Ok(Response::new(pb::BeginHealResponse {}))
     }
 
     async fn update_placement(
         &self,
-        _request: Request<pb::UpdatePlacementRequest>,
+        request: Request<pb::UpdatePlacementRequest>,
     ) -> Result<Response<pb::UpdatePlacementResponse>, Status> {
-        Err(Status::unimplemented("UpdatePlacement"))
+        let applied = self
+            .write(Command::UpdatePlacement(request.into_inner()))
+            .await?;
+        done("UpdatePlacement", &applied)?;
+        Ok(Response::new(pb::UpdatePlacementResponse {}))
     }
 
     async fn cluster_status(

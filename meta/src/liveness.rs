@@ -4,7 +4,9 @@
 //! one window after this node became leader it has not yet heard from
 //! anyone, so every registered datanode counts as live (the previous
 //! leader's view is not replicated). Entries exist only for registered
-//! datanodes, so the map is bounded by the registry.
+//! datanodes, so the map is bounded by the registry. The capacity a
+//! datanode reported with its last heartbeat (`writable`, free and used
+//! bytes) is kept with it, in memory like liveness itself.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,8 +26,43 @@ pub(crate) struct Liveness {
 struct State {
     /// When this node last became leader; `None` while not leader.
     leader_since: Option<Instant>,
-    /// Datanode id -> (last heartbeat, its wall clock time in ms).
-    seen: HashMap<u64, (Instant, i64)>,
+    /// Datanode id -> its last heartbeat.
+    seen: HashMap<u64, Seen>,
+}
+
+/// What the last heartbeat of one datanode said.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    at: Instant,
+    /// This node's wall clock at the heartbeat, ms since the Unix epoch.
+    ms: i64,
+    capacity: Capacity,
+}
+
+/// Disk capacity a datanode reports with each heartbeat.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Capacity {
+    /// Free space above the node's `reserved_free_bytes` and a working disk.
+    pub(crate) writable: bool,
+    /// statfs free bytes of the data dir.
+    pub(crate) free_bytes: u64,
+    /// Bytes of shard files.
+    pub(crate) used_bytes: u64,
+}
+
+/// One datanode's liveness as [`Liveness::status`] reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Status {
+    /// Heard from within the window (or within the grace window after
+    /// this node became leader).
+    pub(crate) live: bool,
+    /// Wall clock of the last heartbeat, ms since the Unix epoch; 0 = none.
+    pub(crate) last_heartbeat_ms: i64,
+    /// `true` when a heartbeat was actually received within the window (no
+    /// grace).
+    pub(crate) heard: bool,
+    /// From the last heartbeat; zero / not writable without one.
+    pub(crate) capacity: Capacity,
 }
 
 fn now_ms() -> i64 {
@@ -63,18 +100,51 @@ impl Liveness {
         }
     }
 
-    /// Records a heartbeat of a registered datanode.
+    /// Records a sign of life of a registered datanode without capacity
+    /// figures (a registration): keeps the capacity of its last heartbeat.
     pub(crate) fn beat(&self, id: u64) {
-        self.lock().seen.insert(id, (Instant::now(), now_ms()));
+        let mut s = self.lock();
+        let capacity = s.seen.get(&id).map(|e| e.capacity).unwrap_or_default();
+        s.seen.insert(
+            id,
+            Seen {
+                at: Instant::now(),
+                ms: now_ms(),
+                capacity,
+            },
+        );
     }
 
-    /// `(live, last_heartbeat_ms)` of datanode `id`.
-    pub(crate) fn status(&self, id: u64) -> (bool, i64) {
+    /// Records a heartbeat of a registered datanode with its capacity.
+    pub(crate) fn beat_with(&self, id: u64, capacity: Capacity) {
+        self.lock().seen.insert(
+            id,
+            Seen {
+                at: Instant::now(),
+                ms: now_ms(),
+                capacity,
+            },
+        );
+    }
+
+    /// The liveness and last reported capacity of datanode `id`.
+    pub(crate) fn status(&self, id: u64) -> Status {
         let s = self.lock();
         let grace = s.leader_since.is_some_and(|t| t.elapsed() < self.window);
         match s.seen.get(&id) {
-            Some((at, ms)) => (grace || at.elapsed() <= self.window, *ms),
-            None => (grace, 0),
+            Some(e) => {
+                let heard = e.at.elapsed() <= self.window;
+                Status {
+                    live: grace || heard,
+                    last_heartbeat_ms: e.ms,
+                    heard,
+                    capacity: e.capacity,
+                }
+            }
+            None => Status {
+                live: grace,
+                ..Default::default()
+            },
         }
     }
 }
@@ -99,23 +169,45 @@ mod tests {
     #[test]
     fn grace_period_then_heartbeats() {
         let l = Liveness::new(Duration::from_secs(3600));
-        assert_eq!(l.status(1), (false, 0), "not leader: nobody live");
+        assert_eq!(l.status(1), Status::default(), "not leader: nobody live");
         l.set_leader(true);
-        assert!(
-            l.status(1).0,
-            "registered nodes are live right after election"
-        );
+        let s = l.status(1);
+        assert!(s.live, "registered nodes are live right after election");
+        assert!(!s.heard, "grace is not a heartbeat");
         l.beat(1);
-        let (live, ms) = l.status(1);
-        assert!(live && ms > 0);
+        let s = l.status(1);
+        assert!(s.live && s.heard && s.last_heartbeat_ms > 0);
         l.set_leader(false);
-        assert_eq!(l.status(1), (false, 0));
+        assert_eq!(l.status(1), Status::default());
 
         let short = Liveness::new(Duration::ZERO);
         short.set_leader(true);
         assert!(
-            !short.status(2).0,
+            !short.status(2).live,
             "past the grace window, no heartbeat: not live"
         );
+    }
+
+    #[test]
+    fn heartbeats_carry_capacity_and_registration_keeps_it() {
+        let l = Liveness::new(Duration::from_secs(3600));
+        l.set_leader(true);
+        let cap = Capacity {
+            writable: true,
+            free_bytes: 7 << 30,
+            used_bytes: 3 << 20,
+        };
+        l.beat_with(4, cap);
+        assert_eq!(l.status(4).capacity, cap);
+        l.beat(4);
+        assert_eq!(l.status(4).capacity, cap, "a registration keeps capacity");
+        let full = Capacity {
+            writable: false,
+            free_bytes: 1 << 20,
+            used_bytes: 9 << 30,
+        };
+        l.beat_with(4, full);
+        assert_eq!(l.status(4).capacity, full);
+        assert_eq!(l.status(5).capacity, Capacity::default());
     }
 }

@@ -138,6 +138,8 @@ pub async fn run(
         raft: raft.clone(),
         kv: kv.clone(),
         liveness,
+        // TODO(integration): wire to `config.delete_delay`.
+        delete_delay: crate::api::DEFAULT_DELETE_DELAY,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()

@@ -6,10 +6,11 @@
 //! entries on restart).
 //!
 //! A snapshot is a protobuf `raft.SnapshotBlob`: every record of the data
-//! keyspaces (buckets, objects, uploads, parts, datanodes and the reference
-//! index). A snapshot taken before the reference index existed has no
-//! index records; installing it derives them from its object and part
-//! records. It is taken when
+//! keyspaces (buckets, objects, uploads, parts, datanodes, the reference
+//! and degraded indexes and heal intents). A snapshot taken before the
+//! reference index existed has no index records, one of index format 1 has
+//! empty index values; installing either derives the indexes from its
+//! object, upload and part records. It is taken when
 //! openraft asks for a builder, while no entry is being applied, so it is a
 //! consistent view; the current snapshot is kept in `Space::Snapshot`.
 
@@ -43,13 +44,15 @@ const CURRENT: &[u8] = b"current";
 type AppliedState = (Option<LogId<u64>>, StoredMembership<u64, BasicNode>);
 
 /// The keyspaces a snapshot carries.
-const DATA_SPACES: [Space; 6] = [
+const DATA_SPACES: [Space; 8] = [
     Space::Buckets,
     Space::Objects,
     Space::Uploads,
     Space::Parts,
     Space::Datanodes,
     Space::Refs,
+    Space::Degraded,
+    Space::HealIntents,
 ];
 
 /// The metadata state machine of one node.
@@ -276,25 +279,31 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
                 b.delete(space, key);
             }
         }
-        let has_index = blob
+        // A snapshot from before the reference index (no index records) or
+        // of index format 1 (empty values, no degraded index): its indexes
+        // are derived from its records once they are installed.
+        let refs_id = u32::from(Space::Refs.id());
+        let derived = [refs_id, u32::from(Space::Degraded.id())];
+        let has_index = blob.records.iter().any(|r| r.space == refs_id);
+        let old_format = blob
             .records
             .iter()
-            .any(|r| r.space == u32::from(Space::Refs.id()));
+            .any(|r| r.space == refs_id && r.value.is_empty());
+        let reindex = !has_index || old_format;
         for rec in blob.records {
             let space = u8::try_from(rec.space)
                 .ok()
                 .and_then(Space::from_id)
                 .filter(|s| DATA_SPACES.contains(s))
                 .ok_or_else(|| err(&SnapshotError::UnknownSpace(rec.space)))?;
-            if !has_index {
-                // A snapshot from before the reference index: derive it.
-                for id in refs::blobs_of_record(space, &rec.value).map_err(|e| err(&e))? {
-                    b.put(Space::Refs, sm::keys::reference(&id), Vec::new());
-                }
+            if reindex && derived.contains(&rec.space) {
+                continue;
             }
             b.put(space, rec.key, rec.value);
         }
-        b.put(Space::SmMeta, refs::INDEX_MARKER, refs::INDEX_VERSION);
+        if !reindex {
+            b.put(Space::SmMeta, refs::INDEX_MARKER, refs::INDEX_VERSION);
+        }
         if let Some(l) = &meta.last_log_id {
             b.put(Space::SmMeta, APPLIED, l.to_pb().encode_to_vec());
         }
@@ -309,6 +318,12 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
         };
         b.put(Space::Snapshot, CURRENT, stored.encode_to_vec());
         self.kv.apply(b).map_err(|e| err(&e))?;
+        if reindex {
+            // Sets the index marker when done; interrupted, it is repeated
+            // by `ensure_index` at the next start.
+            let references = refs::rebuild_index(self.kv.as_ref()).map_err(|e| err(&e))?;
+            tracing::info!(references, "indexed the blobs of an old-format snapshot");
+        }
         self.kv.flush().await.map_err(|e| err(&e))?;
         tracing::info!(snapshot = %meta.snapshot_id, "installed snapshot");
         Ok(())

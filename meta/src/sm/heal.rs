@@ -1,33 +1,395 @@
 //! Degraded blobs, heal intents, placement compare-and-set and the GC
-//! question (Collectable). See the heal section of `proto/meta.proto`.
+//! question (Collectable). See the heal section of `proto/meta.proto` and
+//! `docs/durability.md` §5 and §6.
 //!
-//! Owner: the heal-metadata work. [`drop_intents_of_epoch`] is called by
-//! `sm::epochs::close_epochs` and must keep its signature.
+//! # Heal intents
+//! [`Space::HealIntents`] holds two key families per intent, so that both
+//! lookups are point reads or prefix scans:
+//! * by shard: `0x01 | node (u64 BE) | shard index (u32 BE) | blob id` ->
+//!   the epoch (u64 BE) the intent was recorded under (Collectable,
+//!   UpdatePlacement);
+//! * by epoch: `0x02 | epoch (u64 BE) | node (u64 BE) | shard index (u32
+//!   BE) | blob id` -> empty ([`drop_intents_of_epoch`] when the epoch
+//!   closes).
+//!
+//! One (node, blob, index) has at most one intent: a BeginHeal under another
+//! epoch moves it to that epoch.
+//!
+//! [`drop_intents_of_epoch`] is called by `sm::epochs::close_epochs` and
+//! must keep its signature.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+
+use sluice_proto::blob_id;
 use sluice_proto::meta::{self as pb, ErrorCode};
 
-use super::{Applied, SmError, refuse};
-use crate::store::{Batch, KvStore};
+use super::refs::{self, PlacementRecords, mark_degraded};
+use super::{Applied, SmError, epochs, pending, refuse};
+use crate::store::{Batch, KvStore, Space, as_ref_bound, prefix_end};
 
 type Outcome = Result<(Batch, Applied), SmError>;
 
+/// Most shards one [`collectable`] or ReportMissing call accepts.
+pub const MAX_SHARDS_PER_CALL: usize = 1000;
+
+const BY_SHARD: u8 = 1;
+const BY_EPOCH: u8 = 2;
+
+/// Intent keys removed per scan while dropping the intents of an epoch.
+const DROP_CHUNK: usize = 1024;
+
+/// Key of the by-shard family.
+fn intent_key(node: u64, blob_id: &str, index: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(13 + blob_id.len());
+    k.push(BY_SHARD);
+    k.extend_from_slice(&node.to_be_bytes());
+    k.extend_from_slice(&index.to_be_bytes());
+    k.extend_from_slice(blob_id.as_bytes());
+    k
+}
+
+/// The prefix of every by-epoch key of `epoch`.
+fn epoch_prefix(epoch: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(BY_EPOCH);
+    k.extend_from_slice(&epoch.to_be_bytes());
+    k
+}
+
+/// Key of the by-epoch family.
+fn epoch_key(epoch: u64, node: u64, blob_id: &str, index: u32) -> Vec<u8> {
+    let mut k = epoch_prefix(epoch);
+    k.extend_from_slice(&node.to_be_bytes());
+    k.extend_from_slice(&index.to_be_bytes());
+    k.extend_from_slice(blob_id.as_bytes());
+    k
+}
+
+/// The epoch of the heal intent for (node, blob, index), if there is one.
+pub fn intent_epoch<K: KvStore>(
+    kv: &K,
+    node: u64,
+    blob_id: &str,
+    index: u32,
+) -> Result<Option<u64>, SmError> {
+    match kv.get(Space::HealIntents, &intent_key(node, blob_id, index))? {
+        None => Ok(None),
+        Some(v) => {
+            let bytes: [u8; 8] = v
+                .as_slice()
+                .try_into()
+                .map_err(|_| SmError::BadKey(Space::HealIntents))?;
+            Ok(Some(u64::from_be_bytes(bytes)))
+        }
+    }
+}
+
+fn put_intent(b: &mut Batch, node: u64, blob_id: &str, index: u32, epoch: u64) {
+    b.put(
+        Space::HealIntents,
+        intent_key(node, blob_id, index),
+        epoch.to_be_bytes().to_vec(),
+    );
+    b.put(
+        Space::HealIntents,
+        epoch_key(epoch, node, blob_id, index),
+        Vec::new(),
+    );
+}
+
+fn delete_intent(b: &mut Batch, node: u64, blob_id: &str, index: u32, epoch: u64) {
+    b.delete(Space::HealIntents, intent_key(node, blob_id, index));
+    b.delete(Space::HealIntents, epoch_key(epoch, node, blob_id, index));
+}
+
 /// Adds to `b` the removal of every heal intent recorded under `epoch`.
 pub(crate) fn drop_intents_of_epoch<K: KvStore>(
-    _kv: &K,
-    _b: &mut Batch,
-    _epoch: u64,
+    kv: &K,
+    b: &mut Batch,
+    epoch: u64,
 ) -> Result<(), SmError> {
-    Ok(())
+    let prefix = epoch_prefix(epoch);
+    let end = prefix_end(&prefix);
+    let end = match &end {
+        Some(e) => Bound::Excluded(e.as_slice()),
+        None => Bound::Unbounded,
+    };
+    let mut from: Bound<Vec<u8>> = Bound::Included(prefix.clone());
+    loop {
+        let rows = kv.scan(Space::HealIntents, as_ref_bound(&from), end, DROP_CHUNK)?;
+        let n = rows.len();
+        for (k, _) in rows {
+            let rest = k
+                .get(prefix.len()..)
+                .filter(|r| r.len() >= 12)
+                .ok_or(SmError::BadKey(Space::HealIntents))?;
+            let node = u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
+            let index = u32::from_be_bytes(rest[8..12].try_into().expect("4 bytes"));
+            let blob = std::str::from_utf8(&rest[12..])
+                .map_err(|_| SmError::BadKey(Space::HealIntents))?;
+            // The by-shard key names this epoch unless a later BeginHeal
+            // moved the intent (then that move removed this key already).
+            if intent_epoch(kv, node, blob, index)? == Some(epoch) {
+                b.delete(Space::HealIntents, intent_key(node, blob, index));
+            }
+            b.delete(Space::HealIntents, k.clone());
+            from = Bound::Excluded(k);
+        }
+        if n < DROP_CHUNK {
+            return Ok(());
+        }
+    }
 }
 
-pub(crate) fn report_missing<K: KvStore>(_kv: &K, _r: &pb::ReportMissingRequest) -> Outcome {
-    refuse(ErrorCode::Internal, "ReportMissing is not built yet")
+/// `true` when the committed placement puts shard `index` of its blob on
+/// `node` durably (a shard listed in `missing` is not placed: its stale
+/// file may go).
+fn places(placement: &pb::Placement, node: u64, index: u32) -> bool {
+    placement.nodes.get(index as usize) == Some(&node) && !placement.missing.contains(&index)
 }
 
-pub(crate) fn begin_heal<K: KvStore>(_kv: &K, _r: &pb::BeginHealRequest) -> Outcome {
-    refuse(ErrorCode::Internal, "BeginHeal is not built yet")
+/// Collectable: which of `shards`, stored on datanode `node`, are garbage
+/// (`docs/durability.md` §5), in request order. A shard is collectable when
+/// no heal intent names (node, blob, index), no committed record places
+/// that shard index of the blob on `node`, and — when the blob has a
+/// pending deletion — `delete_delay_ms` has passed since its release
+/// (`released_ms + delete_delay_ms <= now_ms`, leader time in ms), else the
+/// blob's write epoch is closed. Refuses `InvalidArgument` for more than
+/// [`MAX_SHARDS_PER_CALL`] shards.
+pub fn collectable<K: KvStore>(
+    kv: &K,
+    node: u64,
+    shards: &[pb::ShardRef],
+    now_ms: i64,
+    delete_delay_ms: i64,
+) -> Result<Vec<pb::ShardRef>, SmError> {
+    if shards.len() > MAX_SHARDS_PER_CALL {
+        return refuse(
+            ErrorCode::InvalidArgument,
+            format!(
+                "{} shards asked, at most {MAX_SHARDS_PER_CALL} per call",
+                shards.len()
+            ),
+        );
+    }
+    let mut placements: BTreeMap<&str, Option<pb::Placement>> = BTreeMap::new();
+    let mut out = Vec::new();
+    for s in shards {
+        if intent_epoch(kv, node, &s.blob_id, s.shard_index)?.is_some() {
+            continue;
+        }
+        let placement = match placements.get(s.blob_id.as_str()) {
+            Some(p) => p.clone(),
+            None => {
+                let p = refs::current_placement(kv, &s.blob_id)?.map(|(_, p)| p);
+                placements.insert(&s.blob_id, p.clone());
+                p
+            }
+        };
+        if placement
+            .as_ref()
+            .is_some_and(|p| places(p, node, s.shard_index))
+        {
+            continue;
+        }
+        let settled = match pending::get(kv, &s.blob_id)? {
+            Some(d) => d.released_ms.saturating_add(delete_delay_ms) <= now_ms,
+            None => !epochs::is_open(kv, blob_id::epoch_of(&s.blob_id))?,
+        };
+        if settled {
+            out.push(s.clone());
+        }
+    }
+    Ok(out)
 }
 
-pub(crate) fn update_placement<K: KvStore>(_kv: &K, _r: &pb::UpdatePlacementRequest) -> Outcome {
-    refuse(ErrorCode::Internal, "UpdatePlacement is not built yet")
+/// ReportMissing: adds each reported shard index to its placement's
+/// `missing` when the committed placement still puts that index on the
+/// reporting node and it is not missing already (otherwise the report is
+/// ignored); the blobs become degraded. Returns [`Applied::Marked`] with the
+/// number of shards newly marked.
+pub(crate) fn report_missing<K: KvStore>(kv: &K, r: &pb::ReportMissingRequest) -> Outcome {
+    if r.shards.len() > MAX_SHARDS_PER_CALL {
+        return refuse(
+            ErrorCode::InvalidArgument,
+            format!(
+                "{} shards reported, at most {MAX_SHARDS_PER_CALL} per call",
+                r.shards.len()
+            ),
+        );
+    }
+    let mut by_blob: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    for s in &r.shards {
+        by_blob.entry(&s.blob_id).or_default().insert(s.shard_index);
+    }
+    let mut records = PlacementRecords::default();
+    let mut changed: Vec<pb::Placement> = Vec::new();
+    let mut marked = 0u32;
+    for (blob, indices) in by_blob {
+        let Some(locator) = refs::locate(kv, blob)? else {
+            continue;
+        };
+        let Some(placement) = records.placement(kv, &locator, blob)? else {
+            continue;
+        };
+        let before = marked;
+        for i in indices {
+            if places(placement, r.node_id, i) {
+                placement.missing.push(i);
+                marked += 1;
+            }
+        }
+        if marked != before {
+            placement.missing.sort_unstable();
+            changed.push(placement.clone());
+        }
+    }
+    let mut b = Batch::new();
+    if marked > 0 {
+        records.write(&mut b);
+        for p in &changed {
+            mark_degraded(&mut b, p);
+        }
+    }
+    Ok((b, Applied::Marked(marked)))
+}
+
+/// BeginHeal: records the intent of writing shard `shard_index` of
+/// `blob_id` onto `node_id` under write epoch `epoch`. Refuses
+/// `PlacementChanged` when no record references the blob, `EpochClosed`
+/// when the epoch is not open and `InvalidArgument` for an index outside
+/// the placement. A repeated BeginHeal is idempotent.
+pub(crate) fn begin_heal<K: KvStore>(kv: &K, r: &pb::BeginHealRequest) -> Outcome {
+    let Some((_, placement)) = refs::current_placement(kv, &r.blob_id)? else {
+        return refuse(
+            ErrorCode::PlacementChanged,
+            format!("blob {} is not referenced", r.blob_id),
+        );
+    };
+    if r.shard_index as usize >= placement.nodes.len() {
+        return refuse(
+            ErrorCode::InvalidArgument,
+            format!(
+                "shard index {} of a placement with {} shards",
+                r.shard_index,
+                placement.nodes.len()
+            ),
+        );
+    }
+    if !epochs::is_open(kv, r.epoch)? {
+        return refuse(
+            ErrorCode::EpochClosed,
+            format!("write epoch {} is closed", r.epoch),
+        );
+    }
+    let mut b = Batch::new();
+    match intent_epoch(kv, r.node_id, &r.blob_id, r.shard_index)? {
+        Some(e) if e == r.epoch => {}
+        Some(e) => {
+            delete_intent(&mut b, r.node_id, &r.blob_id, r.shard_index, e);
+            put_intent(&mut b, r.node_id, &r.blob_id, r.shard_index, r.epoch);
+        }
+        None => put_intent(&mut b, r.node_id, &r.blob_id, r.shard_index, r.epoch),
+    }
+    Ok((b, Applied::Done))
+}
+
+fn missing_set(p: &pb::Placement) -> BTreeSet<u32> {
+    p.missing.iter().copied().collect()
+}
+
+/// UpdatePlacement: the compare-and-set of a healed placement. Applied only
+/// when the blob's committed placement equals `expected` (nodes, and
+/// missing as a set), `epoch` is open, and every shard index that is not
+/// missing in the new placement but whose node changed or that leaves
+/// `missing` has a heal intent for (new node, blob, index) under `epoch`.
+/// Writes the new placement into its record, consumes those intents and
+/// updates the degraded index. Refuses `PlacementChanged` when the blob is
+/// unreferenced, the placement differs or an intent is absent,
+/// `EpochClosed` for a closed epoch, and `InvalidArgument` when the new
+/// placement changes blob id, size, k, m or block size, or its node count.
+pub(crate) fn update_placement<K: KvStore>(kv: &K, r: &pb::UpdatePlacementRequest) -> Outcome {
+    let (Some(expected), Some(new)) = (&r.expected, &r.placement) else {
+        return refuse(
+            ErrorCode::InvalidArgument,
+            "UpdatePlacement needs expected and placement",
+        );
+    };
+    let shards = (new.data_shards as usize).saturating_add(new.parity_shards as usize);
+    if new.blob_id != r.blob_id
+        || new.nodes.len() != shards
+        || new.missing.iter().any(|i| *i as usize >= shards)
+    {
+        return refuse(
+            ErrorCode::InvalidArgument,
+            "the new placement must name the blob and have k+m nodes",
+        );
+    }
+    let Some(locator) = refs::locate(kv, &r.blob_id)? else {
+        return refuse(
+            ErrorCode::PlacementChanged,
+            format!("blob {} is no longer referenced", r.blob_id),
+        );
+    };
+    let mut records = PlacementRecords::default();
+    let Some(current) = records.placement(kv, &locator, &r.blob_id)? else {
+        return refuse(
+            ErrorCode::PlacementChanged,
+            format!("blob {} is no longer referenced", r.blob_id),
+        );
+    };
+    if current.nodes != expected.nodes || missing_set(current) != missing_set(expected) {
+        return refuse(
+            ErrorCode::PlacementChanged,
+            format!("the placement of blob {} changed", r.blob_id),
+        );
+    }
+    if current.size != new.size
+        || current.data_shards != new.data_shards
+        || current.parity_shards != new.parity_shards
+        || current.block_size != new.block_size
+    {
+        return refuse(
+            ErrorCode::InvalidArgument,
+            "the new placement must keep size, k, m and block size",
+        );
+    }
+    if !epochs::is_open(kv, r.epoch)? {
+        return refuse(
+            ErrorCode::EpochClosed,
+            format!("write epoch {} is closed", r.epoch),
+        );
+    }
+    let was_missing = missing_set(current);
+    let now_missing = missing_set(new);
+    let mut b = Batch::new();
+    for (i, node) in new.nodes.iter().enumerate() {
+        let index = i as u32;
+        if now_missing.contains(&index) {
+            continue;
+        }
+        let moved = current.nodes.get(i) != Some(node);
+        if !moved && !was_missing.contains(&index) {
+            continue;
+        }
+        if intent_epoch(kv, *node, &r.blob_id, index)? != Some(r.epoch) {
+            return refuse(
+                ErrorCode::PlacementChanged,
+                format!(
+                    "no heal intent of epoch {} for shard {index} of blob {} on node {node}",
+                    r.epoch, r.blob_id
+                ),
+            );
+        }
+        delete_intent(&mut b, *node, &r.blob_id, index, r.epoch);
+    }
+    *current = pb::Placement {
+        missing: now_missing.into_iter().collect(),
+        ..new.clone()
+    };
+    let written = current.clone();
+    records.write(&mut b);
+    mark_degraded(&mut b, &written);
+    Ok((b, Applied::Done))
 }

@@ -9,8 +9,12 @@
 //! # Layout
 //! * `mutate` — [`apply_command`]: one function per `MetaCommand`.
 //! * `read` — point lookups and S3 listings.
-//! * [`refs`] — the reference index (blob id -> referenced) that every
-//!   mutation keeps, and [`filter_unreferenced`] for the datanodes' GC.
+//! * [`refs`] — the reference index (blob id -> locator of its record) and
+//!   the degraded index that every mutation keeps, and
+//!   [`filter_unreferenced`].
+//! * [`heal`] — heal intents, ReportMissing, the UpdatePlacement
+//!   compare-and-set and [`collectable`] for the datanodes' GC.
+//! * [`registry`] — datanode registration with disk identity.
 //! * `stale` — [`stale_uploads`]: bounded pages of expired uploads for the
 //!   leader's sweeper.
 //! * [`keys`] — key encodings of the keyspaces.
@@ -22,6 +26,7 @@ mod mutate;
 pub mod pending;
 mod read;
 pub mod refs;
+pub mod registry;
 pub mod sessions;
 mod stale;
 
@@ -37,8 +42,9 @@ use crate::store::{KvError, KvStore, Space};
 pub use mutate::{apply_command, apply_command_with, multipart_etag, part_etag};
 pub use read::{
     get_bucket, get_datanode, get_object, get_upload, list_buckets, list_datanodes, list_objects,
-    list_parts, list_uploads,
+    list_parts, list_placements, list_uploads,
 };
+pub use heal::{MAX_SHARDS_PER_CALL, collectable};
 pub use refs::{MAX_FILTER_IDS, filter_unreferenced};
 pub use stale::{StalePage, stale_uploads};
 

@@ -10,10 +10,10 @@ use prost::Message;
 use sluice_proto::meta::{self as pb, ErrorCode};
 use sluice_proto::raft::{MetaCommand, meta_command::Command};
 
-use super::refs::update_index;
+use super::refs::{object_refs, part_refs, update_index};
 use super::{
-    Applied, MAX_PART_NUMBER, SmError, epochs, get, heal, keys, pending, refuse, require_bucket,
-    sessions,
+    Applied, MAX_PART_NUMBER, SmError, epochs, get, heal, keys, pending, refuse, registry,
+    require_bucket, sessions,
 };
 use crate::store::{Batch, KvStore, Space};
 
@@ -62,7 +62,7 @@ pub fn apply_command_with<K: KvStore>(
         Command::PutPart(r) => put_part(kv, r),
         Command::CompleteUpload(r) => complete_upload(kv, r),
         Command::AbortUpload(r) => abort_upload(kv, r),
-        Command::RegisterDatanode(r) => register_datanode(r),
+        Command::RegisterDatanode(r) => registry::register_datanode(kv, r),
         Command::OpenEpoch(r) => epochs::open_epoch(kv, r, now_ms),
         Command::RenewEpoch(r) => epochs::renew_epoch(kv, r, now_ms),
         Command::CloseEpochs(r) => epochs::close_epochs(kv, r, now_ms),
@@ -257,7 +257,7 @@ fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest) -> Outcome {
     let released = released_by_replace(old.as_ref(), Some(object));
     let mut b = Batch::new();
     b.put(Space::Objects, key, object.encode_to_vec());
-    update_index(&mut b, &released, placements(object));
+    update_index(&mut b, &released, object_refs(object));
     Ok((b, Applied::Released(released)))
 }
 
@@ -341,7 +341,7 @@ fn put_part<K: KvStore>(kv: &K, r: &pb::PutPartRequest) -> Outcome {
         .collect();
     let mut b = Batch::new();
     b.put(Space::Parts, key, part.encode_to_vec());
-    update_index(&mut b, &released, part.placement.iter());
+    update_index(&mut b, &released, part_refs(&r.bucket, &r.key, part));
     Ok((b, Applied::Released(released)))
 }
 
@@ -465,7 +465,7 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest) -> Outcome
     }
     b.delete(Space::Uploads, upload_key);
     b.put(Space::Objects, object_key, object.encode_to_vec());
-    update_index(&mut b, &released, placements(&object));
+    update_index(&mut b, &released, object_refs(&object));
     Ok((
         b,
         Applied::Completed(Box::new(pb::CompleteUploadResponse {
@@ -489,19 +489,4 @@ fn abort_upload<K: KvStore>(kv: &K, r: &pb::UploadKey) -> Outcome {
     let released: Vec<pb::Placement> = parts.into_values().filter_map(|p| p.placement).collect();
     update_index(&mut b, &released, []);
     Ok((b, Applied::Released(released)))
-}
-
-fn register_datanode(r: &pb::RegisterDatanodeRequest) -> Outcome {
-    if r.addr.is_empty() {
-        return refuse(ErrorCode::InvalidArgument, "datanode address is empty");
-    }
-    let info = pb::DatanodeInfo {
-        id: r.id,
-        addr: r.addr.clone(),
-        disk_id: r.disk_id.clone(),
-        ..Default::default()
-    };
-    let mut b = Batch::new();
-    b.put(Space::Datanodes, keys::datanode(r.id), info.encode_to_vec());
-    Ok((b, Applied::Done))
 }

@@ -1,72 +1,223 @@
-//! The reference index: which blobs the committed metadata references.
+//! The reference index: which blobs the committed metadata references, and
+//! where each one's placement is stored.
 //!
 //! [`Space::Refs`] holds one key per blob id that a part record or an
-//! object record references (the value is empty). Every mutation updates
-//! it in the same atomic batch as the records it writes, so the index is
-//! always exactly the set of blobs of all part and object records. The
-//! datanodes' shard GC asks [`filter_unreferenced`] which of their old
-//! shards' blobs are garbage.
+//! object record references; the value is the encoded
+//! [`pb::BlobLocator`] of that record (object: bucket, key, part number and
+//! an empty upload id; part of an open upload: bucket, key, upload id, part
+//! number). [`Space::Degraded`] holds one key (empty value) per referenced
+//! blob whose placement has `missing` shards. Every mutation updates both in
+//! the same atomic batch as the records it writes ([`update_index`]), so the
+//! index is always exactly the set of blobs of all part and object records.
+//! The datanodes' GC (`Collectable`), `ListPlacements` and heal find a
+//! blob's record from its id with [`locate`] and [`current_placement`].
 //!
 //! To ensure correctness the index relies on the invariant the whole data
 //! path already keeps: a blob is referenced by at most one record at a time.
 //! Every shard write creates a fresh blob id; a retried commit of the same
 //! record references the same blob and releases nothing; Complete moves a
-//! part's blob from its part record to the object record. Under it, a blob
-//! leaves the index exactly when a mutation releases it
-//! ([`Applied::Released`](super::Applied::Released),
+//! part's blob from its part record to the object record (its locator is
+//! rewritten). Under it, a blob leaves the index exactly when a mutation
+//! releases it ([`Applied::Released`](super::Applied::Released),
 //! `CompleteUploadResponse.released`).
 //!
 //! The index is a keyspace like the others, so snapshots carry it. A store
-//! written before the index existed is indexed once at startup
-//! ([`ensure_index`]); a snapshot without index records is indexed while
-//! it is installed ([`blobs_of_record`]).
+//! whose index is missing or of an older format ([`INDEX_VERSION`]) is
+//! re-indexed once at startup ([`ensure_index`]); so is a snapshot without
+//! index records or with format-1 records while it is installed.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
+use prost::Message;
 use sluice_proto::meta::{self as pb, ErrorCode};
 
-use super::{SmError, decode, keys, refuse};
+use super::{SmError, decode, get, keys, refuse};
 use crate::store::{Batch, KvStore, Space, as_ref_bound};
 
 /// Most blob ids one [`filter_unreferenced`] call accepts.
 pub const MAX_FILTER_IDS: usize = 1000;
 
-/// `SmMeta` key whose presence says the reference index is complete.
+/// `SmMeta` key whose value says which format the reference index is in.
 pub const INDEX_MARKER: &[u8] = b"ref_index";
-/// Value of [`INDEX_MARKER`]: the index format version.
-pub const INDEX_VERSION: &[u8] = b"1";
+/// Value of [`INDEX_MARKER`]: the index format version. Version 1 stored an
+/// empty value per blob and had no degraded index; version 2 stores the
+/// blob's locator and maintains [`Space::Degraded`].
+pub const INDEX_VERSION: &[u8] = b"2";
 
-/// Records read per scan while indexing an existing store.
+/// Records read (or keys removed) per scan while indexing an existing store.
 const REBUILD_CHUNK: usize = 1024;
 
-/// Adds the reference-index writes of one mutation to `b`: blobs of
-/// `released` placements leave the index, blobs of `referenced` placements
-/// (those of the records the mutation writes) are in it afterwards. A blob
-/// in both stays; placements with an empty blob id are ignored.
+/// The locator of part `part_number` of object (bucket, key).
+pub fn object_locator(bucket: &str, key: &str, part_number: u32) -> pb::BlobLocator {
+    pb::BlobLocator {
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        upload_id: String::new(),
+        part_number,
+    }
+}
+
+/// The locator of part record (upload_id, part_number) of the open upload
+/// of (bucket, key).
+pub fn part_locator(bucket: &str, key: &str, upload_id: &str, part_number: u32) -> pb::BlobLocator {
+    pb::BlobLocator {
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        upload_id: upload_id.to_string(),
+        part_number,
+    }
+}
+
+/// Every placement of an object record with its locator.
+pub fn object_refs(object: &pb::ObjectRecord) -> Vec<(&pb::Placement, pb::BlobLocator)> {
+    object
+        .parts
+        .iter()
+        .filter_map(|p| {
+            p.placement
+                .as_ref()
+                .map(|pl| (pl, object_locator(&object.bucket, &object.key, p.part_number)))
+        })
+        .collect()
+}
+
+/// The placement of a part record of the upload of (bucket, key) with its
+/// locator.
+pub fn part_refs<'a>(
+    bucket: &str,
+    key: &str,
+    part: &'a pb::PartRecord,
+) -> Option<(&'a pb::Placement, pb::BlobLocator)> {
+    part.placement
+        .as_ref()
+        .map(|pl| (pl, part_locator(bucket, key, &part.upload_id, part.part_number)))
+}
+
+/// Adds to `b` the degraded-index write for `placement`: the blob is in
+/// [`Space::Degraded`] exactly when its `missing` is not empty.
+pub(crate) fn mark_degraded(b: &mut Batch, placement: &pb::Placement) {
+    if placement.blob_id.is_empty() {
+        return;
+    }
+    let key = keys::reference(&placement.blob_id);
+    if placement.missing.is_empty() {
+        b.delete(Space::Degraded, key);
+    } else {
+        b.put(Space::Degraded, key, Vec::new());
+    }
+}
+
+/// Adds the reference- and degraded-index writes of one mutation to `b`:
+/// blobs of `released` placements leave both indexes; blobs of `referenced`
+/// placements (those of the records the mutation writes, with the locator
+/// of their record) are in the reference index with that locator
+/// afterwards, and in the degraded index when they have missing shards. A
+/// blob in both lists stays; placements with an empty blob id are ignored.
 pub(crate) fn update_index<'a>(
     b: &mut Batch,
     released: &[pb::Placement],
-    referenced: impl IntoIterator<Item = &'a pb::Placement>,
+    referenced: impl IntoIterator<Item = (&'a pb::Placement, pb::BlobLocator)>,
 ) {
-    let kept: HashSet<&str> = referenced
+    let kept: HashMap<&str, (&pb::Placement, pb::BlobLocator)> = referenced
         .into_iter()
-        .map(|p| p.blob_id.as_str())
-        .filter(|id| !id.is_empty())
+        .filter(|(p, _)| !p.blob_id.is_empty())
+        .map(|(p, l)| (p.blob_id.as_str(), (p, l)))
         .collect();
     for p in released {
-        if !p.blob_id.is_empty() && !kept.contains(p.blob_id.as_str()) {
+        if !p.blob_id.is_empty() && !kept.contains_key(p.blob_id.as_str()) {
             b.delete(Space::Refs, keys::reference(&p.blob_id));
+            b.delete(Space::Degraded, keys::reference(&p.blob_id));
         }
     }
-    for id in kept {
-        b.put(Space::Refs, keys::reference(id), Vec::new());
+    for (id, (placement, locator)) in kept {
+        b.put(Space::Refs, keys::reference(id), locator.encode_to_vec());
+        mark_degraded(b, placement);
     }
 }
 
 /// `true` when a part or object record references `blob_id`.
 pub fn is_referenced<K: KvStore>(kv: &K, blob_id: &str) -> Result<bool, SmError> {
     Ok(kv.get(Space::Refs, &keys::reference(blob_id))?.is_some())
+}
+
+/// Where the placement of `blob_id` is stored; `None` when no record
+/// references the blob.
+pub fn locate<K: KvStore>(kv: &K, blob_id: &str) -> Result<Option<pb::BlobLocator>, SmError> {
+    get(kv, Space::Refs, &keys::reference(blob_id), "blob locator")
+}
+
+/// The committed placement of `blob_id` and where it is stored; `None` when
+/// no record references the blob.
+pub fn current_placement<K: KvStore>(
+    kv: &K,
+    blob_id: &str,
+) -> Result<Option<(pb::BlobLocator, pb::Placement)>, SmError> {
+    let Some(locator) = locate(kv, blob_id)? else {
+        return Ok(None);
+    };
+    let mut records = PlacementRecords::default();
+    let placement = records.placement(kv, &locator, blob_id)?.cloned();
+    Ok(placement.map(|p| (locator, p)))
+}
+
+/// The object and part records a mutation rewrites to change placements in
+/// place (ReportMissing, UpdatePlacement). Each record is read once and
+/// written once by [`PlacementRecords::write`], so several placements of
+/// one multipart object can change in one batch.
+#[derive(Debug, Default)]
+pub(crate) struct PlacementRecords {
+    objects: BTreeMap<Vec<u8>, pb::ObjectRecord>,
+    parts: BTreeMap<Vec<u8>, pb::PartRecord>,
+}
+
+impl PlacementRecords {
+    /// The placement of `blob_id` in the record `locator` names, for
+    /// changing; `None` when that record does not hold the blob.
+    pub(crate) fn placement<K: KvStore>(
+        &mut self,
+        kv: &K,
+        locator: &pb::BlobLocator,
+        blob_id: &str,
+    ) -> Result<Option<&mut pb::Placement>, SmError> {
+        if locator.upload_id.is_empty() {
+            let key = keys::object(&locator.bucket, &locator.key);
+            if !self.objects.contains_key(&key) {
+                let Some(o) = get::<pb::ObjectRecord, _>(kv, Space::Objects, &key, "object")?
+                else {
+                    return Ok(None);
+                };
+                self.objects.insert(key.clone(), o);
+            }
+            let object = self.objects.get_mut(&key).expect("inserted above");
+            Ok(object
+                .parts
+                .iter_mut()
+                .filter(|p| p.part_number == locator.part_number)
+                .filter_map(|p| p.placement.as_mut())
+                .find(|p| p.blob_id == blob_id))
+        } else {
+            let key = keys::part(&locator.upload_id, locator.part_number);
+            if !self.parts.contains_key(&key) {
+                let Some(p) = get::<pb::PartRecord, _>(kv, Space::Parts, &key, "part")? else {
+                    return Ok(None);
+                };
+                self.parts.insert(key.clone(), p);
+            }
+            let part = self.parts.get_mut(&key).expect("inserted above");
+            Ok(part.placement.as_mut().filter(|p| p.blob_id == blob_id))
+        }
+    }
+
+    /// Adds to `b` the rewrite of every record read.
+    pub(crate) fn write(self, b: &mut Batch) {
+        for (k, o) in self.objects {
+            b.put(Space::Objects, k, o.encode_to_vec());
+        }
+        for (k, p) in self.parts {
+            b.put(Space::Parts, k, p.encode_to_vec());
+        }
+    }
 }
 
 /// The ids of `blob_ids` that no part or object record references, in
@@ -94,63 +245,127 @@ pub fn filter_unreferenced<K: KvStore>(
     Ok(out)
 }
 
-/// The blob ids a stored record of `space` references: the placements of
-/// an object record's parts, or a part record's placement. Records of other
-/// spaces reference nothing.
-pub fn blobs_of_record(space: Space, value: &[u8]) -> Result<Vec<String>, SmError> {
-    let placements: Vec<pb::Placement> = match space {
-        Space::Objects => {
-            let o: pb::ObjectRecord = decode("object", value)?;
-            o.parts.into_iter().filter_map(|p| p.placement).collect()
-        }
-        Space::Parts => {
-            let p: pb::PartRecord = decode("part", value)?;
-            p.placement.into_iter().collect()
-        }
-        _ => Vec::new(),
-    };
-    Ok(placements
-        .into_iter()
-        .map(|p| p.blob_id)
-        .filter(|id| !id.is_empty())
-        .collect())
+/// `true` when the store's index is complete and in the current format.
+pub fn index_is_current<K: KvStore>(kv: &K) -> Result<bool, SmError> {
+    Ok(kv.get(Space::SmMeta, INDEX_MARKER)?.as_deref() == Some(INDEX_VERSION))
 }
 
-/// Indexes a store written before the reference index existed: when the
-/// [`INDEX_MARKER`] is missing, adds every blob of every object and part
-/// record to the index (in chunks), then sets the marker. Returns how many
-/// references were written, or `None` when the index was already complete.
+/// Indexes a store whose reference index is missing or of an older format:
+/// when [`INDEX_MARKER`] is not [`INDEX_VERSION`], clears the reference and
+/// degraded indexes, adds every blob of every object record and of every
+/// part record of an open upload (in chunks), then sets the marker. Returns
+/// how many references were written, or `None` when the index was already
+/// current.
 ///
 /// Run it before Raft starts applying entries; an interrupted run leaves
-/// the marker unset and is simply repeated at the next start.
+/// the marker unset (or old) and is simply repeated at the next start.
 pub fn ensure_index<K: KvStore>(kv: &K) -> Result<Option<u64>, SmError> {
-    if kv.get(Space::SmMeta, INDEX_MARKER)?.is_some() {
+    if index_is_current(kv)? {
         return Ok(None);
     }
-    let mut indexed = 0u64;
-    for space in [Space::Objects, Space::Parts] {
-        let mut from: Bound<Vec<u8>> = Bound::Unbounded;
+    rebuild_index(kv).map(Some)
+}
+
+/// Rebuilds the reference and degraded indexes from the object, upload and
+/// part records and sets [`INDEX_MARKER`]; returns how many references were
+/// written. The marker is removed first, so an interrupted rebuild is
+/// repeated by the next [`ensure_index`].
+pub fn rebuild_index<K: KvStore>(kv: &K) -> Result<u64, SmError> {
+    let mut b = Batch::new();
+    b.delete(Space::SmMeta, INDEX_MARKER);
+    kv.apply(b)?;
+    for space in [Space::Refs, Space::Degraded] {
         loop {
-            let rows = kv.scan(space, as_ref_bound(&from), Bound::Unbounded, REBUILD_CHUNK)?;
-            let n = rows.len();
-            let mut b = Batch::new();
-            for (k, v) in rows {
-                for id in blobs_of_record(space, &v)? {
-                    b.put(Space::Refs, keys::reference(&id), Vec::new());
-                    indexed += 1;
-                }
-                from = Bound::Excluded(k);
-            }
-            kv.apply(b)?;
-            if n < REBUILD_CHUNK {
+            let rows = kv.scan(space, Bound::Unbounded, Bound::Unbounded, REBUILD_CHUNK)?;
+            if rows.is_empty() {
                 break;
             }
+            let mut b = Batch::new();
+            for (k, _) in rows {
+                b.delete(space, k);
+            }
+            kv.apply(b)?;
         }
     }
+
+    let mut indexed = 0u64;
+    let mut from: Bound<Vec<u8>> = Bound::Unbounded;
+    loop {
+        let rows = kv.scan(
+            Space::Objects,
+            as_ref_bound(&from),
+            Bound::Unbounded,
+            REBUILD_CHUNK,
+        )?;
+        let n = rows.len();
+        let mut b = Batch::new();
+        for (k, v) in rows {
+            let object: pb::ObjectRecord = decode("object", &v)?;
+            let refs = object_refs(&object);
+            indexed += refs.len() as u64;
+            update_index(&mut b, &[], refs);
+            from = Bound::Excluded(k);
+        }
+        kv.apply(b)?;
+        if n < REBUILD_CHUNK {
+            break;
+        }
+    }
+
+    // Part records are keyed by upload id only: their bucket and key come
+    // from the upload record.
+    let mut from: Bound<Vec<u8>> = Bound::Unbounded;
+    loop {
+        let rows = kv.scan(
+            Space::Uploads,
+            as_ref_bound(&from),
+            Bound::Unbounded,
+            REBUILD_CHUNK,
+        )?;
+        let n = rows.len();
+        for (k, v) in rows {
+            let upload: pb::UploadRecord = decode("upload", &v)?;
+            indexed += index_upload_parts(kv, &upload)?;
+            from = Bound::Excluded(k);
+        }
+        if n < REBUILD_CHUNK {
+            break;
+        }
+    }
+
     let mut b = Batch::new();
     b.put(Space::SmMeta, INDEX_MARKER, INDEX_VERSION);
     kv.apply(b)?;
-    Ok(Some(indexed))
+    Ok(indexed)
+}
+
+/// Indexes the part records of one open upload; returns how many.
+fn index_upload_parts<K: KvStore>(kv: &K, upload: &pb::UploadRecord) -> Result<u64, SmError> {
+    let prefix = keys::parts_prefix(&upload.upload_id);
+    let end = crate::store::prefix_end(&prefix);
+    let end = match &end {
+        Some(e) => Bound::Excluded(e.as_slice()),
+        None => Bound::Unbounded,
+    };
+    let mut indexed = 0u64;
+    let mut from: Bound<Vec<u8>> = Bound::Included(prefix.clone());
+    loop {
+        let rows = kv.scan(Space::Parts, as_ref_bound(&from), end, REBUILD_CHUNK)?;
+        let n = rows.len();
+        let mut b = Batch::new();
+        for (k, v) in rows {
+            let part: pb::PartRecord = decode("part", &v)?;
+            if let Some(r) = part_refs(&upload.bucket, &upload.key, &part) {
+                indexed += 1;
+                update_index(&mut b, &[], [r]);
+            }
+            from = Bound::Excluded(k);
+        }
+        kv.apply(b)?;
+        if n < REBUILD_CHUNK {
+            return Ok(indexed);
+        }
+    }
 }
 
 /// Every blob id in the index, ascending (tests and tools; reads the whole
@@ -159,5 +374,13 @@ pub fn all_references<K: KvStore>(kv: &K) -> Result<Vec<String>, SmError> {
     kv.keys_in(Space::Refs, Bound::Unbounded, Bound::Unbounded)?
         .into_iter()
         .map(|k| String::from_utf8(k).map_err(|_| SmError::BadKey(Space::Refs)))
+        .collect()
+}
+
+/// Every blob id in the degraded index, ascending (tests and tools).
+pub fn all_degraded<K: KvStore>(kv: &K) -> Result<Vec<String>, SmError> {
+    kv.keys_in(Space::Degraded, Bound::Unbounded, Bound::Unbounded)?
+        .into_iter()
+        .map(|k| String::from_utf8(k).map_err(|_| SmError::BadKey(Space::Degraded)))
         .collect()
 }
