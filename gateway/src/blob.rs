@@ -47,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::{BudgetKind, BufferBudget, BufferError, BufferPermit, GatewayStats};
 use crate::credit::{CreditClient, CreditConfig, NodeCreditStats, new_gateway_id};
 use crate::datanodes::{DatanodeEntry, Datanodes};
+use crate::epoch::{EpochConfig, EpochGuard, MetaEpochService, WriteEpochs};
 use crate::erasure::Codec;
 use crate::layout::Layout;
 
@@ -63,7 +64,8 @@ pub const DELETE_BATCH: usize = 1000;
 /// How long [`BlobStore::start`] keeps asking meta for the datanode set.
 pub const START_DEADLINE: Duration = Duration::from_secs(60);
 /// Minimum time between two on-demand refreshes of the datanode set (made
-/// when a write finds too few live datanodes).
+/// when a write finds too few live writable datanodes, or a datanode
+/// refused a shard with `RESOURCE_EXHAUSTED`).
 pub const MIN_ON_DEMAND_REFRESH: Duration = Duration::from_millis(500);
 /// Largest shard block size accepted (bytes); the datanode's limit.
 pub const MAX_BLOCK_SIZE: usize = 8 * 1024 * 1024;
@@ -84,6 +86,12 @@ pub enum BlobError {
     /// Not enough live datanodes for the erasure layout.
     #[error("not enough live datanodes: {live} live, {needed} needed")]
     NotEnoughDatanodes { live: usize, needed: usize },
+    /// Enough datanodes are live, but fewer than `write_quorum` of them are
+    /// writable (full, or below their free-space reserve): `503`.
+    #[error(
+        "not enough writable datanodes: {writable} writable, {needed} needed (datanodes full or below their free-space reserve)"
+    )]
+    NotEnoughWritable { writable: usize, needed: usize },
     /// [`BlobStore::start`] could not read the datanode set from meta.
     #[error("reading the datanode set from meta: {0}")]
     Meta(#[source] MetaError),
@@ -125,6 +133,8 @@ pub struct BlobStoreConfig {
     pub stall_timeout: Duration,
     /// Datanode credit unused this long is returned.
     pub credit_idle_timeout: Duration,
+    /// How often a new write epoch is opened (see [`crate::epoch`]).
+    pub epoch_rotation: Duration,
 }
 
 impl Default for BlobStoreConfig {
@@ -140,6 +150,7 @@ impl Default for BlobStoreConfig {
             read_budget: crate::config::DEFAULT_READ_BUDGET_BYTES,
             stall_timeout: Duration::from_secs(30),
             credit_idle_timeout: Duration::from_secs(2),
+            epoch_rotation: crate::epoch::DEFAULT_EPOCH_ROTATION,
         }
     }
 }
@@ -188,6 +199,9 @@ impl BlobStoreConfig {
         if self.stall_timeout.is_zero() || self.credit_idle_timeout.is_zero() {
             return bad("stall_timeout and credit_idle_timeout must be positive".into());
         }
+        if self.epoch_rotation.is_zero() {
+            return bad("epoch_rotation must be positive".into());
+        }
         Ok(())
     }
 
@@ -226,6 +240,8 @@ struct Inner {
     read_budget: Arc<BufferBudget>,
     /// Credit streams to the datanodes.
     credits: CreditClient,
+    /// The write epochs every new blob id names.
+    epochs: WriteEpochs,
     stats: GatewayStats,
 }
 
@@ -240,12 +256,14 @@ impl BlobStore {
         config: BlobStoreConfig,
         meta: Option<MetaClient>,
         stats: GatewayStats,
+        gateway_id: String,
+        epochs: WriteEpochs,
     ) -> Result<BlobStore, BlobError> {
         config.validate()?;
         let codec = Codec::new(config.data_shards, config.parity_shards)
             .map_err(|e| BlobError::InvalidConfig(e.to_string()))?;
         let credits = CreditClient::new(CreditConfig {
-            gateway_id: new_gateway_id(),
+            gateway_id,
             idle_timeout: config.credit_idle_timeout,
             prefetch_bytes: 2 * config.block_size as u64,
         });
@@ -264,13 +282,15 @@ impl BlobStore {
                 last_refresh: tokio::sync::Mutex::new(Instant::now()),
                 stop: CancellationToken::new(),
                 credits,
+                epochs,
                 stats,
             }),
         })
     }
 
     /// Fetches the datanode set once (retrying until meta answers or
-    /// [`START_DEADLINE`] passes), spawns the refresh task.
+    /// [`START_DEADLINE`] passes), opens the first write epoch (retrying
+    /// likewise; see [`WriteEpochs::start`]), spawns the refresh task.
     ///
     /// Errors: [`BlobError::InvalidConfig`], [`BlobError::Meta`].
     pub async fn start(config: BlobStoreConfig, meta: MetaClient) -> Result<BlobStore, BlobError> {
@@ -283,14 +303,16 @@ impl BlobStore {
         meta: MetaClient,
         stats: GatewayStats,
     ) -> Result<BlobStore, BlobError> {
-        let store = BlobStore::new(config, Some(meta.clone()), stats)?;
+        config.validate()?;
+        let gateway_id = new_gateway_id();
         let started = Instant::now();
+        let pool = Datanodes::new();
         loop {
-            match store.inner.pool.refresh(&meta).await {
+            match pool.refresh(&meta).await {
                 Ok(live) => {
                     tracing::info!(
                         live,
-                        known = store.inner.pool.entries().len(),
+                        known = pool.entries().len(),
                         "read datanode set from meta"
                     );
                     break;
@@ -300,6 +322,17 @@ impl BlobStore {
                 Err(e) => tracing::warn!(error = %e, "reading datanode set from meta, retrying"),
             }
         }
+        let epochs = WriteEpochs::start(
+            Arc::new(MetaEpochService::new(meta.clone(), gateway_id.clone())),
+            EpochConfig {
+                rotation: config.epoch_rotation,
+                start_deadline: START_DEADLINE.saturating_sub(started.elapsed()),
+            },
+        )
+        .await
+        .map_err(BlobError::Meta)?;
+        let store = BlobStore::new(config, Some(meta), stats, gateway_id, epochs)?;
+        store.inner.pool.replace(pool.entries());
         *store.inner.last_refresh.lock().await = Instant::now();
         tokio::spawn(refresh_loop(
             Arc::downgrade(&store.inner),
@@ -309,8 +342,9 @@ impl BlobStore {
         Ok(store)
     }
 
-    /// A store over a fixed datanode set `(id, gRPC address)`, all live,
-    /// never refreshed. For tests that run datanodes without meta.
+    /// A store over a fixed datanode set `(id, gRPC address)`, all live
+    /// and writable, never refreshed, writing under the fixed epoch
+    /// [`FIXED_TEST_EPOCH`]. For tests that run datanodes without meta.
     ///
     /// Panics if `config` is invalid.
     #[doc(hidden)]
@@ -318,16 +352,30 @@ impl BlobStore {
         config: BlobStoreConfig,
         datanodes: Vec<(u64, String)>,
     ) -> BlobStore {
-        let store =
-            BlobStore::new(config, None, GatewayStats::new()).expect("valid BlobStoreConfig");
-        store
-            .inner
-            .pool
-            .replace(datanodes.into_iter().map(|(id, addr)| DatanodeEntry {
-                id,
-                addr,
-                live: true,
-            }));
+        Self::with_static_datanodes_and_epochs(
+            config,
+            datanodes,
+            WriteEpochs::fixed(FIXED_TEST_EPOCH),
+        )
+    }
+
+    /// [`with_static_datanodes`](Self::with_static_datanodes) writing under
+    /// `epochs` (e.g. [`WriteEpochs::fixed`]).
+    ///
+    /// Panics if `config` is invalid.
+    #[doc(hidden)]
+    pub fn with_static_datanodes_and_epochs(
+        config: BlobStoreConfig,
+        datanodes: Vec<(u64, String)>,
+        epochs: WriteEpochs,
+    ) -> BlobStore {
+        let store = BlobStore::new(config, None, GatewayStats::new(), new_gateway_id(), epochs)
+            .expect("valid BlobStoreConfig");
+        store.inner.pool.replace(
+            datanodes
+                .into_iter()
+                .map(|(id, addr)| DatanodeEntry::up(id, addr)),
+        );
         store
     }
 
@@ -342,6 +390,14 @@ impl BlobStore {
     pub fn stop(&self) {
         self.inner.stop.cancel();
         self.inner.credits.stop();
+        self.inner.epochs.stop();
+    }
+
+    /// The write epochs this store's blob ids name. Hold a
+    /// [`WriteEpochs::begin_write`] guard from before a write's first shard
+    /// until its commit returns.
+    pub fn epochs(&self) -> &WriteEpochs {
+        &self.inner.epochs
     }
 
     /// [`stop`](Self::stop), then waits until every credit stream task has
@@ -408,9 +464,27 @@ impl BlobStore {
         self.inner.pool.entries()
     }
 
-    /// Streams `body` to k+m datanodes chosen by rendezvous hashing of
-    /// `placement_key` (e.g. "bucket/key/upload_id/part_number") over the live
-    /// datanodes, stripe by stripe, each stripe under a write buffer permit
+    /// [`write_under`](Self::write_under) a guard on the current epoch that
+    /// ends with the write: for callers that do not commit the blob (tests,
+    /// benchmarks). A caller that commits holds its own guard until the
+    /// commit returns.
+    pub async fn write<S>(
+        &self,
+        placement_key: &str,
+        body: S,
+        len: Option<u64>,
+    ) -> Result<Placement, BlobError>
+    where
+        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Unpin,
+    {
+        let epoch = self.inner.epochs.begin_write();
+        self.write_under(&epoch, placement_key, body, len).await
+    }
+
+    /// Streams `body` as a new blob of write epoch `epoch.epoch()` (its id
+    /// is `e<epoch>.<random>`) to k+m datanodes chosen by rendezvous
+    /// hashing of `placement_key` (e.g. "bucket/key/upload_id/part_number")
+    /// over the live writable datanodes, stripe by stripe, each stripe under a write buffer permit
     /// taken before it is read. `len` is the declared (decoded) body length
     /// if known: a short body is then charged only what it needs, and a
     /// body longer than `len` fails. Returns once at least `write_quorum`
@@ -418,12 +492,14 @@ impl BlobStore {
     /// shards that are not.
     ///
     /// Errors: [`BlobError::NotEnoughDatanodes`] (fewer than k+m registered
-    /// or fewer than `write_quorum` live),
+    /// or fewer than `write_quorum` live), [`BlobError::NotEnoughWritable`]
+    /// (enough live, fewer than `write_quorum` writable),
     /// [`BlobError::QuorumNotReached`], [`BlobError::BufferStall`],
     /// [`BlobError::DatanodesBusy`], [`BlobError::Body`] (the shard
     /// streams are then reset, so datanodes discard them).
-    pub async fn write<S>(
+    pub async fn write_under<S>(
         &self,
+        epoch: &EpochGuard,
         placement_key: &str,
         body: S,
         len: Option<u64>,
@@ -437,7 +513,7 @@ impl BlobStore {
             .stripe_permit(write::stripe_capacity(len, 0, stripe_bytes))
             .await?;
         let nodes = self.place(placement_key).await?;
-        write::write_blob(self, nodes, body, len, first).await
+        write::write_blob(self, epoch, nodes, body, len, first).await
     }
 
     /// Streams the payload bytes `range` (end exclusive, `range.end <= placement.size`)
@@ -503,60 +579,96 @@ impl BlobStore {
             .await;
     }
 
-    /// Picks k+m distinct live datanodes for `key`, re-reading the datanode
-    /// set from meta once if too few are live.
+    /// Re-reads the datanode set from meta now, unless another refresh
+    /// was attempted within [`MIN_ON_DEMAND_REFRESH`] (attempts, not
+    /// successes, are rate-limited: while meta is down, concurrent writers
+    /// must not queue up behind one timeout each). No-op without meta.
+    pub(crate) async fn refresh_on_demand(&self) {
+        let Some(meta) = &self.inner.meta else {
+            return;
+        };
+        let mut last = self.inner.last_refresh.lock().await;
+        if last.elapsed() >= MIN_ON_DEMAND_REFRESH {
+            if let Err(e) = self.inner.pool.refresh(meta).await {
+                tracing::warn!(error = %e, "refreshing datanode set");
+            }
+            *last = Instant::now();
+        }
+    }
+
+    /// A datanode refused a shard with `RESOURCE_EXHAUSTED` (its disk is
+    /// full): no new shards go to it until the datanode set is re-read,
+    /// which happens now in the background (rate-limited).
+    pub(crate) fn datanode_full(&self, node: u64) {
+        self.inner.pool.mark_unwritable(node);
+        if self.inner.meta.is_some() {
+            let store = self.clone();
+            tokio::spawn(async move { store.refresh_on_demand().await });
+        }
+    }
+
+    /// Picks k+m distinct datanodes for `key`: live writable ones by
+    /// rendezvous hashing, re-reading the datanode set from meta once if
+    /// too few are.
     async fn place(&self, key: &str) -> Result<Vec<u64>, BlobError> {
         let needed = self.inner.config.data_shards + self.inner.config.parity_shards;
-        if let Some(nodes) = crate::placement::pick(key, self.inner.pool.live_ids(), needed) {
+        if let Some(nodes) = crate::placement::pick(key, self.inner.pool.writable_ids(), needed) {
             return Ok(nodes);
         }
-        if let Some(meta) = &self.inner.meta {
-            let mut last = self.inner.last_refresh.lock().await;
-            // Rate-limits attempts, not successes: while meta is down,
-            // concurrent writers must not queue up behind one timeout each.
-            if last.elapsed() >= MIN_ON_DEMAND_REFRESH {
-                if let Err(e) = self.inner.pool.refresh(meta).await {
-                    tracing::warn!(error = %e, "refreshing datanode set");
-                }
-                *last = Instant::now();
-            }
-        }
-        let live = self.inner.pool.live_ids();
-        let count = live.len();
-        if let Some(nodes) = crate::placement::pick(key, live.iter().copied(), needed) {
+        self.refresh_on_demand().await;
+        let entries = self.inner.pool.entries();
+        let (writable, others): (Vec<&DatanodeEntry>, Vec<&DatanodeEntry>) =
+            entries.iter().partition(|e| e.accepts_shards());
+        let writable: Vec<u64> = writable.iter().map(|e| e.id).collect();
+        let count = writable.len();
+        if let Some(nodes) = crate::placement::pick(key, writable.iter().copied(), needed) {
             return Ok(nodes);
         }
-        // Fewer than k+m live: while the write quorum can still be met, the
-        // live nodes take the first shards (data first) and down nodes the
-        // rest; their shards fail fast and are recorded as missing (DESIGN:
-        // "up to m datanodes down: writes still succeed while the write
-        // quorum is reachable").
+        // Fewer than k+m live writable: while the write quorum can still be
+        // met, the writable nodes take the first shards (data first) and the
+        // others (down, or live but full) the rest; their shards fail fast
+        // (unreachable, or refused with RESOURCE_EXHAUSTED) and are
+        // recorded as missing, to heal (DESIGN: "up to m datanodes down:
+        // writes still succeed while the write quorum is reachable").
         let quorum = self.inner.config.write_quorum;
-        let down: Vec<u64> = self
-            .inner
-            .pool
-            .entries()
-            .into_iter()
-            .filter(|e| !e.live)
-            .map(|e| e.id)
-            .collect();
-        if count + down.len() < needed {
+        let live = entries.iter().filter(|e| e.live).count();
+        if count + others.len() < needed {
             return Err(BlobError::NotEnoughDatanodes {
                 live: count,
                 needed,
             });
         }
         if count < quorum {
-            return Err(BlobError::NotEnoughDatanodes {
-                live: count,
+            if live < quorum {
+                return Err(BlobError::NotEnoughDatanodes {
+                    live,
+                    needed: quorum,
+                });
+            }
+            return Err(BlobError::NotEnoughWritable {
+                writable: count,
                 needed: quorum,
             });
         }
-        let mut nodes = crate::placement::pick(key, live, count).unwrap_or_default();
-        nodes.extend(crate::placement::pick(key, down, needed - count).unwrap_or_default());
+        // Live full nodes before down ones: both fail their shard, a live
+        // one faster.
+        let (full, down): (Vec<&DatanodeEntry>, Vec<&DatanodeEntry>) =
+            others.iter().partition(|e| e.live);
+        let mut nodes = crate::placement::pick(key, writable, count).unwrap_or_default();
+        let rest = needed - count;
+        let full_ids: Vec<u64> = full.iter().map(|e| e.id).collect();
+        let take_full = full_ids.len().min(rest);
+        nodes.extend(crate::placement::pick(key, full_ids, take_full).unwrap_or_default());
+        nodes.extend(
+            crate::placement::pick(key, down.iter().map(|e| e.id), rest - take_full)
+                .unwrap_or_default(),
+        );
         Ok(nodes)
     }
 }
+
+/// The fixed write epoch of [`BlobStore::with_static_datanodes`].
+pub const FIXED_TEST_EPOCH: u64 = 1;
 
 /// Re-reads the datanode set every `interval` until `stop` is cancelled or
 /// the store is dropped.
@@ -651,6 +763,10 @@ mod tests {
                 stall_timeout: Duration::ZERO,
                 ..Default::default()
             },
+            BlobStoreConfig {
+                epoch_rotation: Duration::ZERO,
+                ..Default::default()
+            },
         ];
         for c in bad {
             assert!(
@@ -670,6 +786,8 @@ mod tests {
                         id,
                         addr: format!("http://127.0.0.1:{}", 1000 + id),
                         live: live.contains(&id),
+                        writable: true,
+                        free_bytes: 1 << 30,
                     })
                     .collect(),
             )
@@ -687,6 +805,63 @@ mod tests {
             matches!(err, BlobError::NotEnoughDatanodes { live: 4, needed: 5 }),
             "{err:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn full_nodes_take_no_shards_while_enough_are_writable() {
+        let store = BlobStore::with_static_datanodes(BlobStoreConfig::default(), Vec::new());
+        let set = |n: u64, full: &[u64], down: &[u64]| {
+            store.set_datanodes(
+                (1..=n)
+                    .map(|id| DatanodeEntry {
+                        id,
+                        addr: format!("http://127.0.0.1:{}", 1000 + id),
+                        live: !down.contains(&id),
+                        writable: !full.contains(&id),
+                        free_bytes: if full.contains(&id) { 0 } else { 1 << 30 },
+                    })
+                    .collect(),
+            )
+        };
+        // 7 nodes, one full: the 6 writable ones hold every shard.
+        set(7, &[3], &[]);
+        for i in 0..50 {
+            let nodes = store.place(&format!("b/k{i}")).await.expect("6 writable");
+            assert_eq!(nodes.len(), 6);
+            assert!(!nodes.contains(&3), "{nodes:?}");
+        }
+        // 6 nodes, one full: it takes the last shard (which fails and is
+        // recorded missing), the write quorum of 5 is writable.
+        set(6, &[4], &[]);
+        let nodes = store.place("b/k").await.expect("5 writable >= quorum");
+        assert_eq!(nodes[5], 4, "the full node takes the last shard");
+        // A full node goes before a down one.
+        set(7, &[4], &[6, 7]);
+        let nodes = store.place("b/k").await.expect("5 writable >= quorum");
+        assert_eq!(nodes[5], 4);
+        // Two full: 4 writable < quorum 5, although 6 are live.
+        set(6, &[2, 4], &[]);
+        let err = store.place("b/k").await.expect_err("4 writable < quorum 5");
+        assert!(
+            matches!(
+                err,
+                BlobError::NotEnoughWritable {
+                    writable: 4,
+                    needed: 5
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "not enough writable datanodes: 4 writable, 5 needed (datanodes full or below their free-space reserve)"
+        );
+        // A node that refused a shard as full is skipped until the next refresh.
+        set(7, &[], &[]);
+        let before = store.place("b/x").await.expect("7 writable");
+        store.datanode_full(before[0]);
+        let after = store.place("b/x").await.expect("6 writable");
+        assert!(!after.contains(&before[0]), "{before:?} -> {after:?}");
     }
 
     #[tokio::test]

@@ -60,8 +60,10 @@ pub struct Config {
     pub shard_channel_depth: usize,
     /// Most S3 connections served at once; further clients wait in the TCP backlog (default 1024).
     pub max_connections: usize,
-    /// Most background deletions of released blobs in flight; a request that
-    /// releases blobs while all are busy waits for a slot (default 64).
+    /// Most background deletions in flight of blobs this gateway wrote but
+    /// whose commit meta refused (released blobs are deleted by meta, not
+    /// here); a request that discards one while all are busy waits for a
+    /// slot (default 64).
     pub max_background_deletes: usize,
     /// How long shutdown waits for open connections to finish their requests (default 30 s).
     #[serde(with = "humantime_serde")]
@@ -95,6 +97,12 @@ pub struct Config {
     /// Datanode credit left unused this long is returned to the datanode (default 2 s).
     #[serde(with = "humantime_serde")]
     pub credit_idle_timeout: Duration,
+    // --- write epochs and released blobs (docs/durability.md §3, §4) ---
+    /// How often the gateway opens a new write epoch (default 10 min). The
+    /// previous epoch is renewed until the writes begun under it finished,
+    /// then left to expire on meta, which lets GC collect its garbage.
+    #[serde(with = "humantime_serde")]
+    pub epoch_rotation: Duration,
 }
 
 impl Default for Config {
@@ -120,6 +128,7 @@ impl Default for Config {
             read_budget_bytes: None,
             stall_timeout: Duration::from_secs(30),
             credit_idle_timeout: Duration::from_secs(2),
+            epoch_rotation: crate::epoch::DEFAULT_EPOCH_ROTATION,
         }
     }
 }
@@ -190,6 +199,7 @@ impl Config {
             ("datanode_refresh_interval", self.datanode_refresh_interval),
             ("stall_timeout", self.stall_timeout),
             ("credit_idle_timeout", self.credit_idle_timeout),
+            ("epoch_rotation", self.epoch_rotation),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::Zero(name));

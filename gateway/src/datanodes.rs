@@ -64,11 +64,36 @@ pub struct DatanodeEntry {
     pub addr: String,
     /// Heartbeat seen within meta's liveness window.
     pub live: bool,
+    /// Free space above the node's reserve and disk healthy (last
+    /// heartbeat): new shards go only to live writable nodes.
+    pub writable: bool,
+    /// Free bytes of the node's data dir (statfs, last heartbeat).
+    pub free_bytes: u64,
+}
+
+impl DatanodeEntry {
+    /// A live, writable node (free space unknown): for fixed sets in tests.
+    pub fn up(id: u64, addr: impl Into<String>) -> DatanodeEntry {
+        DatanodeEntry {
+            id,
+            addr: addr.into(),
+            live: true,
+            writable: true,
+            free_bytes: 0,
+        }
+    }
+
+    /// Whether new shards may be placed on this node: live and writable.
+    pub fn accepts_shards(&self) -> bool {
+        self.live && self.writable
+    }
 }
 
 struct Node {
     addr: String,
     live: bool,
+    writable: bool,
+    free_bytes: u64,
     /// Created on first use (creating one spawns tonic's buffer task, so it
     /// needs a runtime); dropped when the address changes.
     channel: Option<Channel>,
@@ -103,6 +128,8 @@ impl Datanodes {
                 Node {
                     addr: e.addr,
                     live: e.live,
+                    writable: e.writable,
+                    free_bytes: e.free_bytes,
                     channel,
                 },
             );
@@ -119,8 +146,29 @@ impl Datanodes {
             id: d.id,
             addr: d.addr,
             live: d.live,
+            writable: d.writable,
+            free_bytes: d.free_bytes,
         }));
         Ok(live)
+    }
+
+    /// Marks datanode `id` not writable until the next refresh (it refused
+    /// a shard with `RESOURCE_EXHAUSTED`: its disk is full).
+    pub fn mark_unwritable(&self, id: u64) {
+        let mut nodes = self.nodes.lock().expect("datanode pool lock");
+        if let Some(n) = nodes.get_mut(&id) {
+            n.writable = false;
+        }
+    }
+
+    /// Ids of the datanodes that are live and writable.
+    pub fn writable_ids(&self) -> Vec<u64> {
+        let nodes = self.nodes.lock().expect("datanode pool lock");
+        nodes
+            .iter()
+            .filter(|(_, n)| n.live && n.writable)
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// Ids of the datanodes meta reports live.
@@ -142,6 +190,8 @@ impl Datanodes {
                 id: *id,
                 addr: n.addr.clone(),
                 live: n.live,
+                writable: n.writable,
+                free_bytes: n.free_bytes,
             })
             .collect();
         v.sort_by_key(|e| e.id);
@@ -197,6 +247,8 @@ mod tests {
             id,
             addr: format!("http://127.0.0.1:{port}"),
             live,
+            writable: true,
+            free_bytes: 1 << 30,
         }
     }
 
@@ -231,13 +283,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn unwritable_nodes_are_not_offered_for_shards() {
+        let pool = Datanodes::new();
+        let mut full = entry(2, 7102, true);
+        full.writable = false;
+        pool.replace([entry(1, 7101, true), full, entry(3, 7103, false)]);
+        let mut writable = pool.writable_ids();
+        writable.sort_unstable();
+        assert_eq!(writable, vec![1], "2 is full, 3 is down");
+        let mut live = pool.live_ids();
+        live.sort_unstable();
+        assert_eq!(live, vec![1, 2]);
+        pool.mark_unwritable(1);
+        assert!(pool.writable_ids().is_empty());
+        assert!(!pool.entries()[0].writable);
+    }
+
+    #[tokio::test]
     async fn bad_address_is_reported() {
         let pool = Datanodes::new();
-        pool.replace([DatanodeEntry {
-            id: 9,
-            addr: "not a uri".into(),
-            live: true,
-        }]);
+        pool.replace([DatanodeEntry::up(9, "not a uri")]);
         assert!(matches!(
             pool.channel(9),
             Err(PoolError::BadAddress { id: 9, .. })

@@ -35,6 +35,16 @@ pub const CREDIT_GRANTED_BYTES_TOTAL: &str = "sluice_gateway_credit_granted_byte
 pub const CREDIT_RETURNED_BYTES_TOTAL: &str = "sluice_gateway_credit_returned_bytes_total";
 /// Counter, label `datanode`: credit lost with a broken credit stream.
 pub const CREDIT_FORFEITED_BYTES_TOTAL: &str = "sluice_gateway_credit_forfeited_bytes_total";
+/// Gauge: the current write epoch (new blob ids name it).
+pub const WRITE_EPOCH: &str = "sluice_gateway_write_epoch";
+/// Counter: write epochs lost (a renewal refused with `EPOCH_CLOSED`).
+pub const EPOCHS_LOST_TOTAL: &str = "sluice_gateway_epochs_lost_total";
+/// Counter: blobs meta released on commit, delete, abort or complete (meta
+/// deletes them after `delete_delay`; the gateway only counts them).
+pub const BLOBS_RELEASED_TOTAL: &str = "sluice_gateway_blobs_released_total";
+/// Counter: blobs this gateway wrote and deleted itself because their
+/// commit was refused or never happened.
+pub const BLOBS_DISCARDED_TOTAL: &str = "sluice_gateway_blobs_discarded_total";
 
 /// `reason` label of [`SLOWDOWN_TOTAL`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +75,26 @@ pub fn count_slowdown(reason: SlowDownReason) {
 /// Records one request of S3 operation `op` that took `seconds`.
 pub fn record_request(op: &str, seconds: f64) {
     metrics::histogram!(REQUEST_DURATION_SECONDS, "op" => op.to_string()).record(seconds);
+}
+
+/// Sets [`WRITE_EPOCH`].
+pub fn set_write_epoch(epoch: u64) {
+    metrics::gauge!(WRITE_EPOCH).set(epoch as f64);
+}
+
+/// Counts one lost write epoch in [`EPOCHS_LOST_TOTAL`].
+pub fn count_epoch_lost() {
+    metrics::counter!(EPOCHS_LOST_TOTAL).increment(1);
+}
+
+/// Counts `n` released blobs in [`BLOBS_RELEASED_TOTAL`].
+pub fn count_released(n: usize) {
+    metrics::counter!(BLOBS_RELEASED_TOTAL).increment(n as u64);
+}
+
+/// Counts `n` discarded blobs in [`BLOBS_DISCARDED_TOTAL`].
+pub fn count_discarded(n: usize) {
+    metrics::counter!(BLOBS_DISCARDED_TOTAL).increment(n as u64);
 }
 
 /// Registers descriptions with the installed recorder.
@@ -127,5 +157,21 @@ pub fn describe() {
         CREDIT_FORFEITED_BYTES_TOTAL,
         Unit::Bytes,
         "Credit lost with broken credit streams"
+    );
+    metrics::describe_gauge!(WRITE_EPOCH, Unit::Count, "Current write epoch");
+    metrics::describe_counter!(
+        EPOCHS_LOST_TOTAL,
+        Unit::Count,
+        "Write epochs lost (renewal refused: closed on meta)"
+    );
+    metrics::describe_counter!(
+        BLOBS_RELEASED_TOTAL,
+        Unit::Count,
+        "Blobs released by commits and deletes (deleted by meta after delete_delay)"
+    );
+    metrics::describe_counter!(
+        BLOBS_DISCARDED_TOTAL,
+        Unit::Count,
+        "Blobs deleted by the gateway because their commit was refused or never happened"
     );
 }

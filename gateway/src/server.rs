@@ -403,6 +403,7 @@ pub async fn run_with_stats(
         read_budget: config.read_budget(),
         stall_timeout: config.stall_timeout,
         credit_idle_timeout: config.credit_idle_timeout,
+        epoch_rotation: config.epoch_rotation,
     };
     tracing::info!(
         max_inflight_requests = config.max_inflight_requests,

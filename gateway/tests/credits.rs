@@ -266,6 +266,7 @@ impl Cluster {
             read_budget: GW_BUDGET,
             stall_timeout: stall,
             credit_idle_timeout: Duration::from_millis(200),
+            ..Default::default()
         };
         let store = BlobStore::with_static_datanodes(
             config,

@@ -53,6 +53,7 @@ use tower::{Service as _, ServiceExt as _};
 use super::{BlobError, BlobStore, SHARD_STALL_TIMEOUT};
 use crate::admission::BufferPermit;
 use crate::credit::{CreditError, NodeCredit};
+use crate::epoch::EpochGuard;
 use crate::datanodes::MAX_MESSAGE_BYTES;
 use crate::layout::Layout;
 
@@ -328,6 +329,9 @@ struct ShardWriter {
     failure: Arc<StreamFailure>,
     /// How long a full channel may block a send.
     send_timeout: Duration,
+    /// The datanode refused the shard with `RESOURCE_EXHAUSTED` (disk full
+    /// or below its free-space reserve).
+    full: bool,
 }
 
 impl Drop for ShardWriter {
@@ -375,10 +379,20 @@ impl ShardWriter {
             }
             Ok(result) => match result {
                 Ok(Ok(_)) => "datanode answered before the shard was complete".into(),
-                Ok(Err(status)) => format!("{}: {}", status.code(), status.message()),
+                Ok(Err(status)) => self.status_error(&status),
                 Err(e) => format!("shard task failed: {e}"),
             },
         }
+    }
+
+    /// The reason of a failed RPC; notes a datanode's `RESOURCE_EXHAUSTED`
+    /// (not our own credit wait giving up, which fails the task with the
+    /// same code but sets `failure`).
+    fn status_error(&mut self, status: &tonic::Status) -> String {
+        if status.code() == tonic::Code::ResourceExhausted && self.failure.get().is_none() {
+            self.full = true;
+        }
+        format!("{}: {}", status.code(), status.message())
     }
 
     /// Marks the shard failed: aborts its RPC (resetting the stream).
@@ -520,6 +534,7 @@ impl BlobWriter<'_> {
                 task: None,
                 failure: Arc::clone(&failure),
                 send_timeout: stall + SHARD_STALL_TIMEOUT,
+                full: false,
             };
             match inner.pool.channel(node) {
                 Ok(channel) => {
@@ -601,7 +616,7 @@ impl BlobWriter<'_> {
                     "datanode stored {} blocks / {} bytes, expected {blocks} / {bytes}",
                     r.blocks, r.bytes_written
                 ),
-                Ok(Ok(Err(status))) => format!("{}: {}", status.code(), status.message()),
+                Ok(Ok(Err(status))) => shard.status_error(&status),
                 Ok(Err(e)) => format!("shard task failed: {e}"),
                 Err(_) => {
                     // Reset the stream: the shard must not turn up later.
@@ -623,10 +638,19 @@ impl BlobWriter<'_> {
             .collect()
     }
 
+    /// Reports the datanodes that refused their shard as full to the store.
+    fn note_full(&self) {
+        for shard in self.shards.iter().filter(|s| s.full) {
+            self.store.datanode_full(shard.node);
+        }
+    }
+
     /// Best-effort removal of every shard of this blob (after a failed write).
     async fn discard(&mut self) {
+        self.note_full();
         // Reset the streams first so no shard can still be committed.
         self.shards.clear();
+        crate::metrics::count_discarded(1);
         let by_node: BTreeMap<u64, Vec<String>> = self
             .nodes
             .iter()
@@ -665,13 +689,17 @@ fn too_long(len: u64) -> BlobError {
     ))
 }
 
-/// Streams `body` to the shards on `nodes` (shard `i` on `nodes[i]`).
-/// `first` is the buffer permit of the first stripe (taken before the
-/// datanodes were chosen); `len` the declared body length, if known.
+/// Streams `body` to the shards on `nodes` (shard `i` on `nodes[i]`) as a
+/// new blob of `epoch`. `first` is the buffer permit of the first stripe
+/// (taken before the datanodes were chosen); `len` the declared body
+/// length, if known. A datanode that refuses its shard with
+/// `RESOURCE_EXHAUSTED` fails only that shard, and is reported full to the
+/// store (see [`BlobStore::datanode_full`]).
 pub(super) async fn write_blob<S>(
     store: &BlobStore,
+    epoch: &EpochGuard,
     nodes: Vec<u64>,
-    mut body: S,
+    body: S,
     len: Option<u64>,
     first: BufferPermit,
 ) -> Result<Placement, BlobError>
@@ -679,16 +707,35 @@ where
     S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Unpin,
 {
     let config = &store.inner.config;
-    let (k, block_size) = (config.data_shards, config.block_size);
-    let stripe_bytes = k * block_size;
     let mut writer = BlobWriter {
         store,
-        blob_id: uuid::Uuid::new_v4().simple().to_string(),
+        blob_id: sluice_proto::blob_id::new_blob_id(epoch.epoch(), rand::random::<u128>()),
         nodes: nodes.clone(),
         shards: Vec::with_capacity(nodes.len()),
         write_quorum: config.write_quorum,
     };
-    // On any early return the shard writers drop, which aborts their RPCs.
+    let result = write_stripes(&mut writer, body, len, first).await;
+    writer.note_full();
+    result
+}
+
+/// The body of [`write_blob`]: open the shards, stream the stripes, finish.
+async fn write_stripes<S>(
+    writer: &mut BlobWriter<'_>,
+    mut body: S,
+    len: Option<u64>,
+    first: BufferPermit,
+) -> Result<Placement, BlobError>
+where
+    S: Stream<Item = Result<Bytes, std::io::Error>> + Send + Unpin,
+{
+    let store = writer.store;
+    let config = &store.inner.config;
+    let (k, block_size) = (config.data_shards, config.block_size);
+    let stripe_bytes = k * block_size;
+    let nodes = writer.nodes.clone();
+    // On any early return the shard writers drop (with the writer, after
+    // the full datanodes were noted), which aborts their RPCs.
     writer
         .open(block_size as u32, config.shard_channel_depth)
         .await?;

@@ -184,13 +184,16 @@ pub(super) async fn copy_object(
     let expected = expected_from_source(&src, true, extra);
     let body = object_stream(&gw.blobs, &src.parts, 0..src.size)?.map_err(io::Error::other);
     let placement_key = object_placement_key(&input.bucket, &input.key);
-    let stored = store_body(gw, &placement_key, body, expected, Some(src.size)).await?;
+    // From before the first shard until the commit returns.
+    let epoch = gw.blobs.epochs().begin_write();
+    let stored = store_body(gw, &epoch, &placement_key, body, expected, Some(src.size)).await?;
     let new_blob = stored.placement.clone();
     let record = single_part_record(input.bucket, input.key, stored, http, now_ms());
     let (etag_value, last_modified_ms) = (record.etag.clone(), record.last_modified_ms);
     let sums = ChecksumFields::from(record.checksums.as_ref());
     tracing::debug!(from = %format!("{src_bucket}/{src_key}"), bucket = %record.bucket, key = %record.key, size = record.size, "copy object");
     commit_object(gw, record, new_blob).await?;
+    drop(epoch);
     Ok(S3Response::new(CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {
             e_tag: Some(etag(&etag_value)),
@@ -246,7 +249,9 @@ pub(super) async fn upload_part_copy(
     let len = range.end - range.start;
     let body = object_stream(&gw.blobs, &src.parts, range)?.map_err(io::Error::other);
     let placement_key = part_placement_key(&input.bucket, &input.key, &input.upload_id, number);
-    let stored = store_body(gw, &placement_key, body, expected, Some(len)).await?;
+    // From before the first shard until the commit returns.
+    let epoch = gw.blobs.epochs().begin_write();
+    let stored = store_body(gw, &epoch, &placement_key, body, expected, Some(len)).await?;
     let part = commit_part(
         gw,
         &input.bucket,
@@ -256,6 +261,7 @@ pub(super) async fn upload_part_copy(
         stored,
     )
     .await?;
+    drop(epoch);
     tracing::debug!(from = %format!("{src_bucket}/{src_key}"), upload_id = %input.upload_id, number, size = part.size, "upload part copy");
     let sums = ChecksumFields::from(part.checksums.as_ref());
     Ok(S3Response::new(UploadPartCopyOutput {

@@ -1,8 +1,8 @@
 //! DeleteObject and DeleteObjects (at most 1000 keys, per-key results, quiet mode).
 //!
 //! Deleting a missing key succeeds (204), as in S3. The deleted object's
-//! blobs are released to the background reclaimer once meta has committed
-//! the deletion.
+//! blobs are released: meta records them as pending deletions with the
+//! deletion and deletes them after `delete_delay`.
 
 use futures::StreamExt;
 use s3s::dto::*;
@@ -28,7 +28,7 @@ pub(super) async fn delete_object(
         .await
         .map_err(meta_error)?;
     tracing::debug!(bucket = %input.bucket, key = %input.key, blobs = released.len(), "delete object");
-    gw.reclaimer.release(released).await;
+    gw.reclaimer.release(&released);
     Ok(S3Response::new(DeleteObjectOutput::default()))
 }
 
@@ -77,7 +77,7 @@ pub(super) async fn delete_objects(
     for (key, result) in results {
         match result {
             Ok(released) => {
-                gw.reclaimer.release(released).await;
+                gw.reclaimer.release(&released);
                 if !quiet {
                     deleted.push(DeletedObject {
                         key: Some(key),

@@ -31,6 +31,31 @@ pub fn slow_down(reason: SlowDownReason) -> S3Error {
     err
 }
 
+/// Message of the `503 ServiceUnavailable` a commit refused with
+/// `EPOCH_CLOSED` gets.
+pub const EPOCH_LOST_MESSAGE: &str = "write epoch lost; retry";
+
+/// `err` with `Retry-After: RETRY_AFTER_SECONDS`.
+fn with_retry_after(mut err: S3Error) -> S3Error {
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from(RETRY_AFTER_SECONDS),
+    );
+    err.set_headers(headers);
+    err
+}
+
+/// `503 ServiceUnavailable` "write epoch lost; retry" with `Retry-After`:
+/// the commit named a blob of a write epoch meta had closed (this gateway
+/// was paused or cut off past its lease); the retry writes under a new one.
+pub fn epoch_lost() -> S3Error {
+    with_retry_after(S3Error::with_message(
+        S3ErrorCode::ServiceUnavailable,
+        EPOCH_LOST_MESSAGE,
+    ))
+}
+
 /// S3 code for a code the meta state machine refused a call with.
 pub fn meta_code(code: ErrorCode) -> S3ErrorCode {
     match code {
@@ -59,6 +84,13 @@ pub fn meta_code(code: ErrorCode) -> S3ErrorCode {
 /// the offending part or argument.
 pub fn meta_error(err: MetaError) -> S3Error {
     match err {
+        MetaError::Refused {
+            code: ErrorCode::EpochClosed,
+            message,
+        } => {
+            tracing::warn!(%message, "commit refused: write epoch closed; answering 503");
+            epoch_lost()
+        }
         MetaError::Refused { code, message } => {
             let s3 = meta_code(code);
             if s3 == S3ErrorCode::InternalError {
@@ -162,6 +194,13 @@ fn blob_error_ref(err: &BlobError) -> S3Error {
                 "datanodes granted no credit in time; answering SlowDown"
             );
             slow_down(SlowDownReason::Datanodes)
+        }
+        BlobError::NotEnoughWritable { .. } => {
+            tracing::warn!(error = %err, "datanodes full");
+            with_retry_after(S3Error::with_message(
+                S3ErrorCode::ServiceUnavailable,
+                err.to_string(),
+            ))
         }
         BlobError::QuorumNotReached { .. } | BlobError::NotEnoughDatanodes { .. } => {
             tracing::warn!(error = %err, "data path degraded");
@@ -306,6 +345,41 @@ mod tests {
         let e = meta_error(MetaError::Unavailable("no leader".into()));
         assert_eq!(e.code(), &S3ErrorCode::ServiceUnavailable);
         assert_eq!(e.status_code(), Some(StatusCode::SERVICE_UNAVAILABLE));
+    }
+
+    fn retry_after(e: &S3Error) -> Option<&[u8]> {
+        e.headers()
+            .and_then(|h| h.get("retry-after"))
+            .map(|v| v.as_bytes())
+    }
+
+    #[test]
+    fn a_commit_of_a_closed_epoch_is_a_retryable_503() {
+        let e = meta_error(MetaError::Refused {
+            code: ErrorCode::EpochClosed,
+            message: "epoch 7 is closed".into(),
+        });
+        assert_eq!(e.code(), &S3ErrorCode::ServiceUnavailable);
+        assert_eq!(e.status_code(), Some(StatusCode::SERVICE_UNAVAILABLE));
+        assert_eq!(e.message(), Some("write epoch lost; retry"));
+        assert_eq!(retry_after(&e), Some(&b"1"[..]));
+    }
+
+    #[test]
+    fn too_few_writable_datanodes_is_a_503() {
+        let e = blob_error(BlobError::NotEnoughWritable {
+            writable: 4,
+            needed: 5,
+        });
+        assert_eq!(e.code(), &S3ErrorCode::ServiceUnavailable);
+        assert_eq!(e.status_code(), Some(StatusCode::SERVICE_UNAVAILABLE));
+        assert_eq!(
+            e.message(),
+            Some(
+                "not enough writable datanodes: 4 writable, 5 needed (datanodes full or below their free-space reserve)"
+            )
+        );
+        assert_eq!(retry_after(&e), Some(&b"1"[..]));
     }
 
     #[test]

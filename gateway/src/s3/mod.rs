@@ -15,9 +15,11 @@
 //! Every body is streamed: bodies in through [`checksum::DigestingBody`] into
 //! [`BlobStore::write`], bodies out from [`BlobStore::read`] part by part.
 //! An object or part is committed in meta only after its blob is durable,
-//! and the client's 200 comes only after that commit. Blobs a commit
-//! releases (a replaced object, a replaced part) are deleted in the
-//! background by the [`Reclaimer`], at most `max_background_deletes` at once.
+//! and the client's 200 comes only after that commit. Every blob is written
+//! under a write epoch guard ([`crate::epoch`]) held from before its first
+//! shard until its commit returns. Blobs a commit releases (a replaced
+//! object, a replaced part) are deleted by meta after `delete_delay`; the
+//! gateway deletes only blobs whose commit was refused (see [`Reclaimer`]).
 
 pub mod bucket;
 pub mod checksum;
@@ -52,7 +54,7 @@ pub struct Gateway {
 
 impl Gateway {
     /// A gateway over `meta` and `blobs`; at most `max_background_deletes`
-    /// deletions of released blobs run at once.
+    /// deletions of discarded blobs (commit refused) run at once.
     pub fn new(
         meta: MetaClient,
         blobs: BlobStore,
@@ -68,14 +70,26 @@ impl Gateway {
         }
     }
 
-    /// Waits for every background deletion to finish; later releases delete inline.
+    /// Waits for every background deletion to finish; later discards delete inline.
     pub async fn drain(&self) {
         self.reclaimer.drain().await;
     }
 }
 
-/// Deletes the shards of blobs that meta no longer references, in the
-/// background, with a bounded number of deletions in flight.
+/// What the gateway does with blobs that leave the namespace.
+///
+/// *Released* blobs (replaced by a commit, dropped by DeleteObject,
+/// AbortMultipartUpload or CompleteMultipartUpload) are meta's: it records
+/// each as a pending deletion in the same batch and deletes it after
+/// `delete_delay`, so a GET that started before the release reads to the
+/// end. [`Reclaimer::release`] only counts them.
+///
+/// *Discarded* blobs were written by this gateway and never became
+/// referenced: their commit was definitely refused (meta applied the
+/// refusal) or never sent. Those the gateway deletes itself, in the
+/// background, with at most `max_background_deletes` deletions in flight
+/// ([`Reclaimer::discard`]). A blob whose commit outcome is unknown is left
+/// to datanode GC, which epoch fencing makes safe.
 #[derive(Clone)]
 pub struct Reclaimer {
     blobs: BlobStore,
@@ -94,12 +108,30 @@ impl Reclaimer {
         }
     }
 
-    /// Deletes `placements` in the background. Waits for a slot while
-    /// `max` deletions are running (back-pressure instead of an unbounded task set).
-    pub async fn release(&self, placements: Vec<pb::Placement>) {
+    /// Notes blobs a commit or delete released: meta deletes them after
+    /// `delete_delay`; the gateway only counts them
+    /// (`sluice_gateway_blobs_released_total`).
+    pub fn release(&self, placements: &[pb::Placement]) {
         if placements.is_empty() {
             return;
         }
+        crate::metrics::count_released(placements.len());
+        tracing::debug!(
+            blobs = placements.len(),
+            "released blobs (meta deletes them after delete_delay)"
+        );
+    }
+
+    /// Deletes blobs this gateway wrote that no record references nor ever
+    /// will (their commit was refused or never sent), in the background.
+    /// Waits for a slot while `max` deletions are running (back-pressure
+    /// instead of an unbounded task set); after [`Gateway::drain`], deletes
+    /// inline.
+    pub async fn discard(&self, placements: Vec<pb::Placement>) {
+        if placements.is_empty() {
+            return;
+        }
+        crate::metrics::count_discarded(placements.len());
         match self.permits.clone().acquire_owned().await {
             Ok(permit) => {
                 let blobs = self.blobs.clone();
@@ -110,13 +142,6 @@ impl Reclaimer {
             }
             // Draining: delete inline.
             Err(_) => self.blobs.delete(&placements).await,
-        }
-    }
-
-    /// Deletes `placements` now and returns when done.
-    pub async fn release_now(&self, placements: Vec<pb::Placement>) {
-        if !placements.is_empty() {
-            self.blobs.delete(&placements).await;
         }
     }
 

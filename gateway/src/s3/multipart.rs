@@ -68,7 +68,9 @@ fn upload_algorithm(upload: &pb::UploadRecord) -> Option<ChecksumAlgorithm> {
         .and_then(ChecksumAlgorithm::parse)
 }
 
-/// Commits a stored part body in meta and releases the part it replaced.
+/// Commits a stored part body in meta (meta releases the part it
+/// replaced). The caller holds the epoch guard the part's blob was written
+/// under until this returns.
 pub async fn commit_part(
     gw: &Gateway,
     bucket: &str,
@@ -89,7 +91,7 @@ pub async fn commit_part(
     };
     match gw.meta.put_part(bucket, key, part.clone()).await {
         Ok(released) => {
-            gw.reclaimer.release(released).await;
+            gw.reclaimer.release(&released);
             Ok(part)
         }
         Err(err) => {
@@ -215,8 +217,11 @@ pub(super) async fn upload_part(
     }
     let placement_key = part_placement_key(&input.bucket, &input.key, &input.upload_id, number);
     let len = input.content_length.and_then(|l| u64::try_from(l).ok());
+    // From before the first shard until the commit returns.
+    let epoch = gw.blobs.epochs().begin_write();
     let stored = store_body(
         gw,
+        &epoch,
         &placement_key,
         request_body(input.body.take()),
         expected,
@@ -232,6 +237,7 @@ pub(super) async fn upload_part(
         stored,
     )
     .await?;
+    drop(epoch);
     tracing::debug!(bucket = %input.bucket, key = %input.key, upload_id = %input.upload_id, number, size = part.size, "upload part");
     let sums = ChecksumFields::from(part.checksums.as_ref());
     Ok(S3Response::new(UploadPartOutput {
@@ -436,7 +442,7 @@ pub(super) async fn complete_multipart_upload(
         })
         .await
         .map_err(meta_error)?;
-    gw.reclaimer.release(resp.released).await;
+    gw.reclaimer.release(&resp.released);
     let obj = resp
         .object
         .ok_or_else(|| internal("CompleteUpload answered without an object"))?;
@@ -467,9 +473,10 @@ pub(super) async fn abort_multipart_upload(
         .abort_upload(&input.bucket, &input.key, &input.upload_id)
         .await
         .map_err(meta_error)?;
-    // Shards are gone by the time the client hears 204.
+    // Meta deletes the parts' blobs after `delete_delay` (a GET of a part
+    // in flight reads to the end); nothing is deleted here.
     let parts = released.len();
-    gw.reclaimer.release_now(released).await;
+    gw.reclaimer.release(&released);
     tracing::debug!(bucket = %input.bucket, key = %input.key, upload_id = %input.upload_id, parts, "abort multipart upload");
     Ok(S3Response::new(AbortMultipartUploadOutput::default()))
 }

@@ -1,6 +1,9 @@
 //! PutObject, and the two steps every body-storing operation shares:
-//! [`store_body`] (stream a verified body into a new blob) and
-//! [`commit_object`] (commit the record in meta, then release what it replaced).
+//! [`store_body`] (stream a verified body into a new blob of a write epoch)
+//! and [`commit_object`] (commit the record in meta, which releases what it
+//! replaced). The caller takes an [`EpochGuard`] before [`store_body`] and
+//! holds it until the commit returns: a commit of a blob whose epoch meta
+//! closed meanwhile is refused with `EPOCH_CLOSED` (`503`, retried).
 
 use std::io;
 
@@ -15,6 +18,7 @@ use sluice_proto::meta as pb;
 use super::checksum::{self, BodyDigests, DigestingBody, Expected};
 use super::error::{blob_error, body_error, internal, meta_error};
 use super::{Gateway, etag, http_meta, now_ms, object_placement_key};
+use crate::epoch::EpochGuard;
 
 /// A request body stored as a blob and verified against what the client claimed.
 pub struct StoredBody {
@@ -35,8 +39,9 @@ pub fn request_body(body: Option<StreamingBlob>) -> BodyStream {
     }
 }
 
-/// Streams `body` through a [`DigestingBody`] into a new blob placed under
-/// `placement_key`, never holding more than the data path's stripes in memory.
+/// Streams `body` through a [`DigestingBody`] into a new blob of write
+/// epoch `epoch` placed under `placement_key`, never holding more than the
+/// data path's stripes in memory.
 ///
 /// `len` is the declared (decoded) body length when known; `Some(0)` skips
 /// the data path: the body is still read (an aws-chunked body may carry a
@@ -46,6 +51,7 @@ pub fn request_body(body: Option<StreamingBlob>) -> BodyStream {
 /// `stall_timeout`).
 pub async fn store_body<S>(
     gw: &Gateway,
+    epoch: &EpochGuard,
     placement_key: &str,
     body: S,
     expected: Expected,
@@ -68,14 +74,14 @@ where
     } else {
         Some(
             gw.blobs
-                .write(placement_key, digesting, len)
+                .write_under(epoch, placement_key, digesting, len)
                 .await
                 .map_err(blob_error)?,
         )
     };
     let Some(digests) = checksum::take(&slot) else {
         if let Some(p) = placement {
-            gw.reclaimer.release(vec![p]).await;
+            gw.reclaimer.discard(vec![p]).await;
         }
         return Err(internal(
             "the data path returned before the request body ended",
@@ -85,7 +91,7 @@ where
         && p.size != digests.size
     {
         let size = p.size;
-        gw.reclaimer.release(vec![p.clone()]).await;
+        gw.reclaimer.discard(vec![p.clone()]).await;
         tracing::error!(
             placement_size = size,
             body_size = digests.size,
@@ -96,10 +102,13 @@ where
     Ok(StoredBody { placement, digests })
 }
 
-/// Commits `record` in meta and releases the blobs it replaced. When the
-/// commit fails, `new_blob` (the blob written for this record) is released
-/// if meta definitely refused the record; when meta was unreachable the
-/// commit may still have happened, so the blob is left to datanode GC.
+/// Commits `record` in meta (meta releases the blobs it replaced and
+/// deletes them after `delete_delay`). When the commit fails, `new_blob`
+/// (the blob written for this record) is deleted if meta definitely
+/// refused the record (`EPOCH_CLOSED` among the refusals: `503`); when
+/// meta was unreachable the commit may still have happened, so the blob is
+/// left to datanode GC. The caller holds the blob's epoch guard until this
+/// returns.
 pub async fn commit_object(
     gw: &Gateway,
     record: pb::ObjectRecord,
@@ -107,7 +116,7 @@ pub async fn commit_object(
 ) -> S3Result<()> {
     match gw.meta.put_object(record).await {
         Ok(released) => {
-            gw.reclaimer.release(released).await;
+            gw.reclaimer.release(&released);
             Ok(())
         }
         Err(err) => {
@@ -117,10 +126,13 @@ pub async fn commit_object(
     }
 }
 
-/// Releases a blob whose commit failed, unless the commit may have happened (see [`commit_object`]).
+/// Deletes a blob whose commit failed, unless the commit may have happened (see [`commit_object`]).
 pub async fn discard_uncommitted(gw: &Gateway, err: &MetaError, new_blob: Option<pb::Placement>) {
     match (err, new_blob) {
-        (MetaError::Refused { .. }, Some(p)) => gw.reclaimer.release(vec![p]).await,
+        (MetaError::Refused { code, .. }, Some(p)) => {
+            tracing::debug!(blob_id = %p.blob_id, ?code, "commit refused; deleting the blob");
+            gw.reclaimer.discard(vec![p]).await;
+        }
         (MetaError::Unavailable(_), Some(p)) => {
             tracing::warn!(blob_id = %p.blob_id, "commit outcome unknown; leaving blob to datanode GC");
         }
@@ -273,8 +285,11 @@ pub(super) async fn put_object(
     );
     let len = input.content_length.and_then(|l| u64::try_from(l).ok());
     let placement_key = object_placement_key(&input.bucket, &input.key);
+    // From before the first shard until the commit returns.
+    let epoch = gw.blobs.epochs().begin_write();
     let stored = store_body(
         gw,
+        &epoch,
         &placement_key,
         request_body(input.body.take()),
         expected,
@@ -288,6 +303,7 @@ pub(super) async fn put_object(
     let sums = ChecksumFields::from(record.checksums.as_ref());
     tracing::debug!(bucket = %record.bucket, key = %record.key, size, etag = %etag_value, "put object");
     commit_object(gw, record, new_blob).await?;
+    drop(epoch);
 
     Ok(S3Response::new(PutObjectOutput {
         e_tag: Some(etag(&etag_value)),
