@@ -21,8 +21,8 @@ use futures::StreamExt;
 use sluice_meta::client::{CallFaults, FaultAction};
 
 use crate::fixtures::{
-    CONVERGE_TIMEOUT, FULL_DISK_RESERVE, Setup, TestCluster, assert_objects, durable_datanode,
-    durable_gateway, durable_meta, durable_setup, flip_byte, wait_until,
+    CONVERGE_TIMEOUT, Setup, TestCluster, assert_objects, durable_datanode, durable_meta,
+    durable_setup, flip_byte, wait_until,
 };
 use crate::{
     KIB, MIB, assert_object, assert_same_bytes, md5_hex, multipart_put, put, quoted, random_bytes,
@@ -613,9 +613,8 @@ async fn full_datanode_takes_no_new_shards() -> Result<()> {
         datanode: Some(|c| {
             durable_datanode(c);
             let _full = c.node_id == 1;
-            // KNOB (after merge): if _full { c.reserved_free_bytes = FULL_DISK_RESERVE; }
+            // KNOB (after merge): if _full { c.reserved_free_bytes = crate::fixtures::FULL_DISK_RESERVE; }
         }),
-        gateway: Some(durable_gateway),
         ..durable_setup()
     };
     let mut c = TestCluster::start_setup(1, 6, setup).await?;
@@ -659,8 +658,7 @@ async fn full_datanode_takes_no_new_shards() -> Result<()> {
     // A second full node: 4 writable < write quorum 5.
     let on_2_before = c.shard_files(1).map_err(anyhow::Error::msg)?.len();
     c.datanodes[1].stop().await?;
-    // KNOB (after merge): c.datanodes[1].config.reserved_free_bytes = FULL_DISK_RESERVE;
-    let _ = FULL_DISK_RESERVE;
+    // KNOB (after merge): c.datanodes[1].config.reserved_free_bytes = crate::fixtures::FULL_DISK_RESERVE;
     c.datanodes[1].start().await?;
     c.wait_datanodes_live().await?;
     wait_writable(&c, &[1, 2]).await?;

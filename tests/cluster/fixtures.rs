@@ -229,6 +229,7 @@ pub fn durable_datanode(c: &mut sluice_datanode::Config) {
 
 /// A `reserved_free_bytes` larger than any test machine's free space (1 PiB):
 /// the datanode reports itself not writable and refuses PutShard.
+#[allow(dead_code)] // used by `KNOB (after merge)` lines in `durability`
 pub const FULL_DISK_RESERVE: u64 = 1 << 50;
 
 /// Gateway: 4+2 with write quorum 5, heal on every 200 ms, audit every 1 s,
@@ -926,7 +927,12 @@ fn shard_files_below(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> 
         let entry = entry?;
         let ty = entry.file_type()?;
         if ty.is_dir() {
-            shard_files_below(&entry.path(), out)?;
+            // A quarantined (corrupt) copy is not a stored shard.
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if !name.contains("quarantine") && !name.contains("trash") {
+                shard_files_below(&entry.path(), out)?;
+            }
         } else if ty.is_file() && entry.file_name().to_str().is_some_and(is_shard_file_name) {
             out.push(entry.path());
         }
