@@ -10,17 +10,21 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use futures::future::BoxFuture;
 use sluice_meta::MetaClient;
-use sluice_proto::datanode::NodeStatusRequest;
+use sluice_meta::client::CallFaults;
 use sluice_proto::datanode::datanode_client::DatanodeClient;
+use sluice_proto::datanode::{HasShardsRequest, NodeStatusRequest, ShardId};
 use sluice_proto::meta::meta_client::MetaClient as MetaRpcClient;
-use sluice_proto::meta::{ClusterStatusRequest, ClusterStatusResponse};
+use sluice_proto::meta::{
+    ClusterStatusRequest, ClusterStatusResponse, ListPlacementsRequest, PlacedBlob,
+};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -115,7 +119,16 @@ impl Role for sluice_datanode::Config {
 pub struct GatewayRole {
     pub config: sluice_gateway::Config,
     pub stats: sluice_gateway::GatewayStats,
+    /// Fault seam the gateway's `MetaClient` is built with (every meta call
+    /// of the gateway: commits, epoch renewals, heal); `None` = no faults.
+    pub meta_faults: Option<Arc<dyn CallFaults>>,
 }
+
+/// Total retry deadline per call of a gateway `MetaClient` built with
+/// faults (the same as `MetaClient::new`).
+const GATEWAY_META_RETRY_DEADLINE: Duration = Duration::from_secs(20);
+/// Timeout per attempt of a gateway `MetaClient` built with faults.
+const GATEWAY_META_RPC_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Role for GatewayRole {
     fn listen(&self) -> SocketAddr {
@@ -127,9 +140,29 @@ impl Role for GatewayRole {
         stop: oneshot::Receiver<()>,
     ) -> BoxFuture<'static, Result<()>> {
         Box::pin(async move {
-            sluice_gateway::run_with_stats(self.config, listener, stopped(stop), self.stats)
+            let Some(faults) = self.meta_faults else {
+                return sluice_gateway::run_with_stats(
+                    self.config,
+                    listener,
+                    stopped(stop),
+                    self.stats,
+                )
                 .await
-                .map_err(anyhow::Error::from)
+                .map_err(anyhow::Error::from);
+            };
+            let meta = MetaClient::with_faults(
+                self.config.meta_endpoints.clone(),
+                GATEWAY_META_RETRY_DEADLINE,
+                GATEWAY_META_RPC_TIMEOUT,
+                faults,
+            );
+            // NEEDS: sluice_gateway::run_with_meta(config, listener, shutdown, stats, meta: MetaClient) -> Result<(), Error>, which run_with_stats calls with MetaClient::new(config.meta_endpoints.clone()); the gateway uses `meta` for every meta call (commits, epochs, heal).
+            // return sluice_gateway::run_with_meta(self.config, listener, stopped(stop), self.stats, meta).await.map_err(anyhow::Error::from);
+            drop((meta, listener, stop));
+            bail!(
+                "NEEDS: sluice_gateway::run_with_meta(config, listener, shutdown, stats, meta_client) \
+                 to run the gateway with a MetaClient built with CallFaults"
+            )
         })
     }
 }
@@ -140,6 +173,88 @@ impl Role for GatewayRole {
 pub struct Overrides {
     pub datanode: Option<fn(&mut sluice_datanode::Config)>,
     pub gateway: Option<fn(&mut sluice_gateway::Config)>,
+}
+
+/// Everything [`TestCluster::start_setup`] configures: a config function
+/// per role (applied after the fixture's own settings; the datanode one
+/// sees `node_id` and may treat nodes differently) and the fault seam of
+/// the gateway's `MetaClient`.
+#[derive(Clone, Default)]
+pub struct Setup {
+    pub meta: Option<fn(&mut sluice_meta::Config)>,
+    pub datanode: Option<fn(&mut sluice_datanode::Config)>,
+    pub gateway: Option<fn(&mut sluice_gateway::Config)>,
+    pub gateway_meta_faults: Option<Arc<dyn CallFaults>>,
+}
+
+impl From<Overrides> for Setup {
+    fn from(o: Overrides) -> Self {
+        Setup {
+            meta: None,
+            datanode: o.datanode,
+            gateway: o.gateway,
+            gateway_meta_faults: None,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Durability knobs (docs/durability.md), one function per role: tiny
+// intervals so heal, GC, epochs and reclaim act within a test's seconds.
+// Tests apply one of these first, then change what they exercise.
+
+/// Meta: 1 s epoch leases swept every 100 ms, released blobs reclaimed every
+/// 100 ms after a 2 s `delete_delay`.
+pub fn durable_meta(c: &mut sluice_meta::Config) {
+    // Sessions keep their defaults (10 min, 100 000 entries): much longer
+    // than any retry in these tests.
+    // KNOB (after merge): c.session_expiry = Duration::from_secs(600);
+    // KNOB (after merge): c.session_table_max_entries = 100_000;
+    // KNOB (after merge): c.epoch_lease = Duration::from_secs(1);
+    // KNOB (after merge): c.epoch_sweep_interval = Duration::from_millis(100);
+    // KNOB (after merge): c.delete_delay = Duration::from_secs(2);
+    // KNOB (after merge): c.reclaim_interval = Duration::from_millis(100);
+    c.stale_upload_check_interval = Duration::from_secs(3600);
+}
+
+/// Datanode: GC every 200 ms with a 100 ms grace, no reserve (1 byte), no
+/// scrub within a test (1 h), unthrottled scrub reads.
+pub fn durable_datanode(c: &mut sluice_datanode::Config) {
+    c.gc_interval = Duration::from_millis(200);
+    c.gc_grace = Duration::from_millis(100);
+    // KNOB (after merge): c.reserved_free_bytes = 1;
+    // KNOB (after merge): c.scrub_interval = Duration::from_secs(3600);
+    // KNOB (after merge): c.scrub_bandwidth_bytes_per_sec = 1024 * 1024 * 1024;
+}
+
+/// A `reserved_free_bytes` larger than any test machine's free space (1 PiB):
+/// the datanode reports itself not writable and refuses PutShard.
+#[allow(dead_code)] // used by `KNOB (after merge)` lines in `durability`
+pub const FULL_DISK_RESERVE: u64 = 1 << 50;
+
+/// Gateway: 4+2 with write quorum 5, heal on every 200 ms, audit every 1 s,
+/// a node down 2 s has its shards reported missing, unthrottled heal.
+pub fn durable_gateway(c: &mut sluice_gateway::Config) {
+    c.data_shards = 4;
+    c.parity_shards = 2;
+    c.write_quorum = Some(5);
+    // KNOB (after merge): c.epoch_rotation = Duration::from_secs(600);
+    // KNOB (after merge): c.heal_enabled = true;
+    // KNOB (after merge): c.heal_interval = Duration::from_millis(200);
+    // KNOB (after merge): c.audit_interval = Duration::from_secs(1);
+    // KNOB (after merge): c.node_down_after = Duration::from_secs(2);
+    // KNOB (after merge): c.heal_bandwidth_bytes_per_sec = 1024 * 1024 * 1024;
+    // KNOB (after merge): c.heal_concurrency = 4;
+}
+
+/// [`Setup`] with the three `durable_*` functions and no faults.
+pub fn durable_setup() -> Setup {
+    Setup {
+        meta: Some(durable_meta),
+        datanode: Some(durable_datanode),
+        gateway: Some(durable_gateway),
+        gateway_meta_faults: None,
+    }
 }
 
 struct Running {
@@ -263,7 +378,7 @@ async fn bind_any() -> Result<TcpListener> {
         .context("bind port-0 listener")
 }
 
-fn meta_config(
+fn meta_config_base(
     id: u64,
     listen: SocketAddr,
     dir: PathBuf,
@@ -393,6 +508,24 @@ impl TestCluster {
         datanodes: usize,
         overrides: Overrides,
     ) -> Result<TestCluster> {
+        Self::start_setup_without_gateway(metas, datanodes, overrides.into()).await
+    }
+
+    /// [`TestCluster::start_with`] configured by `setup` (config functions
+    /// for every role, gateway meta faults).
+    pub async fn start_setup(metas: usize, datanodes: usize, setup: Setup) -> Result<TestCluster> {
+        let mut cluster = Self::start_setup_without_gateway(metas, datanodes, setup).await?;
+        cluster.gateway.start().await?;
+        cluster.wait_gateway().await?;
+        Ok(cluster)
+    }
+
+    /// [`TestCluster::start_without_gateway`] configured by `setup`.
+    pub async fn start_setup_without_gateway(
+        metas: usize,
+        datanodes: usize,
+        setup: Setup,
+    ) -> Result<TestCluster> {
         init_tracing();
         let root = tempfile::Builder::new()
             .prefix("sluice-cluster-")
@@ -423,10 +556,11 @@ impl TestCluster {
             let id = i as u64 + 1;
             let dir = root.path().join(format!("meta-{id}"));
             std::fs::create_dir_all(&dir)?;
-            let mut node = Process::new(
-                format!("meta-{id}"),
-                meta_config(id, meta_addrs[i], dir, voters.clone()),
-            );
+            let mut meta_config = meta_config_base(id, meta_addrs[i], dir, voters.clone());
+            if let Some(f) = setup.meta {
+                f(&mut meta_config);
+            }
+            let mut node = Process::new(format!("meta-{id}"), meta_config);
             node.start_on(listener);
             meta_nodes.push(node);
         }
@@ -439,7 +573,7 @@ impl TestCluster {
             std::fs::create_dir_all(&dir)?;
             let mut config =
                 datanode_config(id, listener.local_addr()?, dir, meta_endpoints.clone());
-            if let Some(f) = overrides.datanode {
+            if let Some(f) = setup.datanode {
                 f(&mut config);
             }
             let mut node = Process::new(format!("datanode-{id}"), config);
@@ -449,7 +583,7 @@ impl TestCluster {
 
         let gw_listener = bind_any().await?;
         let mut gw_config = gateway_config(gw_listener.local_addr()?, meta_endpoints.clone());
-        if let Some(f) = overrides.gateway {
+        if let Some(f) = setup.gateway {
             f(&mut gw_config);
         }
         let mut gateway = Process::new(
@@ -457,6 +591,7 @@ impl TestCluster {
             GatewayRole {
                 config: gw_config,
                 stats: sluice_gateway::GatewayStats::new(),
+                meta_faults: setup.gateway_meta_faults.clone(),
             },
         );
         gateway.reserved = Some(gw_listener);
@@ -710,4 +845,315 @@ fn init_tracing() {
         )
         .with_test_writer()
         .try_init();
+}
+
+// ---------------------------------------------------------------------------
+// Durability helpers: placements, heal, shard files on disk, read-back.
+
+/// Most blobs per `ListPlacements` page (the server's own maximum).
+const PLACEMENTS_PAGE: u32 = 1000;
+/// Most shards per `HasShards` call (the datanode's maximum).
+const HAS_SHARDS_BATCH: usize = 1000;
+/// Directory below a datanode's `data_dir` holding its shard files.
+const SHARDS_DIR: &str = "shards";
+
+/// A connected gRPC client for the datanode at `addr`.
+async fn datanode_client(
+    addr: SocketAddr,
+) -> std::result::Result<DatanodeClient<tonic::transport::Channel>, String> {
+    let channel = Endpoint::from_shared(http(addr))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    Ok(DatanodeClient::new(channel))
+}
+
+/// Which of `shards` (any number) the datanode at `addr` holds, via its
+/// `HasShards` RPC, in request order.
+pub async fn has_shards(
+    addr: SocketAddr,
+    shards: &[(String, u32)],
+) -> std::result::Result<Vec<bool>, String> {
+    let mut client = datanode_client(addr).await?;
+    let mut present = Vec::with_capacity(shards.len());
+    for batch in shards.chunks(HAS_SHARDS_BATCH) {
+        let req = HasShardsRequest {
+            shards: batch
+                .iter()
+                .map(|(blob_id, shard_index)| ShardId {
+                    blob_id: blob_id.clone(),
+                    shard_index: *shard_index,
+                })
+                .collect(),
+        };
+        let resp = client
+            .has_shards(req)
+            .await
+            .map_err(|e| format!("HasShards on {addr}: {e}"))?
+            .into_inner();
+        if resp.present.len() != batch.len() {
+            return Err(format!(
+                "HasShards on {addr}: {} answers for {} shards",
+                resp.present.len(),
+                batch.len()
+            ));
+        }
+        present.extend(resp.present);
+    }
+    Ok(present)
+}
+
+/// Whether `name` is a committed shard file name, `<blob_id>.<shard index>`
+/// (not a temp file, not a quarantined or otherwise renamed copy).
+fn is_shard_file_name(name: &str) -> bool {
+    !name.contains(".tmp-")
+        && name.rsplit_once('.').is_some_and(|(blob, idx)| {
+            !blob.is_empty() && !idx.is_empty() && idx.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
+/// Shard files (see [`is_shard_file_name`]) below `dir`, recursively; an
+/// absent `dir` has none.
+fn shard_files_below(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let ty = entry.file_type()?;
+        if ty.is_dir() {
+            // A quarantined (corrupt) copy is not a stored shard.
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if !name.contains("quarantine") && !name.contains("trash") {
+                shard_files_below(&entry.path(), out)?;
+            }
+        } else if ty.is_file() && entry.file_name().to_str().is_some_and(is_shard_file_name) {
+            out.push(entry.path());
+        }
+    }
+    Ok(())
+}
+
+/// Flips every bit of the byte at `offset` of the file at `path` (bit rot);
+/// returns the byte it held.
+pub fn flip_byte(path: &Path, offset: u64) -> Result<u8> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("open {} to corrupt it", path.display()))?;
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(offset))?;
+    f.read_exact(&mut b)
+        .with_context(|| format!("read byte {offset} of {}", path.display()))?;
+    let old = b[0];
+    b[0] = !old;
+    f.seek(SeekFrom::Start(offset))?;
+    f.write_all(&b)?;
+    f.sync_all()?;
+    Ok(old)
+}
+
+/// Reads every `(key, data)` of `bucket` back and compares SHA-256 and
+/// bytes; fails naming every key that differs or cannot be read.
+pub async fn assert_objects(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    objects: &BTreeMap<String, bytes::Bytes>,
+) -> Result<()> {
+    use futures::StreamExt;
+    let failures: Vec<String> = futures::stream::iter(objects.iter())
+        .map(|(key, want)| async move {
+            match crate::get_all(s3, bucket, key).await {
+                Err(e) => Some(format!("{key}: {e:#}")),
+                Ok(got) if crate::sha256_hex(&got) != crate::sha256_hex(want) => Some(format!(
+                    "{key}: {} bytes sha256 {}, want {} bytes sha256 {}",
+                    got.len(),
+                    crate::sha256_hex(&got),
+                    want.len(),
+                    crate::sha256_hex(want)
+                )),
+                Ok(_) => None,
+            }
+        })
+        .buffer_unordered(8)
+        .filter_map(|f| async move { f })
+        .collect()
+        .await;
+    if !failures.is_empty() {
+        bail!(
+            "{} of {} objects in {bucket} did not read back byte-identical: {failures:?}",
+            failures.len(),
+            objects.len()
+        );
+    }
+    Ok(())
+}
+
+impl TestCluster {
+    /// The test's own `MetaClient` (no faults).
+    pub fn meta(&self) -> &MetaClient {
+        &self.meta
+    }
+
+    /// Every committed blob (or only the degraded ones) via `ListPlacements`.
+    pub async fn placements(
+        &self,
+        degraded_only: bool,
+    ) -> std::result::Result<Vec<PlacedBlob>, String> {
+        let mut all = Vec::new();
+        let mut after = String::new();
+        loop {
+            let page = self
+                .meta
+                .list_placements(ListPlacementsRequest {
+                    after_blob_id: after.clone(),
+                    limit: PLACEMENTS_PAGE,
+                    degraded_only,
+                })
+                .await
+                .map_err(|e| format!("ListPlacements(degraded_only={degraded_only}): {e}"))?;
+            let last = page
+                .blobs
+                .last()
+                .and_then(|b| b.placement.as_ref())
+                .map(|p| p.blob_id.clone());
+            all.extend(page.blobs);
+            match last {
+                Some(id) if page.is_truncated => after = id,
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    /// Ids of the datanodes meta reports live.
+    pub async fn live_datanodes(&self) -> std::result::Result<Vec<u64>, String> {
+        let nodes = self
+            .meta
+            .list_datanodes()
+            .await
+            .map_err(|e| format!("ListDatanodes: {e}"))?;
+        Ok(nodes.iter().filter(|d| d.live).map(|d| d.id).collect())
+    }
+
+    /// Waits until no placement is degraded (`ListPlacements degraded_only`
+    /// is empty), every placement has `k + m` nodes, all of them live, and
+    /// every datanode holds (`HasShards`) every shard placed on it.
+    /// Returns the committed blobs.
+    pub async fn wait_healed(&self, what: &str, timeout: Duration) -> Result<Vec<PlacedBlob>> {
+        wait_until(&format!("heal: {what}"), timeout, || async move {
+            self.check_alive().map_err(|e| e.to_string())?;
+            let degraded = self.placements(true).await?;
+            if let Some(first) = degraded.first() {
+                return Err(format!(
+                    "{} degraded blobs, first: {:?}",
+                    degraded.len(),
+                    first.placement
+                ));
+            }
+            let live = self.live_datanodes().await?;
+            let all = self.placements(false).await?;
+            // node id -> shards placed on it
+            let mut placed: BTreeMap<u64, Vec<(String, u32)>> = BTreeMap::new();
+            for b in &all {
+                let p = b
+                    .placement
+                    .as_ref()
+                    .ok_or_else(|| format!("placed blob without a placement: {b:?}"))?;
+                if !p.missing.is_empty() {
+                    return Err(format!(
+                        "not listed as degraded but has missing shards: {p:?}"
+                    ));
+                }
+                if p.nodes.len() != (p.data_shards + p.parity_shards) as usize {
+                    return Err(format!("placement with {} nodes: {p:?}", p.nodes.len()));
+                }
+                if let Some(n) = p.nodes.iter().find(|n| !live.contains(n)) {
+                    return Err(format!(
+                        "blob {} has a shard on datanode {n}, not live (live: {live:?})",
+                        p.blob_id
+                    ));
+                }
+                for (i, n) in p.nodes.iter().enumerate() {
+                    placed
+                        .entry(*n)
+                        .or_default()
+                        .push((p.blob_id.clone(), i as u32));
+                }
+            }
+            for (node, shards) in &placed {
+                let dn = self
+                    .datanodes
+                    .get(*node as usize - 1)
+                    .ok_or_else(|| format!("placement names unknown datanode {node}"))?;
+                let present = has_shards(dn.addr(), shards).await?;
+                let absent: Vec<&(String, u32)> = shards
+                    .iter()
+                    .zip(&present)
+                    .filter(|(_, p)| !**p)
+                    .map(|(s, _)| s)
+                    .collect();
+                if !absent.is_empty() {
+                    return Err(format!(
+                        "datanode {node} lacks {} of its {} shards, e.g. {:?}",
+                        absent.len(),
+                        shards.len(),
+                        &absent[..absent.len().min(3)]
+                    ));
+                }
+            }
+            Ok(all)
+        })
+        .await
+    }
+
+    /// Removes everything in stopped datanode `index`'s data dir (a wiped or
+    /// replaced disk: the next start formats it with a new disk id).
+    pub fn wipe_datanode_dir(&self, index: usize) -> Result<()> {
+        let d = &self.datanodes[index];
+        ensure!(!d.is_running(), "wipe {}: it is still running", d.name);
+        let dir = &d.config.data_dir;
+        std::fs::remove_dir_all(dir).with_context(|| format!("wipe {}", dir.display()))?;
+        std::fs::create_dir_all(dir).with_context(|| format!("recreate {}", dir.display()))?;
+        Ok(())
+    }
+
+    /// Committed shard files of datanode `index` on disk.
+    pub fn shard_files(&self, index: usize) -> std::result::Result<Vec<PathBuf>, String> {
+        let d = &self.datanodes[index];
+        let mut out = Vec::new();
+        shard_files_below(&d.config.data_dir.join(SHARDS_DIR), &mut out)
+            .map_err(|e| format!("{}: {e}", d.name))?;
+        Ok(out)
+    }
+
+    /// Committed shard files of every datanode.
+    pub fn shard_file_count(&self) -> std::result::Result<usize, String> {
+        let mut n = 0;
+        for i in 0..self.datanodes.len() {
+            n += self.shard_files(i)?.len();
+        }
+        Ok(n)
+    }
+
+    /// The file of shard `shard_index` of `blob_id` on datanode `index`.
+    pub fn shard_file(
+        &self,
+        index: usize,
+        blob_id: &str,
+        shard_index: u32,
+    ) -> std::result::Result<Option<PathBuf>, String> {
+        let name = format!("{blob_id}.{shard_index}");
+        Ok(self
+            .shard_files(index)?
+            .into_iter()
+            .find(|p| p.file_name().and_then(|n| n.to_str()) == Some(name.as_str())))
+    }
 }

@@ -10,6 +10,9 @@
 //! * `s3_errors` — S3 error codes and object semantics on a 1-voter cluster.
 //! * `s3_listing` — listing pagination and order, ListMultipartUploads,
 //!   UploadPartCopy and presigned URLs on a 1-voter cluster.
+//! * `durability` — heal, wiped disks, exactly-once commits, readers and
+//!   overwrites, write epochs fencing a paused gateway, full datanodes,
+//!   scrub (`docs/durability.md`).
 //! * `tiny_budgets` — flow control on 4 MiB budgets: 32 concurrent
 //!   multipart uploads complete within the gateway's buffer budget;
 //!   `max_inflight_requests` and `stall_timeout` answer `503 SlowDown`.
@@ -19,6 +22,7 @@
 //! Random data comes from a seed printed by each test; set
 //! `SLUICE_TEST_SEED` to replay one.
 
+mod durability;
 mod fixtures;
 mod s3_errors;
 mod s3_listing;
