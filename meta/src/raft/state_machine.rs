@@ -379,18 +379,22 @@ mod tests {
         })
     }
 
-    /// A state machine with objects a (blob-a) and, deleted, c (blob-c),
-    /// and an upload with one part (blob-p).
+    /// A state machine with write epoch 1 open, objects a (blob e1.a) and,
+    /// deleted, c (e1.c), and an upload with one part (e1.b).
     async fn populated() -> StateMachine<MemStore> {
         let mut sm = StateMachine::new(Arc::new(MemStore::new()));
         let commands = vec![
+            Command::OpenEpoch(pb::OpenEpochRequest {
+                gateway_id: "g".into(),
+                ..Default::default()
+            }),
             Command::CreateBucket(pb::CreateBucketRequest {
                 name: "b".into(),
                 now_ms: 1,
                 ..Default::default()
             }),
-            put_object("a", "blob-a"),
-            put_object("c", "blob-c"),
+            put_object("a", "e1.a"),
+            put_object("c", "e1.c"),
             Command::CreateUpload(pb::CreateUploadRequest {
                 upload: Some(pb::UploadRecord {
                     bucket: "b".into(),
@@ -407,7 +411,7 @@ mod tests {
                 part: Some(pb::PartRecord {
                     upload_id: "u1".into(),
                     part_number: 1,
-                    placement: Some(placement("blob-p")),
+                    placement: Some(placement("e1.b")),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -432,7 +436,7 @@ mod tests {
     }
 
     fn expected() -> BTreeSet<String> {
-        ["blob-a", "blob-p"].map(String::from).into()
+        ["e1.a", "e1.b"].map(String::from).into()
     }
 
     async fn snapshot(sm: &mut StateMachine<MemStore>) -> Snapshot<TypeConfig> {
@@ -457,10 +461,10 @@ mod tests {
             .unwrap();
         assert_eq!(references(&kv), expected());
         assert!(kv.get(Space::SmMeta, refs::INDEX_MARKER).unwrap().is_some());
-        let ask = ["blob-a", "blob-c", "blob-p"].map(String::from);
+        let ask = ["e1.a", "e1.c", "e1.b"].map(String::from);
         assert_eq!(
             sm::filter_unreferenced(kv.as_ref(), &ask).unwrap(),
-            vec!["blob-c".to_string()]
+            vec!["e1.c".to_string()]
         );
     }
 
