@@ -779,3 +779,4 @@ fn register_datanode_upserts_address() {
 }
 
 mod refs;
+mod exactly_once;
