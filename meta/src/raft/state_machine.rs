@@ -42,14 +42,22 @@ const CURRENT: &[u8] = b"current";
 /// The last applied log id and the membership it implies.
 type AppliedState = (Option<LogId<u64>>, StoredMembership<u64, BasicNode>);
 
-/// The keyspaces a snapshot carries.
-const DATA_SPACES: [Space; 6] = [
+/// The keyspaces a snapshot carries: every state machine space but
+/// `SmMeta` (sessions, epochs and pending deletions are replicated state:
+/// a node that installs a snapshot must fence and deduplicate the same way).
+const DATA_SPACES: [Space; 12] = [
     Space::Buckets,
     Space::Objects,
     Space::Uploads,
     Space::Parts,
     Space::Datanodes,
     Space::Refs,
+    Space::Sessions,
+    Space::SessionsByTime,
+    Space::Epochs,
+    Space::Pending,
+    Space::HealIntents,
+    Space::Degraded,
 ];
 
 /// The metadata state machine of one node.
