@@ -58,7 +58,13 @@ fn open_epoch(kv: &MemStore) {
             ..Default::default()
         }),
     );
-    assert!(matches!(a, Applied::Epoch(pb::OpenEpochResponse { epoch: EPOCH, .. })), "{a:?}");
+    assert!(
+        matches!(
+            a,
+            Applied::Epoch(pb::OpenEpochResponse { epoch: EPOCH, .. })
+        ),
+        "{a:?}"
+    );
 }
 
 /// Creates bucket `name` (and opens the fixtures' write epoch).
@@ -778,5 +784,5 @@ fn register_datanode_upserts_address() {
     );
 }
 
-mod refs;
 mod exactly_once;
+mod refs;

@@ -83,7 +83,10 @@ fn object_blob(kv: &MemStore, key: &str) -> String {
 fn put_retry_returns_first_outcome_and_releases_once() {
     let kv = MemStore::new();
     bucket(&kv, "b");
-    assert_eq!(at(&kv, 1000, put_op("b", "k", "x", "o1")), Applied::Released(vec![]));
+    assert_eq!(
+        at(&kv, 1000, put_op("b", "k", "x", "o1")),
+        Applied::Released(vec![])
+    );
     assert_eq!(
         at(&kv, 2000, put_op("b", "k", "y", "o2")),
         Applied::Released(vec![placement("x")])
@@ -98,7 +101,11 @@ fn put_retry_returns_first_outcome_and_releases_once() {
     assert_eq!(rec.released_ms, 2000, "released by the o2 apply");
     assert_eq!(rec.remaining_nodes, [1, 2, 3, 4, 5, 6]);
     assert!(pending::get(&kv, &bid("y")).unwrap().is_none());
-    assert_eq!(sessions::count(&kv).unwrap(), 2, "o1 and o2; fixture ops have no op id");
+    assert_eq!(
+        sessions::count(&kv).unwrap(),
+        2,
+        "o1 and o2; fixture ops have no op id"
+    );
 }
 
 #[test]
@@ -111,7 +118,10 @@ fn refusals_are_recorded_and_replayed() {
     assert_eq!(at(&kv, 20, put_op("b", "k", "x", "o1")), first);
     assert!(get_object(&kv, "b", "k").is_err());
     // An empty op id is never deduplicated.
-    assert_eq!(at(&kv, 30, put_op("b", "k", "x", "")), Applied::Released(vec![]));
+    assert_eq!(
+        at(&kv, 30, put_op("b", "k", "x", "")),
+        Applied::Released(vec![])
+    );
 }
 
 #[test]
@@ -132,12 +142,18 @@ fn put_part_retry_keeps_the_replacement() {
     let kv = MemStore::new();
     bucket(&kv, "b");
     upload(&kv, "b", "k", "u1");
-    assert_eq!(at(&kv, 1, part_op(1, b"a", "x", "p1")), Applied::Released(vec![]));
+    assert_eq!(
+        at(&kv, 1, part_op(1, b"a", "x", "p1")),
+        Applied::Released(vec![])
+    );
     assert_eq!(
         at(&kv, 2, part_op(1, b"b", "y", "p2")),
         Applied::Released(vec![placement("x")])
     );
-    assert_eq!(at(&kv, 3, part_op(1, b"a", "x", "p1")), Applied::Released(vec![]));
+    assert_eq!(
+        at(&kv, 3, part_op(1, b"a", "x", "p1")),
+        Applied::Released(vec![])
+    );
     let parts = list_parts(
         &kv,
         &pb::ListPartsRequest {
@@ -175,7 +191,9 @@ fn complete_and_abort_retries_answer_the_first_outcome() {
     assert_eq!(resp.released.len(), 3);
     // The object is overwritten; the completed parts are released once.
     let over = at(&kv, 200, put_op("b", "k", "z", "o2"));
-    let Applied::Released(rel) = over else { panic!() };
+    let Applied::Released(rel) = over else {
+        panic!()
+    };
     assert_eq!(rel.len(), 2);
     let (again, wrote) = run_with(&kv, 300, 100_000, req("c1"));
     assert_eq!(again, first);
@@ -240,7 +258,9 @@ fn replay_after_expiry_is_fenced_by_the_closed_epoch() {
     at(
         &kv,
         700_000,
-        Command::CloseEpochs(rpb::CloseEpochs { epochs: vec![EPOCH] }),
+        Command::CloseEpochs(rpb::CloseEpochs {
+            epochs: vec![EPOCH],
+        }),
     );
     let late = at(&kv, 700_001, put_op("b", "k", "x", "o1"));
     assert_eq!(refused_code(&late), Some(ErrorCode::EpochClosed));
@@ -296,9 +316,8 @@ fn expire_sessions_is_bounded_and_ordered() {
             }),
         );
     }
-    let expire = |before_ms, limit| {
-        Command::ExpireSessions(rpb::ExpireSessions { before_ms, limit })
-    };
+    let expire =
+        |before_ms, limit| Command::ExpireSessions(rpb::ExpireSessions { before_ms, limit });
     at(&kv, 100, expire(35, 1));
     assert_eq!(sessions::count(&kv).unwrap(), 4);
     assert!(sessions::lookup(&kv, "op0").unwrap().is_none());
@@ -336,7 +355,10 @@ fn epochs_open_renew_close_and_never_reopen() {
     };
     assert_eq!(e2.epoch, 2);
     let rec = epochs::get_epoch(&kv, 1).unwrap().unwrap();
-    assert_eq!((rec.gateway_id.as_str(), rec.opened_ms, rec.renewed_ms), ("gw-1", 1000, 1000));
+    assert_eq!(
+        (rec.gateway_id.as_str(), rec.opened_ms, rec.renewed_ms),
+        ("gw-1", 1000, 1000)
+    );
 
     assert_eq!(at(&kv, 5000, renew(1)), Applied::Done);
     assert_eq!(epochs::get_epoch(&kv, 1).unwrap().unwrap().renewed_ms, 5000);
@@ -352,11 +374,21 @@ fn epochs_open_renew_close_and_never_reopen() {
         [1, 2]
     );
 
-    at(&kv, 6000, Command::CloseEpochs(rpb::CloseEpochs { epochs: vec![1, 7] }));
+    at(
+        &kv,
+        6000,
+        Command::CloseEpochs(rpb::CloseEpochs { epochs: vec![1, 7] }),
+    );
     assert!(!epochs::is_open(&kv, 1).unwrap());
     assert!(epochs::is_open(&kv, 2).unwrap());
-    assert!(!epochs::is_open(&kv, 0).unwrap(), "legacy epoch is never open");
-    assert_eq!(refused_code(&at(&kv, 6001, renew(1))), Some(ErrorCode::EpochClosed));
+    assert!(
+        !epochs::is_open(&kv, 0).unwrap(),
+        "legacy epoch is never open"
+    );
+    assert_eq!(
+        refused_code(&at(&kv, 6001, renew(1))),
+        Some(ErrorCode::EpochClosed)
+    );
     let Applied::Epoch(e3) = at(&kv, 6002, open("e-c")) else {
         panic!()
     };
@@ -421,7 +453,12 @@ fn collect_pending_drops_confirmed_nodes_then_the_record() {
 
     // Due only once the delete delay passed (leader time).
     let delay = Duration::from_secs(300);
-    assert!(pending::due(&kv, 2000 + 299_999, delay, None, 10).unwrap().due.is_empty());
+    assert!(
+        pending::due(&kv, 2000 + 299_999, delay, None, 10)
+            .unwrap()
+            .due
+            .is_empty()
+    );
     let page = pending::due(&kv, 2000 + 300_000, delay, None, 10).unwrap();
     assert_eq!(page.due.len(), 1);
     assert_eq!(page.scanned, 1);
@@ -435,12 +472,23 @@ fn collect_pending_drops_confirmed_nodes_then_the_record() {
                 .collect(),
         })
     };
-    at(&kv, 3000, collect(vec![(1, vec![bid("x"), bid("unknown")])]));
+    at(
+        &kv,
+        3000,
+        collect(vec![(1, vec![bid("x"), bid("unknown")])]),
+    );
     assert_eq!(
-        pending::get(&kv, &bid("x")).unwrap().unwrap().remaining_nodes,
+        pending::get(&kv, &bid("x"))
+            .unwrap()
+            .unwrap()
+            .remaining_nodes,
         [3, 2]
     );
-    at(&kv, 3001, collect(vec![(3, vec![bid("x")]), (2, vec![bid("x")])]));
+    at(
+        &kv,
+        3001,
+        collect(vec![(3, vec![bid("x")]), (2, vec![bid("x")])]),
+    );
     assert!(pending::get(&kv, &bid("x")).unwrap().is_none());
     assert!(pending_names(&kv).is_empty());
     // Once gone, the blob is no longer "released": the fence only guards
@@ -459,7 +507,11 @@ fn due_pages_in_blob_order() {
     let mut after = None;
     loop {
         let page = pending::due(&kv, 20, Duration::ZERO, after.as_deref(), 2).unwrap();
-        seen.extend(page.due.iter().map(|r| name_of(&r.placement.as_ref().unwrap().blob_id)));
+        seen.extend(
+            page.due
+                .iter()
+                .map(|r| name_of(&r.placement.as_ref().unwrap().blob_id)),
+        );
         match page.next {
             Some(n) => after = Some(n),
             None => break,
@@ -485,7 +537,10 @@ fn upload_initiation_uses_leader_time() {
         })
     };
     at(&kv, 123_456, create("u1"));
-    assert_eq!(get_upload(&kv, "b", "k", "u1").unwrap().initiated_ms, 123_456);
+    assert_eq!(
+        get_upload(&kv, "b", "k", "u1").unwrap().initiated_ms,
+        123_456
+    );
     // An entry without leader time (proposed before it was stamped) keeps
     // the caller's value.
     at(&kv, 0, create("u2"));
