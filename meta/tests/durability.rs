@@ -370,3 +370,47 @@ async fn a_retried_put_is_answered_from_the_session_table() -> Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_closes_an_epoch_whose_lease_ran_out() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let node = Node::start(tmp.path(), |c| {
+        c.epoch_lease = Duration::from_millis(600);
+        c.epoch_sweep_interval = Duration::from_millis(50);
+    })
+    .await?;
+    let client = node.client();
+    assert!(client.create_bucket("b", 1).await?);
+    let kept = client.open_epoch("gw-renewing").await?;
+    assert_eq!(kept.lease_ms, 600);
+    let lapsed = client.open_epoch("gw-paused").await?;
+    assert_ne!(kept.epoch, lapsed.epoch);
+
+    // One gateway renews well within the lease; the other is "paused".
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        client.renew_epoch(kept.epoch).await?;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    match client.renew_epoch(lapsed.epoch).await {
+        Err(sluice_meta::MetaError::Refused {
+            code: pb::ErrorCode::EpochClosed,
+            ..
+        }) => {}
+        other => bail!("expected EPOCH_CLOSED for the lapsed epoch, got {other:?}"),
+    }
+    // Its late commit is refused; the renewed epoch still commits.
+    let late = new_blob_id(lapsed.epoch, 1);
+    match client.put_object(object("k", &late, vec![1])).await {
+        Err(sluice_meta::MetaError::Refused {
+            code: pb::ErrorCode::EpochClosed,
+            ..
+        }) => {}
+        other => bail!("expected EPOCH_CLOSED for a late commit, got {other:?}"),
+    }
+    let live = new_blob_id(kept.epoch, 1);
+    client.put_object(object("k", &live, vec![1])).await?;
+    assert_eq!(blob_of(&client.get_object("b", "k").await?), live);
+    node.stop().await?;
+    Ok(())
+}
