@@ -21,9 +21,9 @@ use crate::liveness::{Liveness, watch_leadership};
 use crate::raft::network::{MAX_MESSAGE_BYTES, Network};
 use crate::raft::service::RaftService;
 use crate::raft::{LogStore, MetaRaft, StateMachine};
+use crate::reclaimer::{GrpcDeleter, Reclaimer};
 use crate::sm;
 use crate::store::SledStore;
-use crate::reclaimer::{GrpcDeleter, Reclaimer};
 use crate::sweeper::{LeaseSweeper, Sweeper};
 
 /// How long `run` waits, on start, for a previous instance in this process

@@ -75,6 +75,9 @@ impl Node {
             election_timeout_max: Duration::from_millis(800),
             snapshot_logs_since_last: 20,
             max_in_snapshot_log_to_keep: 5,
+            // The tests' one write epoch must outlive failovers and restarts.
+            epoch_lease: Duration::from_secs(600),
+            session_expiry: Duration::from_secs(1800),
             ..Config::default()
         }
     }
@@ -145,6 +148,19 @@ async fn cluster(dir: &Path, n: u64) -> Result<(Vec<Node>, Vec<TcpListener>)> {
     Ok((nodes, listeners))
 }
 
+/// The blob id of test blob `name` in write epoch 1 (opened by each test
+/// first): the name's bytes in hex as the suffix.
+fn blob_id(name: &str) -> String {
+    format!("e1.{}", hex::encode(name))
+}
+
+/// Opens the tests' write epoch (the first of a fresh cluster: 1).
+async fn open_epoch(client: &MetaClient) -> Result<()> {
+    let e = client.open_epoch("test-gateway").await?;
+    anyhow::ensure!(e.epoch == 1, "first epoch is {}", e.epoch);
+    Ok(())
+}
+
 fn object(bucket: &str, key: &str, blob: &str) -> pb::ObjectRecord {
     pb::ObjectRecord {
         bucket: bucket.into(),
@@ -156,7 +172,7 @@ fn object(bucket: &str, key: &str, blob: &str) -> pb::ObjectRecord {
             part_number: 1,
             size: 3,
             placement: Some(pb::Placement {
-                blob_id: blob.into(),
+                blob_id: blob_id(blob),
                 size: 3,
                 data_shards: 4,
                 parity_shards: 2,
@@ -188,6 +204,7 @@ async fn three_voters_fail_over_catch_up_and_restart() -> Result<()> {
 
     let (leader, _) = wait_for("a leader", || leader_of(&client)).await?;
     assert!((1..=3).contains(&leader));
+    open_epoch(&client).await?;
     assert!(client.create_bucket("b", 10).await?);
     assert!(
         !client.create_bucket("b", 11).await?,
@@ -258,14 +275,14 @@ async fn three_voters_fail_over_catch_up_and_restart() -> Result<()> {
     }
     let replaced = client.put_object(object("b", "k05", "blob5-new")).await?;
     assert_eq!(replaced.len(), 1);
-    assert_eq!(replaced[0].blob_id, "blob5");
+    assert_eq!(replaced[0].blob_id, blob_id("blob5"));
     assert_eq!(
         client.get_object("b", "k05").await?.parts[0]
             .placement
             .as_ref()
             .unwrap()
             .blob_id,
-        "blob5-new"
+        blob_id("blob5-new")
     );
     let status = client.cluster_status().await?;
     let target_index = status.last_applied_index;
@@ -322,6 +339,7 @@ async fn single_voter_restart_keeps_everything() -> Result<()> {
         Duration::from_secs(5),
     );
 
+    open_epoch(&client).await?;
     assert!(client.create_bucket("photos", 1).await?);
     client
         .put_object(object("photos", "a/1.jpg", "blob-a"))
@@ -378,8 +396,8 @@ async fn single_voter_restart_keeps_everything() -> Result<()> {
 
     let obj = client.get_object("photos", "a/1.jpg").await?;
     assert_eq!(
-        obj.parts[0].placement.as_ref().map(|p| p.blob_id.as_str()),
-        Some("blob-a")
+        obj.parts[0].placement.as_ref().map(|p| p.blob_id.clone()),
+        Some(blob_id("blob-a"))
     );
     let uploads = client
         .list_uploads(pb::ListUploadsRequest {

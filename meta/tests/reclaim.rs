@@ -91,9 +91,22 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The blob id of test blob `name` in write epoch 1 (each test opens it
+/// first): the name's bytes in hex as the suffix.
+fn blob_id(name: &str) -> String {
+    format!("e1.{}", hex::encode(name))
+}
+
+/// Opens the tests' write epoch (the first of a fresh node: 1).
+async fn open_epoch(client: &MetaClient) -> Result<()> {
+    let e = client.open_epoch("test-gateway").await?;
+    anyhow::ensure!(e.epoch == 1, "first epoch is {}", e.epoch);
+    Ok(())
+}
+
 fn placement(blob: &str) -> pb::Placement {
     pb::Placement {
-        blob_id: blob.into(),
+        blob_id: blob_id(blob),
         size: 6 << 20,
         data_shards: 4,
         parity_shards: 2,
@@ -144,8 +157,9 @@ fn part(id: &str, n: u32, blob: &str) -> pb::PartRecord {
     }
 }
 
-fn strings(ids: &[&str]) -> Vec<String> {
-    ids.iter().map(|s| s.to_string()).collect()
+/// The blob ids of test blobs `names`.
+fn strings(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| blob_id(s)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,6 +173,7 @@ async fn filter_unreferenced_follows_commits_and_restarts() -> Result<()> {
         async move { client.filter_unreferenced(ids).await }
     };
 
+    open_epoch(&client).await?;
     assert!(client.create_bucket("b", 1).await?);
     client.put_object(object("k", "obj1")).await?;
     create_upload(&client, "m", "u1", now_ms()).await?;
@@ -236,21 +251,18 @@ async fn sweeper_aborts_stale_uploads_only() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let node = Node::start(tmp.path(), TcpListener::bind("127.0.0.1:0").await?, |c| {
         c.stale_upload_check_interval = Duration::from_millis(200);
-        c.stale_upload_expiry = Duration::from_secs(1);
+        c.stale_upload_expiry = Duration::from_secs(2);
     })?;
     let client = node.client();
+    open_epoch(&client).await?;
     assert!(client.create_bucket("b", 1).await?);
 
-    // Initiated an hour ago: stale.
-    create_upload(&client, "old", "u-old", now_ms() - 3_600_000).await?;
+    // Initiation is the leader's time, whatever the caller claims: "old"
+    // claims to be a minute in the future and is still swept after 2 s.
+    let created = Instant::now();
+    create_upload(&client, "old", "u-old", now_ms() + 60_000).await?;
     client
         .put_part("b", "old", part("u-old", 1, "blob-old"))
-        .await?;
-    // Initiated a minute ahead (a gateway clock slightly ahead): younger
-    // than the 1 s expiry for the whole test, however slow the machine.
-    create_upload(&client, "fresh", "u-fresh", now_ms() + 60_000).await?;
-    client
-        .put_part("b", "fresh", part("u-fresh", 1, "blob-fresh"))
         .await?;
 
     wait_for("the stale upload to be aborted", || async {
@@ -263,6 +275,16 @@ async fn sweeper_aborts_stale_uploads_only() -> Result<()> {
         }
     })
     .await?;
+    assert!(
+        created.elapsed() >= Duration::from_secs(2),
+        "aborted before its expiry (leader time)"
+    );
+    // Created now, claiming to be an hour old: younger than the 2 s expiry
+    // by the leader's clock for the rest of the test.
+    create_upload(&client, "fresh", "u-fresh", now_ms() - 3_600_000).await?;
+    client
+        .put_part("b", "fresh", part("u-fresh", 1, "blob-fresh"))
+        .await?;
 
     // Aborted through the state machine: its parts are gone and its blob
     // is garbage for the datanodes' GC.

@@ -43,16 +43,22 @@ const CURRENT: &[u8] = b"current";
 /// The last applied log id and the membership it implies.
 type AppliedState = (Option<LogId<u64>>, StoredMembership<u64, BasicNode>);
 
-/// The keyspaces a snapshot carries.
-const DATA_SPACES: [Space; 8] = [
+/// The keyspaces a snapshot carries: every state machine space but
+/// `SmMeta` (sessions, epochs and pending deletions are replicated state:
+/// a node that installs a snapshot must fence and deduplicate the same way).
+const DATA_SPACES: [Space; 12] = [
     Space::Buckets,
     Space::Objects,
     Space::Uploads,
     Space::Parts,
     Space::Datanodes,
     Space::Refs,
-    Space::Degraded,
+    Space::Sessions,
+    Space::SessionsByTime,
+    Space::Epochs,
+    Space::Pending,
     Space::HealIntents,
+    Space::Degraded,
 ];
 
 /// The metadata state machine of one node.
@@ -394,18 +400,22 @@ mod tests {
         })
     }
 
-    /// A state machine with objects a (blob-a) and, deleted, c (blob-c),
-    /// and an upload with one part (blob-p).
+    /// A state machine with write epoch 1 open, objects a (blob e1.a) and,
+    /// deleted, c (e1.c), and an upload with one part (e1.b).
     async fn populated() -> StateMachine<MemStore> {
         let mut sm = StateMachine::new(Arc::new(MemStore::new()));
         let commands = vec![
+            Command::OpenEpoch(pb::OpenEpochRequest {
+                gateway_id: "g".into(),
+                ..Default::default()
+            }),
             Command::CreateBucket(pb::CreateBucketRequest {
                 name: "b".into(),
                 now_ms: 1,
                 ..Default::default()
             }),
-            put_object("a", "blob-a"),
-            put_object("c", "blob-c"),
+            put_object("a", "e1.a"),
+            put_object("c", "e1.c"),
             Command::CreateUpload(pb::CreateUploadRequest {
                 upload: Some(pb::UploadRecord {
                     bucket: "b".into(),
@@ -422,7 +432,7 @@ mod tests {
                 part: Some(pb::PartRecord {
                     upload_id: "u1".into(),
                     part_number: 1,
-                    placement: Some(placement("blob-p")),
+                    placement: Some(placement("e1.b")),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -447,7 +457,7 @@ mod tests {
     }
 
     fn expected() -> BTreeSet<String> {
-        ["blob-a", "blob-p"].map(String::from).into()
+        ["e1.a", "e1.b"].map(String::from).into()
     }
 
     async fn snapshot(sm: &mut StateMachine<MemStore>) -> Snapshot<TypeConfig> {
@@ -472,10 +482,10 @@ mod tests {
             .unwrap();
         assert_eq!(references(&kv), expected());
         assert!(kv.get(Space::SmMeta, refs::INDEX_MARKER).unwrap().is_some());
-        let ask = ["blob-a", "blob-c", "blob-p"].map(String::from);
+        let ask = ["e1.a", "e1.c", "e1.b"].map(String::from);
         assert_eq!(
             sm::filter_unreferenced(kv.as_ref(), &ask).unwrap(),
-            vec!["blob-c".to_string()]
+            vec!["e1.c".to_string()]
         );
     }
 

@@ -89,7 +89,9 @@ pub fn apply_command_with<K: KvStore>(
             }
             (batch, applied)
         }
-        Err(SmError::Refused { code, message }) => (Batch::new(), Applied::Refused { code, message }),
+        Err(SmError::Refused { code, message }) => {
+            (Batch::new(), Applied::Refused { code, message })
+        }
         Err(e) => return Err(e),
     };
     if !op_id.is_empty() {

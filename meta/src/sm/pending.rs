@@ -132,7 +132,9 @@ pub(crate) fn collect_pending<K: KvStore>(kv: &K, r: &rpb::CollectPending) -> Ou
     let mut b = Batch::new();
     for (blob, record) in touched {
         match record {
-            Some(r) if r.remaining_nodes.is_empty() => b.delete(Space::Pending, keys::pending(blob)),
+            Some(r) if r.remaining_nodes.is_empty() => {
+                b.delete(Space::Pending, keys::pending(blob))
+            }
             Some(r) => b.put(Space::Pending, keys::pending(blob), r.encode_to_vec()),
             None => {}
         }

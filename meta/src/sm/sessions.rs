@@ -95,19 +95,16 @@ pub fn lookup<K: KvStore>(kv: &K, op_id: &str) -> Result<Option<Applied>, SmErro
         return Ok(None);
     }
     match kv.get(Space::Sessions, op_id.as_bytes())? {
-        Some(v) => Ok(Some(serde_json::from_slice(&v).map_err(|e| json_error(&e))?)),
+        Some(v) => Ok(Some(
+            serde_json::from_slice(&v).map_err(|e| json_error(&e))?,
+        )),
         None => Ok(None),
     }
 }
 
 /// The applied-at time of the oldest session entry.
 pub fn oldest_ms<K: KvStore>(kv: &K) -> Result<Option<i64>, SmError> {
-    let first = kv.scan(
-        Space::SessionsByTime,
-        Bound::Unbounded,
-        Bound::Unbounded,
-        1,
-    )?;
+    let first = kv.scan(Space::SessionsByTime, Bound::Unbounded, Bound::Unbounded, 1)?;
     match first.first() {
         Some((k, _)) => {
             op_of_time_key(k)?;
@@ -148,7 +145,11 @@ pub(crate) fn record<K: KvStore>(
         }
     }
     b.put(Space::Sessions, op_id.as_bytes().to_vec(), encoded);
-    b.put(Space::SessionsByTime, by_time_key(now_ms, op_id), Vec::new());
+    b.put(
+        Space::SessionsByTime,
+        by_time_key(now_ms, op_id),
+        Vec::new(),
+    );
     b.put(Space::Sessions, COUNT_KEY, n.to_be_bytes().to_vec());
     Ok(())
 }

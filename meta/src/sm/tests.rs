@@ -29,7 +29,47 @@ fn refused_code(a: &Applied) -> Option<ErrorCode> {
     }
 }
 
+/// The write epoch every fixture blob belongs to ([`bucket`] opens it).
+const EPOCH: u64 = 1;
+
+/// The blob id of test blob `name`: epoch [`EPOCH`], the name's bytes in
+/// hex as the suffix (so the fence accepts it and [`name_of`] reverses it).
+fn bid(name: &str) -> String {
+    format!("e{EPOCH}.{}", hex::encode(name))
+}
+
+/// The test name of blob id `id` (the inverse of [`bid`]).
+fn name_of(id: &str) -> String {
+    id.strip_prefix(&format!("e{EPOCH}."))
+        .and_then(|h| hex::decode(h).ok())
+        .and_then(|b| String::from_utf8(b).ok())
+        .unwrap_or_else(|| id.to_string())
+}
+
+/// Opens write epoch [`EPOCH`] unless it is open already.
+fn open_epoch(kv: &MemStore) {
+    if epochs::is_open(kv, EPOCH).unwrap() {
+        return;
+    }
+    let a = exec(
+        kv,
+        Command::OpenEpoch(pb::OpenEpochRequest {
+            gateway_id: "test".into(),
+            ..Default::default()
+        }),
+    );
+    assert!(
+        matches!(
+            a,
+            Applied::Epoch(pb::OpenEpochResponse { epoch: EPOCH, .. })
+        ),
+        "{a:?}"
+    );
+}
+
+/// Creates bucket `name` (and opens the fixtures' write epoch).
 fn bucket(kv: &MemStore, name: &str) {
+    open_epoch(kv);
     let a = exec(
         kv,
         Command::CreateBucket(pb::CreateBucketRequest {
@@ -43,7 +83,7 @@ fn bucket(kv: &MemStore, name: &str) {
 
 fn placement(blob: &str) -> pb::Placement {
     pb::Placement {
-        blob_id: blob.into(),
+        blob_id: bid(blob),
         size: 1,
         data_shards: 4,
         parity_shards: 2,
@@ -414,7 +454,7 @@ fn complete_builds_object_releases_unlisted_and_is_idempotent() {
     assert!(obj.multipart);
     assert_eq!(obj.upload_id, "u1");
     assert_eq!(obj.last_modified_ms, 9);
-    let mut released: Vec<_> = resp.released.iter().map(|p| p.blob_id.clone()).collect();
+    let mut released: Vec<_> = resp.released.iter().map(|p| name_of(&p.blob_id)).collect();
     released.sort();
     assert_eq!(released, ["blob2", "blob5", "old-blob"]);
 
@@ -744,4 +784,5 @@ fn register_datanode_upserts_address() {
     );
 }
 
+mod exactly_once;
 mod refs;

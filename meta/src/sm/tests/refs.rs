@@ -9,15 +9,20 @@ use crate::store::{Batch, Space};
 
 /// The index as a set.
 fn refs(kv: &MemStore) -> BTreeSet<String> {
-    all_references(kv).unwrap().into_iter().collect()
+    all_references(kv)
+        .unwrap()
+        .iter()
+        .map(|id| name_of(id))
+        .collect()
 }
 
 fn set(ids: &[&str]) -> BTreeSet<String> {
     ids.iter().map(|s| s.to_string()).collect()
 }
 
-fn ids(ids: &[&str]) -> Vec<String> {
-    ids.iter().map(|s| s.to_string()).collect()
+/// The blob ids of test blobs `names`.
+fn ids(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| bid(s)).collect()
 }
 
 fn delete_object(kv: &MemStore, key: &str) -> Applied {
@@ -89,7 +94,7 @@ fn complete_keeps_listed_parts_and_drops_unlisted_and_replaced() {
     let Applied::Completed(resp) = done else {
         panic!("complete: {done:?}")
     };
-    let released: BTreeSet<String> = resp.released.iter().map(|p| p.blob_id.clone()).collect();
+    let released: BTreeSet<String> = resp.released.iter().map(|p| name_of(&p.blob_id)).collect();
     assert_eq!(released, set(&["blob2", "blob4", "old"]));
     assert_eq!(refs(&kv), set(&["blob1", "blob3", "blob5"]));
     // Re-completing the same list is answered from the object, unchanged.
@@ -197,7 +202,7 @@ fn ensure_index_indexes_a_store_written_without_it() {
     // What a store of the previous release looks like: no index, no marker.
     let mut wipe = Batch::new();
     for id in &expected {
-        wipe.delete(Space::Refs, id.as_bytes().to_vec());
+        wipe.delete(Space::Refs, bid(id).into_bytes());
     }
     kv.apply(wipe).unwrap();
     assert!(refs(&kv).is_empty());
