@@ -744,4 +744,5 @@ fn register_datanode_upserts_address() {
     );
 }
 
+mod heal;
 mod refs;
