@@ -8,7 +8,7 @@ use prost::Message;
 use sluice_proto::raft as rpb;
 
 use super::*;
-use crate::sm::heal::{intent_epoch, MAX_SHARDS_PER_CALL};
+use crate::sm::heal::{MAX_SHARDS_PER_CALL, intent_epoch};
 use crate::sm::refs::{
     INDEX_MARKER, INDEX_VERSION, all_degraded, current_placement, ensure_index, locate,
     object_locator, part_locator,
@@ -157,7 +157,10 @@ fn locators_name_the_object_the_part_and_move_with_complete() {
     let kv = MemStore::new();
     bucket(&kv, "b");
     put(&kv, "b", "k", "o1");
-    assert_eq!(locate(&kv, "o1").unwrap(), Some(object_locator("b", "k", 1)));
+    assert_eq!(
+        locate(&kv, "o1").unwrap(),
+        Some(object_locator("b", "k", 1))
+    );
     let (loc, p) = current_placement(&kv, "o1").unwrap().unwrap();
     assert_eq!(loc.part_number, 1);
     assert_eq!(p, placement("o1"));
@@ -184,8 +187,14 @@ fn locators_name_the_object_the_part_and_move_with_complete() {
         }),
     );
     assert!(matches!(done, Applied::Completed(_)), "{done:?}");
-    assert_eq!(locate(&kv, "p1").unwrap(), Some(object_locator("b", "m", 1)));
-    assert_eq!(locate(&kv, "p2").unwrap(), Some(object_locator("b", "m", 2)));
+    assert_eq!(
+        locate(&kv, "p1").unwrap(),
+        Some(object_locator("b", "m", 1))
+    );
+    assert_eq!(
+        locate(&kv, "p2").unwrap(),
+        Some(object_locator("b", "m", 2))
+    );
     assert_eq!(placement_of(&kv, "p2"), placement("p2"));
     assert_eq!(locate(&kv, "nope").unwrap(), None);
     assert_eq!(current_placement(&kv, "nope").unwrap(), None);
@@ -278,7 +287,12 @@ fn report_missing_marks_only_shards_the_node_holds() {
         report(
             &kv,
             3,
-            vec![shard("x1", 2), shard("x1", 3), shard("ghost", 2), shard("x1", 9)]
+            vec![
+                shard("x1", 2),
+                shard("x1", 3),
+                shard("ghost", 2),
+                shard("x1", 9)
+            ]
         ),
         Applied::Marked(0)
     );
@@ -351,9 +365,14 @@ fn begin_heal_needs_a_referenced_blob_and_an_open_epoch() {
     close_epoch(&kv, 8);
     assert_eq!(intent_epoch(&kv, 9, &x, 2).unwrap(), None);
     assert!(
-        kv.scan(Space::HealIntents, std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, 10)
-            .unwrap()
-            .is_empty(),
+        kv.scan(
+            Space::HealIntents,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            10
+        )
+        .unwrap()
+        .is_empty(),
         "both key families are gone"
     );
 }
@@ -472,7 +491,10 @@ fn update_placement_of_a_part_record() {
         Applied::Done
     );
     assert_eq!(placement_of(&kv, &x), healed(&x));
-    assert_eq!(locate(&kv, &x).unwrap(), Some(part_locator("b", "m", "u1", 4)));
+    assert_eq!(
+        locate(&kv, &x).unwrap(),
+        Some(part_locator("b", "m", "u1", 4))
+    );
     assert!(degraded(&kv).is_empty());
 }
 
@@ -489,7 +511,10 @@ fn collectable_answers_every_branch() {
     // The heal intent protects the shard being written on node 9.
     assert!(collect(&kv, 9, &[shard(&x, 2)], 10).is_empty());
 
-    assert_eq!(update(&kv, with_missing(&x, &[2]), healed(&x), 7), Applied::Done);
+    assert_eq!(
+        update(&kv, with_missing(&x, &[2]), healed(&x), 7),
+        Applied::Done
+    );
     // Node 9 now holds the placed shard; node 3's stale copy waits for the
     // blob's epoch to close.
     assert!(collect(&kv, 9, &[shard(&x, 2)], 10).is_empty());
@@ -527,7 +552,10 @@ fn collectable_answers_every_branch() {
     );
     assert!(collect(&kv, 9, &[shard(&gone, 1)], 10).is_empty());
     close_epoch(&kv, 7);
-    assert_eq!(collect(&kv, 9, &[shard(&gone, 1)], 10), vec![shard(&gone, 1)]);
+    assert_eq!(
+        collect(&kv, 9, &[shard(&gone, 1)], 10),
+        vec![shard(&gone, 1)]
+    );
 
     // A pending deletion waits for delete_delay (500 ms) since its release,
     // whatever its epoch.
@@ -538,7 +566,11 @@ fn collectable_answers_every_branch() {
         released_ms: 1000,
         remaining_nodes: vec![1, 2, 3, 4, 5, 6],
     };
-    b.put(Space::Pending, keys::pending(&released), rec.encode_to_vec());
+    b.put(
+        Space::Pending,
+        keys::pending(&released),
+        rec.encode_to_vec(),
+    );
     kv.apply(b).unwrap();
     assert!(collect(&kv, 1, &[shard(&released, 0)], 1499).is_empty());
     assert_eq!(
@@ -548,12 +580,21 @@ fn collectable_answers_every_branch() {
 
     // Request order, duplicates kept; the bound.
     assert_eq!(
-        collect(&kv, 1, &[shard(&legacy, 1), shard(&young, 0), shard(&legacy, 1)], 10),
+        collect(
+            &kv,
+            1,
+            &[shard(&legacy, 1), shard(&young, 0), shard(&legacy, 1)],
+            10
+        ),
         vec![shard(&legacy, 1), shard(&legacy, 1)]
     );
-    let max: Vec<_> = (0..MAX_SHARDS_PER_CALL).map(|i| shard(&legacy, i as u32)).collect();
+    let max: Vec<_> = (0..MAX_SHARDS_PER_CALL)
+        .map(|i| shard(&legacy, i as u32))
+        .collect();
     assert_eq!(collect(&kv, 1, &max, 10).len(), MAX_SHARDS_PER_CALL);
-    let too_many: Vec<_> = (0..=MAX_SHARDS_PER_CALL).map(|i| shard(&legacy, i as u32)).collect();
+    let too_many: Vec<_> = (0..=MAX_SHARDS_PER_CALL)
+        .map(|i| shard(&legacy, i as u32))
+        .collect();
     assert!(matches!(
         collectable(&kv, 1, &too_many, 10, 500),
         Err(SmError::Refused {
@@ -597,7 +638,10 @@ fn list_placements_pages_all_or_degraded_blobs() {
         pages += 1;
         for b in &p.blobs {
             let pl = b.placement.as_ref().unwrap();
-            assert_eq!(locate(&kv, &pl.blob_id).unwrap().as_ref(), b.locator.as_ref());
+            assert_eq!(
+                locate(&kv, &pl.blob_id).unwrap().as_ref(),
+                b.locator.as_ref()
+            );
             all.push(pl.blob_id.clone());
         }
         if !p.is_truncated {
@@ -616,7 +660,10 @@ fn list_placements_pages_all_or_degraded_blobs() {
         .iter()
         .map(|b| b.placement.as_ref().unwrap().blob_id.clone())
         .collect();
-    let mut want: Vec<_> = [0u128, 5, 10, 15, 20, 100].iter().map(|i| blob(1, *i)).collect();
+    let mut want: Vec<_> = [0u128, 5, 10, 15, 20, 100]
+        .iter()
+        .map(|i| blob(1, *i))
+        .collect();
     want.sort();
     assert_eq!(ids, want);
     let part = d
@@ -704,7 +751,10 @@ fn ensure_index_migrates_a_format_1_index() {
         kv.get(Space::SmMeta, INDEX_MARKER).unwrap().as_deref(),
         Some(INDEX_VERSION)
     );
-    assert_eq!(locate(&kv, "pp").unwrap(), Some(part_locator("b", "m", "u1", 3)));
+    assert_eq!(
+        locate(&kv, "pp").unwrap(),
+        Some(part_locator("b", "m", "u1", 3))
+    );
     assert_eq!(
         locate(&kv, &blob(1, 1234)).unwrap(),
         Some(object_locator("b", "k1234", 1))
