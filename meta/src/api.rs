@@ -41,8 +41,7 @@ pub(crate) const DEFAULT_DELETE_DELAY: Duration = Duration::from_secs(300);
 /// and both its disk id and its address differ. A restarted node keeps its
 /// address or its disk, so either being equal lets it through.
 fn claims_live_id(recorded: &pb::DatanodeInfo, live: bool, addr: &str, disk_id: &str) -> bool {
-    live
-        && !disk_id.is_empty()
+    live && !disk_id.is_empty()
         && !recorded.disk_id.is_empty()
         && recorded.disk_id != disk_id
         && recorded.addr != addr

@@ -513,4 +513,33 @@ mod tests {
         assert_eq!(references(&kv), expected());
         assert!(kv.get(Space::SmMeta, refs::INDEX_MARKER).unwrap().is_some());
     }
+
+    #[tokio::test]
+    async fn a_format_1_snapshot_gets_locators_on_install() {
+        let mut source = populated().await;
+        let snap = snapshot(&mut source).await;
+        // What a node of index format 1 sends: empty index values.
+        let mut blob = rpb::SnapshotBlob::decode(snap.snapshot.into_inner().as_slice()).unwrap();
+        for r in &mut blob.records {
+            if r.space == u32::from(Space::Refs.id()) {
+                r.value.clear();
+            }
+        }
+        let kv = Arc::new(MemStore::new());
+        let mut target = StateMachine::new(kv.clone());
+        target
+            .install_snapshot(&snap.meta, Box::new(Cursor::new(blob.encode_to_vec())))
+            .await
+            .unwrap();
+        assert_eq!(references(&kv), expected());
+        assert!(refs::index_is_current(kv.as_ref()).unwrap());
+        assert_eq!(
+            refs::locate(kv.as_ref(), "blob-a").unwrap(),
+            Some(refs::object_locator("b", "a", 1))
+        );
+        assert_eq!(
+            refs::locate(kv.as_ref(), "blob-p").unwrap(),
+            Some(refs::part_locator("b", "m", "u1", 1))
+        );
+    }
 }

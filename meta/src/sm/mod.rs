@@ -39,12 +39,12 @@ use sluice_proto::meta::{self as pb, ErrorCode};
 
 use crate::store::{KvError, KvStore, Space};
 
+pub use heal::{MAX_SHARDS_PER_CALL, collectable};
 pub use mutate::{apply_command, apply_command_with, multipart_etag, part_etag};
 pub use read::{
     get_bucket, get_datanode, get_object, get_upload, list_buckets, list_datanodes, list_objects,
     list_parts, list_placements, list_uploads,
 };
-pub use heal::{MAX_SHARDS_PER_CALL, collectable};
 pub use refs::{MAX_FILTER_IDS, filter_unreferenced};
 pub use stale::{StalePage, stale_uploads};
 

@@ -75,9 +75,12 @@ pub fn object_refs(object: &pb::ObjectRecord) -> Vec<(&pb::Placement, pb::BlobLo
         .parts
         .iter()
         .filter_map(|p| {
-            p.placement
-                .as_ref()
-                .map(|pl| (pl, object_locator(&object.bucket, &object.key, p.part_number)))
+            p.placement.as_ref().map(|pl| {
+                (
+                    pl,
+                    object_locator(&object.bucket, &object.key, p.part_number),
+                )
+            })
         })
         .collect()
 }
@@ -89,9 +92,12 @@ pub fn part_refs<'a>(
     key: &str,
     part: &'a pb::PartRecord,
 ) -> Option<(&'a pb::Placement, pb::BlobLocator)> {
-    part.placement
-        .as_ref()
-        .map(|pl| (pl, part_locator(bucket, key, &part.upload_id, part.part_number)))
+    part.placement.as_ref().map(|pl| {
+        (
+            pl,
+            part_locator(bucket, key, &part.upload_id, part.part_number),
+        )
+    })
 }
 
 /// Adds to `b` the degraded-index write for `placement`: the blob is in

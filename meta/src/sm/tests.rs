@@ -785,4 +785,5 @@ fn register_datanode_upserts_address() {
 }
 
 mod exactly_once;
+mod heal;
 mod refs;
