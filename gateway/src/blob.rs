@@ -836,7 +836,7 @@ mod tests {
         let nodes = store.place("b/k").await.expect("5 writable >= quorum");
         assert_eq!(nodes[5], 4, "the full node takes the last shard");
         // A full node goes before a down one.
-        set(7, &[4], &[6, 7]);
+        set(8, &[4], &[7, 8]);
         let nodes = store.place("b/k").await.expect("5 writable >= quorum");
         assert_eq!(nodes[5], 4);
         // Two full: 4 writable < quorum 5, although 6 are live.

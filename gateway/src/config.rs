@@ -335,6 +335,18 @@ mod tests {
     }
 
     #[test]
+    fn epoch_rotation_parses_defaults_and_must_be_positive() {
+        assert_eq!(valid().epoch_rotation, Duration::from_secs(600));
+        let config: Config = toml::from_str(r#"epoch_rotation = "90s""#).expect("parse");
+        assert_eq!(config.epoch_rotation, Duration::from_secs(90));
+        let zero = Config {
+            epoch_rotation: Duration::ZERO,
+            ..valid()
+        };
+        assert_eq!(zero.validate(), Err(ConfigError::Zero("epoch_rotation")));
+    }
+
+    #[test]
     fn flow_control_knobs_parse_with_defaults() {
         let config = valid();
         assert_eq!(config.max_inflight_requests, 256);

@@ -197,11 +197,7 @@ impl WriteEpochs {
         WriteEpochs::from_parts(epoch, DEFAULT_LEASE, DEFAULT_EPOCH_ROTATION)
     }
 
-    fn from_parts(
-        epoch: u64,
-        lease: Duration,
-        rotation: Duration,
-    ) -> WriteEpochs {
+    fn from_parts(epoch: u64, lease: Duration, rotation: Duration) -> WriteEpochs {
         WriteEpochs {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
@@ -242,7 +238,12 @@ impl WriteEpochs {
             config.rotation
         };
         let epochs = WriteEpochs::from_parts(opened.epoch, lease, rotation);
-        tracing::info!(epoch = opened.epoch, ?lease, ?rotation, "opened write epoch");
+        tracing::info!(
+            epoch = opened.epoch,
+            ?lease,
+            ?rotation,
+            "opened write epoch"
+        );
         metrics::set_write_epoch(opened.epoch);
         tokio::spawn(renew_loop(
             Arc::downgrade(&epochs.inner),

@@ -281,7 +281,12 @@ async fn write_then_read_ranges() -> Result<()> {
         (p.data_shards, p.parity_shards, p.block_size),
         (K as u32, M as u32, BLOCK as u32)
     );
-    assert_eq!(p.blob_id.len(), 32, "uuid v4 simple");
+    // `e<epoch>.<32 hex>` under the store's fixed epoch.
+    assert_eq!(
+        sluice_proto::blob_id::epoch_of(&p.blob_id),
+        sluice_gateway::blob::FIXED_TEST_EPOCH
+    );
+    assert_eq!(p.blob_id.len(), "e1.".len() + 32, "{}", p.blob_id);
     let mut nodes = p.nodes.clone();
     nodes.sort_unstable();
     assert_eq!(nodes, vec![1, 2, 3, 4, 5, 6]);

@@ -53,8 +53,8 @@ use tower::{Service as _, ServiceExt as _};
 use super::{BlobError, BlobStore, SHARD_STALL_TIMEOUT};
 use crate::admission::BufferPermit;
 use crate::credit::{CreditError, NodeCredit};
-use crate::epoch::EpochGuard;
 use crate::datanodes::MAX_MESSAGE_BYTES;
+use crate::epoch::EpochGuard;
 use crate::layout::Layout;
 
 /// What the write path puts into a shard's channel.

@@ -70,6 +70,11 @@ impl Gateway {
         }
     }
 
+    /// What this gateway does with released and discarded blobs.
+    pub fn reclaimer(&self) -> &Reclaimer {
+        &self.reclaimer
+    }
+
     /// Waits for every background deletion to finish; later discards delete inline.
     pub async fn drain(&self) {
         self.reclaimer.drain().await;
