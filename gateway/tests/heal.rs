@@ -111,7 +111,10 @@ fn too_few_healthy_shards_or_no_target_skips_the_blob() {
         Err(Skip::NoTarget { index: 2 })
     );
     assert_eq!(
-        choose_targets(&placement(&[1, 2, 3, 4, 5, 6], &[]), &views(1..=6, &[], &[])),
+        choose_targets(
+            &placement(&[1, 2, 3, 4, 5, 6], &[]),
+            &views(1..=6, &[], &[])
+        ),
         Err(Skip::NothingMissing)
     );
     assert!(matches!(
@@ -162,19 +165,45 @@ async fn heal_takes_no_buffer_while_a_client_waits_and_holds_at_most_its_stripes
     };
     let store = BlobStore::with_static_datanodes(config, vec![]);
     let stripe = ((K + M) * BLOCK) as u64;
-    let gate = HealGate::new(1 << 30, 1, store.stats().clone(), Duration::from_millis(200));
-    let first = gate.stripe_permit(&store, stripe).await.expect("free budget");
+    let gate = HealGate::new(
+        1 << 30,
+        1,
+        store.stats().clone(),
+        Duration::from_millis(200),
+    );
+    let first = gate
+        .stripe_permit(&store, stripe)
+        .await
+        .expect("free budget");
     assert_eq!(first.bytes(), stripe);
     assert_eq!(gate.stripe_holds(), 1);
     // heal_concurrency = 1: a second stripe waits for the first.
-    let err = gate.stripe_permit(&store, stripe).await.err().expect("one stripe at most");
-    assert!(matches!(err, sluice_gateway::heal::rate::GateError::Busy(_)));
+    let err = gate
+        .stripe_permit(&store, stripe)
+        .await
+        .err()
+        .expect("one stripe at most");
+    assert!(matches!(
+        err,
+        sluice_gateway::heal::rate::GateError::Busy(_)
+    ));
     drop(first);
-    let gate = HealGate::new(1 << 30, 2, store.stats().clone(), Duration::from_millis(300));
+    let gate = HealGate::new(
+        1 << 30,
+        2,
+        store.stats().clone(),
+        Duration::from_millis(300),
+    );
     let stats: &GatewayStats = store.stats();
     assert_eq!(stats.buffer_waiting(), 0);
-    let s1 = gate.stripe_permit(&store, stripe).await.expect("budget free");
-    let s2 = gate.stripe_permit(&store, stripe).await.expect("budget free");
+    let s1 = gate
+        .stripe_permit(&store, stripe)
+        .await
+        .expect("budget free");
+    let s2 = gate
+        .stripe_permit(&store, stripe)
+        .await
+        .expect("budget free");
     // Budget full (two heal stripes); now heal asks again: busy.
     assert!(gate.stripe_permit(&store, stripe).await.is_err());
     drop((s1, s2));
@@ -198,26 +227,59 @@ fn node_watch_triggers_on_disk_generation_and_long_down_nodes() {
     let t0 = Instant::now();
     let mut w = NodeWatch::default();
     let now_ms = 10_000_000;
-    let obs = w.observe(&[info(1, true, 1, now_ms), info(2, false, 1, now_ms - 1000)], t0, now_ms, down_after);
+    let obs = w.observe(
+        &[info(1, true, 1, now_ms), info(2, false, 1, now_ms - 1000)],
+        t0,
+        now_ms,
+        down_after,
+    );
     assert!(!obs.generation_changed && !obs.newly_lost);
     // Node 1 re-registered with another disk.
-    let obs = w.observe(&[info(1, true, 2, now_ms), info(2, false, 1, now_ms - 1000)], t0, now_ms, down_after);
+    let obs = w.observe(
+        &[info(1, true, 2, now_ms), info(2, false, 1, now_ms - 1000)],
+        t0,
+        now_ms,
+        down_after,
+    );
     assert!(obs.generation_changed);
     // Node 2 down for 10 min by our own clock (its heartbeat time says less).
     let later = t0 + down_after;
-    let obs = w.observe(&[info(1, true, 2, now_ms), info(2, false, 1, now_ms - 1000)], later, now_ms, down_after);
+    let obs = w.observe(
+        &[info(1, true, 2, now_ms), info(2, false, 1, now_ms - 1000)],
+        later,
+        now_ms,
+        down_after,
+    );
     assert!(obs.newly_lost && !obs.generation_changed);
     let live: BTreeSet<u64> = [1].into();
     assert_eq!(w.audit_of(2, &live), NodeAudit::Lost);
     assert_eq!(w.audit_of(1, &live), NodeAudit::Ask);
     // Only once.
-    let obs = w.observe(&[info(1, true, 2, now_ms), info(2, false, 1, now_ms - 1000)], later, now_ms, down_after);
+    let obs = w.observe(
+        &[info(1, true, 2, now_ms), info(2, false, 1, now_ms - 1000)],
+        later,
+        now_ms,
+        down_after,
+    );
     assert!(!obs.newly_lost);
     // Node 3: first seen now, but its last heartbeat is 11 min old.
-    let obs = w.observe(&[info(3, false, 1, now_ms - 660_000)], later, now_ms, down_after);
+    let obs = w.observe(
+        &[info(3, false, 1, now_ms - 660_000)],
+        later,
+        now_ms,
+        down_after,
+    );
     assert!(obs.newly_lost);
-    assert_eq!(w.audit_of(1, &live), NodeAudit::Ask, "node 1 is no longer listed but live set says ask");
-    assert_eq!(w.audit_of(2, &BTreeSet::new()), NodeAudit::Skip, "node 2 forgotten when unlisted");
+    assert_eq!(
+        w.audit_of(1, &live),
+        NodeAudit::Ask,
+        "node 1 is no longer listed but live set says ask"
+    );
+    assert_eq!(
+        w.audit_of(2, &BTreeSet::new()),
+        NodeAudit::Skip,
+        "node 2 forgotten when unlisted"
+    );
 }
 
 #[test]
@@ -486,7 +548,12 @@ async fn rebuild_restores_a_deleted_shard_in_place() -> Result<()> {
     let begun = meta.begun.lock().unwrap().clone();
     assert_eq!(begun.len(), 1);
     assert_eq!(
-        (begun[0].blob_id.as_str(), begun[0].shard_index, begun[0].node_id, begun[0].epoch),
+        (
+            begun[0].blob_id.as_str(),
+            begun[0].shard_index,
+            begun[0].node_id,
+            begun[0].epoch
+        ),
         (p.blob_id.as_str(), 2, victim, epochs.begin_write().epoch())
     );
     let updates = meta.updates.lock().unwrap().clone();
@@ -497,7 +564,9 @@ async fn rebuild_restores_a_deleted_shard_in_place() -> Result<()> {
 
     // The file is back, byte for byte.
     let node = nodes.iter().find(|n| n.id == victim).unwrap();
-    let back = node.shard_file(&p.blob_id, 2)?.context("rebuilt shard 2 file")?;
+    let back = node
+        .shard_file(&p.blob_id, 2)?
+        .context("rebuilt shard 2 file")?;
     assert_eq!(std::fs::read(&back)?, original);
     // And the blob reads back from the rebuilt shard plus k-1 others only
     // (0 and 1 treated as missing: shards 2, 3, 4, 5).
@@ -553,7 +622,10 @@ async fn rebuild_moves_parity_off_a_down_node_and_a_lost_race_is_reported() -> R
     let mut expect = p.clone();
     expect.nodes[5] = 7;
     assert_eq!(healed.placement, expect);
-    assert!(nodes[6].shard_file(&p.blob_id, 5)?.is_some(), "parity on node 7");
+    assert!(
+        nodes[6].shard_file(&p.blob_id, 5)?.is_some(),
+        "parity on node 7"
+    );
     // Read with shard 5 (the rebuilt parity on node 7) in use: drop the
     // down node's copy too, so the parity must be right.
     let down_node = nodes.iter_mut().find(|n| n.id == down).unwrap();
@@ -585,8 +657,13 @@ async fn rebuild_moves_parity_off_a_down_node_and_a_lost_race_is_reported() -> R
     };
     entries.retain(|e| e.id != down);
     let views2 = views_from(&entries);
-    let err = rebuild_blob(&cx, &again, &views2).await.expect_err("CAS refused");
-    assert!(matches!(err, HealError::Lost(ErrorCode::PlacementChanged)), "{err:?}");
+    let err = rebuild_blob(&cx, &again, &views2)
+        .await
+        .expect_err("CAS refused");
+    assert!(
+        matches!(err, HealError::Lost(ErrorCode::PlacementChanged)),
+        "{err:?}"
+    );
     assert_eq!(err.reason(), "lost_race");
     assert_eq!(lost.updates.lock().unwrap().len(), 1);
 

@@ -134,9 +134,7 @@ impl NodeWatch {
 }
 
 /// Groups a page's shards by node, leaving out shards already missing.
-pub fn shards_by_node(
-    blobs: &[sluice_proto::meta::PlacedBlob],
-) -> BTreeMap<u64, Vec<ShardRef>> {
+pub fn shards_by_node(blobs: &[sluice_proto::meta::PlacedBlob]) -> BTreeMap<u64, Vec<ShardRef>> {
     let mut by_node: BTreeMap<u64, Vec<ShardRef>> = BTreeMap::new();
     for b in blobs {
         let Some(p) = &b.placement else { continue };
@@ -171,8 +169,7 @@ async fn absent_on(
                 })
                 .collect(),
         };
-        let present = match tokio::time::timeout(HAS_SHARDS_TIMEOUT, client.has_shards(req)).await
-        {
+        let present = match tokio::time::timeout(HAS_SHARDS_TIMEOUT, client.has_shards(req)).await {
             Ok(Ok(r)) => r.into_inner().present,
             Ok(Err(status)) => return Err(format!("{}: {}", status.code(), status.message())),
             Err(_) => return Err(format!("no answer within {HAS_SHARDS_TIMEOUT:?}")),
@@ -241,7 +238,10 @@ pub async fn audit_pass(
                         continue;
                     }
                     let n = absent.len();
-                    let marked = meta.report_missing(node, absent).await.map_err(HealError::Meta)?;
+                    let marked = meta
+                        .report_missing(node, absent)
+                        .await
+                        .map_err(HealError::Meta)?;
                     tracing::debug!(node, absent = n, marked, "audit: reported missing shards");
                     report.missing_reported += u64::from(marked);
                 }

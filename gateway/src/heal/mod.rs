@@ -70,11 +70,20 @@ pub mod names {
 /// Registers the descriptions of the heal metrics.
 pub fn describe() {
     use metrics::Unit;
-    metrics::describe_gauge!(names::DEGRADED_BLOBS, "Degraded blobs by missing shard count (last pass)");
-    metrics::describe_gauge!(names::QUEUE_BLOBS, "Degraded blobs of the current heal pass not handled yet");
+    metrics::describe_gauge!(
+        names::DEGRADED_BLOBS,
+        "Degraded blobs by missing shard count (last pass)"
+    );
+    metrics::describe_gauge!(
+        names::QUEUE_BLOBS,
+        "Degraded blobs of the current heal pass not handled yet"
+    );
     metrics::describe_counter!(names::HEALED_BLOBS, "Blobs healed");
     metrics::describe_counter!(names::BYTES, Unit::Bytes, "Shard bytes written by heal");
-    metrics::describe_counter!(names::FAILED, "Heals that ended without a new placement, by reason");
+    metrics::describe_counter!(
+        names::FAILED,
+        "Heals that ended without a new placement, by reason"
+    );
     metrics::describe_counter!(names::AUDIT_SHARDS_CHECKED, "Shards checked by the audit");
     metrics::describe_counter!(names::AUDIT_MISSING, "Shards the audit reported missing");
     metrics::describe_counter!(names::AUDIT_PASSES, "Audit passes completed");
@@ -237,7 +246,10 @@ impl HealWorker {
 
     /// A snapshot of the worker's status.
     pub fn status(&self) -> HealStatus {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Stops the loop (an unfinished heal is abandoned: its streams are
@@ -277,7 +289,12 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                     return;
                 }
             };
-            let obs = watch.observe(&infos, Instant::now(), now_ms(), shared.config.node_down_after);
+            let obs = watch.observe(
+                &infos,
+                Instant::now(),
+                now_ms(),
+                shared.config.node_down_after,
+            );
             let due = last_audit.is_none_or(|t| t.elapsed() >= shared.config.audit_interval);
             if due || obs.generation_changed || obs.newly_lost {
                 audit_once(&shared, &watch, &infos).await;
@@ -307,8 +324,13 @@ async fn audit_once(shared: &Shared, watch: &NodeWatch, infos: &[DatanodeInfo]) 
                 s.audit_shards_checked += r.shards_checked;
                 s.audit_missing += r.missing_reported;
             });
-            tracing::info!(blobs = r.blobs, checked = r.shards_checked, missing = r.missing_reported,
-                unchecked = r.unchecked, "audit pass done");
+            tracing::info!(
+                blobs = r.blobs,
+                checked = r.shards_checked,
+                missing = r.missing_reported,
+                unchecked = r.unchecked,
+                "audit pass done"
+            );
         }
         Err(e) => tracing::warn!(error = %e, "audit pass failed"),
     }
@@ -352,7 +374,11 @@ async fn heal_pass(shared: &Shared, infos: &[DatanodeInfo]) {
                 break;
             }
         };
-        let placements: Vec<_> = page.blobs.iter().filter_map(|b| b.placement.clone()).collect();
+        let placements: Vec<_> = page
+            .blobs
+            .iter()
+            .filter_map(|b| b.placement.clone())
+            .collect();
         for p in &placements {
             *by_missing.entry(p.missing.len()).or_default() += 1;
         }
@@ -394,7 +420,10 @@ async fn heal_pass(shared: &Shared, infos: &[DatanodeInfo]) {
             _ => break,
         }
     }
-    for missing in 1..=nodes.len().max(by_missing.keys().copied().max().unwrap_or(0)) {
+    for missing in 1..=nodes
+        .len()
+        .max(by_missing.keys().copied().max().unwrap_or(0))
+    {
         let count = by_missing.get(&missing).copied().unwrap_or(0);
         metrics::gauge!(names::DEGRADED_BLOBS, "missing" => missing.to_string()).set(count as f64);
     }
@@ -430,7 +459,11 @@ fn record_failure(shared: &Shared, blob_id: &str, e: &HealError) {
     });
     match e {
         HealError::Lost(code) => {
-            tracing::debug!(blob_id, ?code, "heal lost the race; the new shards are garbage for GC")
+            tracing::debug!(
+                blob_id,
+                ?code,
+                "heal lost the race; the new shards are garbage for GC"
+            )
         }
         HealError::Skipped(skip) => tracing::debug!(blob_id, %skip, "heal skipped, retried later"),
         other => tracing::warn!(blob_id, error = %other, "heal failed, retried later"),

@@ -137,8 +137,13 @@ impl HealGate {
     ) -> Self {
         HealGate {
             slots: Arc::new(Semaphore::new(max_stripes.max(1))),
-            bucket: (bytes_per_sec > 0)
-                .then(|| Mutex::new(TokenBucket::new(bytes_per_sec, bytes_per_sec, Instant::now()))),
+            bucket: (bytes_per_sec > 0).then(|| {
+                Mutex::new(TokenBucket::new(
+                    bytes_per_sec,
+                    bytes_per_sec,
+                    Instant::now(),
+                ))
+            }),
             max_stripes: max_stripes.max(1),
             stats,
             max_wait,

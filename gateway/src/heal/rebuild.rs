@@ -93,7 +93,11 @@ pub enum HealError {
     Unreadable { stripe: u64, reason: String },
     /// A rebuilt shard could not be written.
     #[error("writing shard {index} to node {node}: {reason}")]
-    Write { index: u32, node: u64, reason: String },
+    Write {
+        index: u32,
+        node: u64,
+        reason: String,
+    },
     /// No stripe buffer or bandwidth (the gateway is busy, or heal is off).
     #[error("{0}")]
     Gate(#[from] GateError),
@@ -122,7 +126,9 @@ impl HealError {
 
 fn meta_err(e: MetaError) -> HealError {
     match e.code() {
-        Some(code @ (ErrorCode::PlacementChanged | ErrorCode::EpochClosed)) => HealError::Lost(code),
+        Some(code @ (ErrorCode::PlacementChanged | ErrorCode::EpochClosed)) => {
+            HealError::Lost(code)
+        }
         _ => HealError::Meta(e),
     }
 }
@@ -171,10 +177,7 @@ pub fn choose_targets(p: &Placement, nodes: &[NodeView]) -> Result<Vec<(u32, u64
         .filter(|&i| view(p.nodes[i as usize]).is_some_and(|n| n.live))
         .count();
     if healthy < k {
-        return Err(Skip::NotEnoughHealthy {
-            healthy,
-            needed: k,
-        });
+        return Err(Skip::NotEnoughHealthy { healthy, needed: k });
     }
     // Nodes that keep a shard of the blob (the non-missing indices).
     let keeping: BTreeSet<u64> = (0..p.nodes.len())
@@ -222,7 +225,8 @@ pub fn healed_placement(p: &Placement, targets: &[(u32, u64)]) -> Placement {
     for &(i, node) in targets {
         next.nodes[i as usize] = node;
     }
-    next.missing.retain(|i| !targets.iter().any(|(t, _)| t == i));
+    next.missing
+        .retain(|i| !targets.iter().any(|(t, _)| t == i));
     next
 }
 
@@ -262,11 +266,7 @@ impl Target {
         }
     }
 
-    async fn send(
-        &mut self,
-        msg: Msg,
-        stripe: Option<Arc<HealStripe>>,
-    ) -> Result<(), HealError> {
+    async fn send(&mut self, msg: Msg, stripe: Option<Arc<HealStripe>>) -> Result<(), HealError> {
         let Some(tx) = &self.tx else {
             return Err(self.write_err("stream already ended"));
         };
@@ -350,7 +350,11 @@ pub async fn rebuild_blob(
 
     for s in 0..stripes {
         let block_len = layout.block_len(s);
-        let stripe = Arc::new(cx.gate.stripe_permit(cx.store, (n * block_len) as u64).await?);
+        let stripe = Arc::new(
+            cx.gate
+                .stripe_permit(cx.store, (n * block_len) as u64)
+                .await?,
+        );
         let mut got: Vec<Option<Vec<u8>>> = vec![None; n];
         loop {
             let have = got.iter().filter(|b| b.is_some()).count();
@@ -376,7 +380,8 @@ pub async fn rebuild_blob(
                 .map(|(i, slot)| {
                     let (store, blob_id, node) = (cx.store, p.blob_id.as_str(), p.nodes[i]);
                     async move {
-                        let r = next_block(store, blob_id, node, i, s, stripes, block_len, slot).await;
+                        let r =
+                            next_block(store, blob_id, node, i, s, stripes, block_len, slot).await;
                         (i, r)
                     }
                 });
@@ -404,8 +409,11 @@ pub async fn rebuild_blob(
             let crc32c = sluice_datanode::block_crc32c(&data);
             t.blocks += 1;
             t.bytes += data.len() as u64;
-            t.send(Msg::Block(ShardBlock { data, crc32c }), Some(Arc::clone(&stripe)))
-                .await?;
+            t.send(
+                Msg::Block(ShardBlock { data, crc32c }),
+                Some(Arc::clone(&stripe)),
+            )
+            .await?;
         }
     }
     drop(sources);
@@ -456,7 +464,7 @@ pub async fn rebuild_blob(
         })
         .await
         .map_err(meta_err)?;
-    drop(guard);
+    // `guard` (the epoch) stays held until this function returns, past the CAS.
 
     bad.sort_unstable();
     bad.dedup();
@@ -480,7 +488,12 @@ pub async fn rebuild_blob(
 
 /// Opens the `PutShard` stream of one target (its task starts at once;
 /// the header is sent by the caller).
-fn open_target(store: &BlobStore, p: &Placement, index: u32, node: u64) -> Result<Target, HealError> {
+fn open_target(
+    store: &BlobStore,
+    p: &Placement,
+    index: u32,
+    node: u64,
+) -> Result<Target, HealError> {
     let err = |reason: String| HealError::Write {
         index,
         node,
@@ -488,9 +501,8 @@ fn open_target(store: &BlobStore, p: &Placement, index: u32, node: u64) -> Resul
     };
     let credit = store.heal_credit(node).map_err(|e| err(e.to_string()))?;
     let mut client = store.heal_client(node).map_err(|e| err(e.to_string()))?;
-    let (tx, rx) = mpsc::channel::<(PutShardRequest, Option<Arc<HealStripe>>)>(
-        HEAL_SHARD_CHANNEL_DEPTH,
-    );
+    let (tx, rx) =
+        mpsc::channel::<(PutShardRequest, Option<Arc<HealStripe>>)>(HEAL_SHARD_CHANNEL_DEPTH);
     // The stripe permit travels with its block until tonic takes it.
     let requests = tokio_stream::wrappers::ReceiverStream::new(rx).map(|(req, _stripe)| req);
     let blob_id = p.blob_id.clone();
@@ -524,7 +536,9 @@ fn rebuild_stripe(
 ) -> Result<Vec<Bytes>, String> {
     let k = codec.data_shards();
     if got[..k].iter().any(Option::is_none) {
-        codec.reconstruct_data(&mut got).map_err(|e| e.to_string())?;
+        codec
+            .reconstruct_data(&mut got)
+            .map_err(|e| e.to_string())?;
     }
     if !parity {
         return got
