@@ -738,3 +738,60 @@ async fn a_corrupt_source_is_skipped_and_reported() -> Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn audit_reports_every_shard_of_a_long_down_node_and_counts_silent_nodes_unchecked() {
+    // Nodes 1..=6 registered at addresses where nothing listens.
+    let store = BlobStore::with_static_datanodes(
+        BlobStoreConfig::default(),
+        (1..=6)
+            .map(|i| (i, "http://127.0.0.1:9".to_string()))
+            .collect(),
+    );
+    let meta = FakeMeta::default();
+    for (id, missing) in [("a", vec![]), ("b", vec![5u32])] {
+        meta.placements.lock().unwrap().push(PlacedBlob {
+            locator: None,
+            placement: Some(Placement {
+                blob_id: id.into(),
+                nodes: vec![1, 2, 3, 4, 5, 6],
+                missing,
+                ..Default::default()
+            }),
+        });
+    }
+    // Node 6 has been down past node_down_after; node 1 is live but does
+    // not answer; the rest are down for less and are left alone.
+    let mut watch = NodeWatch::default();
+    let infos: Vec<DatanodeInfo> = (1..=6)
+        .map(|id| DatanodeInfo {
+            id,
+            live: id == 1,
+            last_heartbeat_ms: if id == 6 { 1 } else { 0 },
+            ..Default::default()
+        })
+        .collect();
+    let now_ms = 10 * 60 * 1000 + 2;
+    let obs = watch.observe(&infos, Instant::now(), now_ms, Duration::from_secs(600));
+    assert!(obs.newly_lost);
+    let live: BTreeSet<u64> = [1].into();
+    let report = sluice_gateway::heal::audit::audit_pass(&store, &meta, &watch, &live)
+        .await
+        .expect("audit pass");
+    assert_eq!(report.blobs, 2);
+    // Node 6 holds shard 5 of "a" only ("b"'s shard 5 is already missing).
+    assert_eq!(
+        meta.reported.lock().unwrap().clone(),
+        vec![(
+            6,
+            vec![ShardRef {
+                blob_id: "a".into(),
+                shard_index: 5
+            }]
+        )]
+    );
+    assert_eq!(report.missing_reported, 1);
+    assert_eq!(report.shards_checked, 1);
+    // Node 1 (2 shards, no answer) and nodes 2..=5 (8 shards, briefly down).
+    assert_eq!(report.unchecked, 10);
+}
