@@ -103,7 +103,28 @@ pub struct Config {
     /// then left to expire on meta, which lets GC collect its garbage.
     #[serde(with = "humantime_serde")]
     pub epoch_rotation: Duration,
+    // --- heal worker (docs/durability.md §6; see `crate::heal`) ---
+    /// Whether this gateway runs the heal worker (default true).
+    pub heal_enabled: bool,
+    /// Shard bytes per second the heal worker may write (integer or
+    /// bytesize string, default 32 MiB); 0 disables heal.
+    #[serde(with = "byte_size_u64")]
+    pub heal_bandwidth_bytes_per_sec: u64,
+    /// How often the degraded list is polled (default 10 s).
+    #[serde(with = "humantime_serde")]
+    pub heal_interval: Duration,
+    /// How often a full audit pass runs (default 6 h).
+    #[serde(with = "humantime_serde")]
+    pub audit_interval: Duration,
+    /// A datanode down this long has its shards reported missing (default 10 min).
+    #[serde(with = "humantime_serde")]
+    pub node_down_after: Duration,
+    /// Blobs healed at once, and heal stripes holding write budget at once (default 2).
+    pub heal_concurrency: usize,
 }
+
+/// Default of `heal_bandwidth_bytes_per_sec`: 32 MiB/s.
+pub const DEFAULT_HEAL_BANDWIDTH_BYTES_PER_SEC: u64 = 32 * 1024 * 1024;
 
 impl Default for Config {
     fn default() -> Self {
@@ -129,6 +150,12 @@ impl Default for Config {
             stall_timeout: Duration::from_secs(30),
             credit_idle_timeout: Duration::from_secs(2),
             epoch_rotation: crate::epoch::DEFAULT_EPOCH_ROTATION,
+            heal_enabled: true,
+            heal_bandwidth_bytes_per_sec: DEFAULT_HEAL_BANDWIDTH_BYTES_PER_SEC,
+            heal_interval: Duration::from_secs(10),
+            audit_interval: Duration::from_secs(6 * 3600),
+            node_down_after: Duration::from_secs(600),
+            heal_concurrency: 2,
         }
     }
 }
@@ -190,6 +217,7 @@ impl Config {
             ("max_connections", self.max_connections),
             ("max_background_deletes", self.max_background_deletes),
             ("max_inflight_requests", self.max_inflight_requests),
+            ("heal_concurrency", self.heal_concurrency),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero(name));
@@ -200,6 +228,9 @@ impl Config {
             ("stall_timeout", self.stall_timeout),
             ("credit_idle_timeout", self.credit_idle_timeout),
             ("epoch_rotation", self.epoch_rotation),
+            ("heal_interval", self.heal_interval),
+            ("audit_interval", self.audit_interval),
+            ("node_down_after", self.node_down_after),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::Zero(name));
@@ -271,6 +302,19 @@ mod byte_size_u32 {
         u32::try_from(size.as_u64()).map_err(|_| {
             D::Error::custom(format!("{} bytes does not fit in 32 bits", size.as_u64()))
         })
+    }
+}
+
+/// Serde for a `u64` byte count written as an integer or a bytesize string.
+mod byte_size_u64 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(*value)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+        Ok(bytesize::ByteSize::deserialize(deserializer)?.as_u64())
     }
 }
 

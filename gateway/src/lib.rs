@@ -31,6 +31,7 @@ pub mod credit;
 pub mod datanodes;
 pub mod epoch;
 pub mod erasure;
+pub mod heal;
 pub mod layout;
 pub mod metrics;
 pub mod placement;

@@ -417,6 +417,17 @@ pub async fn run_with_stats(
     let blobs = BlobStore::start_with_stats(blob_config, meta.clone(), stats.clone())
         .await
         .map_err(Error::BlobStore)?;
+    // Heal worker (docs/durability.md §6). The epochs handle is the one
+    // client writes use once the write-epoch work wires it in here.
+    let heal = config.heal_enabled.then(|| {
+        crate::heal::describe();
+        crate::heal::HealWorker::start(
+            crate::heal::HealConfig::from_config(&config),
+            blobs.clone(),
+            std::sync::Arc::new(meta.clone()),
+            crate::epoch::WriteEpochs::default(),
+        )
+    });
     let gateway = Gateway::new(
         meta,
         blobs.clone(),
@@ -443,6 +454,9 @@ pub async fn run_with_stats(
     )
     .await;
     gateway.drain().await;
+    if let Some(heal) = heal {
+        heal.stop().await;
+    }
     blobs.shutdown().await;
     tracing::info!("S3 gateway stopped");
     Ok(())
