@@ -451,7 +451,8 @@ async fn slow_reader_survives_overwrite() -> Result<()> {
 // ---------------------------------------------------------------- (c3)
 
 /// How long the paused gateway's commit and renewals are held back: longer
-/// than epoch_lease (1 s) plus a sweep and a GC pass.
+/// than `FENCING_EPOCH_LEASE` (1 s) plus a sweep (100 ms) and a GC pass
+/// (200 ms), with margin for a loaded machine.
 const PAUSE: Duration = Duration::from_secs(4);
 
 /// Once armed, stalls the next `PutObject` by [`PAUSE`] and every
@@ -485,6 +486,10 @@ async fn paused_gateway_commit_is_fenced() -> Result<()> {
     let seed = test_seed(TEST);
     let faults = Arc::new(PauseGateway::default());
     let setup = Setup {
+        meta: Some(|c| {
+            durable_meta(c);
+            // KNOB (after merge): c.epoch_lease = crate::fixtures::FENCING_EPOCH_LEASE;
+        }),
         datanode: Some(|c| {
             durable_datanode(c);
             c.gc_grace = Duration::ZERO;
