@@ -21,8 +21,8 @@ use futures::StreamExt;
 use sluice_meta::client::{CallFaults, FaultAction};
 
 use crate::fixtures::{
-    CONVERGE_TIMEOUT, Setup, TestCluster, assert_objects, durable_datanode, durable_meta,
-    durable_setup, flip_byte, wait_until,
+    CONVERGE_TIMEOUT, Setup, TestCluster, assert_objects, durable_datanode, durable_gateway,
+    durable_meta, durable_setup, flip_byte, wait_until,
 };
 use crate::{
     KIB, MIB, assert_object, assert_same_bytes, md5_hex, multipart_put, put, quoted, random_bytes,
@@ -309,17 +309,27 @@ async fn retried_put_object_is_applied_once() -> Result<()> {
         "the dropped PutObject of X to be retried (stalled)",
         CONVERGE_TIMEOUT,
         || async {
-            if put_x.is_finished() {
-                return Err("PUT X finished before its retry was stalled".into());
+            if let Some(at) = *faults.retry_sent_at.lock().expect("lock") {
+                return Ok(Some(at));
             }
-            faults
-                .retry_sent_at
-                .lock()
-                .expect("lock")
-                .ok_or_else(|| format!("dropped: {}", faults.dropped.load(Ordering::SeqCst)))
+            if put_x.is_finished() {
+                // Reported below, without waiting out the timeout.
+                return Ok(None);
+            }
+            Err(format!(
+                "response dropped: {}",
+                faults.dropped.load(Ordering::SeqCst)
+            ))
         },
     )
     .await?;
+    let Some(retry_at) = retry_at else {
+        let res = put_x.await.context("PUT X task")?;
+        bail!(
+            "PUT X ended before its retry was stalled (response dropped: {}): {res:?}",
+            faults.dropped.load(Ordering::SeqCst)
+        );
+    };
     put(&s3, BUCKET, "k", &y).await?;
     let y_done = Instant::now();
     ensure!(
@@ -363,6 +373,10 @@ async fn retried_put_object_is_applied_once() -> Result<()> {
 
 /// `delete_delay` of the slow-reader test: the whole read must end within it.
 const SLOW_READER_DELETE_DELAY: Duration = Duration::from_secs(5);
+/// Parts (5 MiB each) of the slow reader's object.
+const SLOW_READER_PARTS: usize = 5;
+/// The gateway's read budget in the slow-reader test: 4 stripes of 1 MiB.
+const SLOW_READER_READ_BUDGET: u64 = 4 * MIB as u64;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_reader_survives_overwrite() -> Result<()> {
@@ -374,15 +388,25 @@ async fn slow_reader_survives_overwrite() -> Result<()> {
             durable_meta(c);
             // KNOB (after merge): c.delete_delay = SLOW_READER_DELETE_DELAY;
         }),
+        gateway: Some(|c| {
+            durable_gateway(c);
+            // A small read budget: the gateway cannot read far ahead of the
+            // paused client, so the last parts' shards are opened only
+            // after the release.
+            c.read_budget_bytes = Some(SLOW_READER_READ_BUDGET);
+        }),
         ..durable_setup()
     };
     let c = TestCluster::start_setup(1, 6, setup).await?;
     // No stalled-stream protection: this reader stops polling on purpose.
     let s3 = c.s3_without_retries();
     s3.create_bucket().bucket(BUCKET).send().await?;
-    let old = random_bytes(seed, 10 * MIB);
+    // 5 parts of 5 MiB: the last ones start far past what the gateway's
+    // read budget and the loopback socket buffers can hold ahead of the
+    // paused reader.
+    let old = random_bytes(seed, SLOW_READER_PARTS * 5 * MIB);
     multipart_put(&s3, BUCKET, "k", &old, 5 * MIB, 2).await?;
-    step(TEST, started, "2-part object written");
+    step(TEST, started, "5-part object written");
 
     let mut body = s3
         .get_object()
@@ -451,7 +475,8 @@ async fn slow_reader_survives_overwrite() -> Result<()> {
 // ---------------------------------------------------------------- (c3)
 
 /// How long the paused gateway's commit and renewals are held back: longer
-/// than epoch_lease (1 s) plus a sweep and a GC pass.
+/// than `FENCING_EPOCH_LEASE` (1 s) plus a sweep (100 ms) and a GC pass
+/// (200 ms), with margin for a loaded machine.
 const PAUSE: Duration = Duration::from_secs(4);
 
 /// Once armed, stalls the next `PutObject` by [`PAUSE`] and every
@@ -485,6 +510,10 @@ async fn paused_gateway_commit_is_fenced() -> Result<()> {
     let seed = test_seed(TEST);
     let faults = Arc::new(PauseGateway::default());
     let setup = Setup {
+        meta: Some(|c| {
+            durable_meta(c);
+            // KNOB (after merge): c.epoch_lease = crate::fixtures::FENCING_EPOCH_LEASE;
+        }),
         datanode: Some(|c| {
             durable_datanode(c);
             c.gc_grace = Duration::ZERO;

@@ -203,19 +203,28 @@ impl From<Overrides> for Setup {
 // intervals so heal, GC, epochs and reclaim act within a test's seconds.
 // Tests apply one of these first, then change what they exercise.
 
-/// Meta: 1 s epoch leases swept every 100 ms, released blobs reclaimed every
+/// Meta: 5 s epoch leases swept every 100 ms, released blobs reclaimed every
 /// 100 ms after a 2 s `delete_delay`.
+///
+/// The lease is 5 s, not 1 s, so a gateway starved of CPU on a loaded test
+/// machine (2 cores, several clusters at once) does not lose its epoch and
+/// answer 503 in tests that do not exercise fencing;
+/// `paused_gateway_commit_is_fenced` sets [`FENCING_EPOCH_LEASE`].
 pub fn durable_meta(c: &mut sluice_meta::Config) {
     // Sessions keep their defaults (10 min, 100 000 entries): much longer
     // than any retry in these tests.
     // KNOB (after merge): c.session_expiry = Duration::from_secs(600);
     // KNOB (after merge): c.session_table_max_entries = 100_000;
-    // KNOB (after merge): c.epoch_lease = Duration::from_secs(1);
+    // KNOB (after merge): c.epoch_lease = Duration::from_secs(5);
     // KNOB (after merge): c.epoch_sweep_interval = Duration::from_millis(100);
     // KNOB (after merge): c.delete_delay = Duration::from_secs(2);
     // KNOB (after merge): c.reclaim_interval = Duration::from_millis(100);
     c.stale_upload_check_interval = Duration::from_secs(3600);
 }
+
+/// The epoch lease of the fencing test: 1 s.
+#[allow(dead_code)] // used by a `KNOB (after merge)` line in `durability`
+pub const FENCING_EPOCH_LEASE: Duration = Duration::from_secs(1);
 
 /// Datanode: GC every 200 ms with a 100 ms grace, no reserve (1 byte), no
 /// scrub within a test (1 h), unthrottled scrub reads.
