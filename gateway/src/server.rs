@@ -417,15 +417,15 @@ pub async fn run_with_stats(
     let blobs = BlobStore::start_with_stats(blob_config, meta.clone(), stats.clone())
         .await
         .map_err(Error::BlobStore)?;
-    // Heal worker (docs/durability.md §6). The epochs handle is the one
-    // client writes use once the write-epoch work wires it in here.
+    // Heal worker (docs/durability.md §6): it writes under the same write
+    // epochs as client writes.
     let heal = config.heal_enabled.then(|| {
         crate::heal::describe();
         crate::heal::HealWorker::start(
             crate::heal::HealConfig::from_config(&config),
             blobs.clone(),
             std::sync::Arc::new(meta.clone()),
-            crate::epoch::WriteEpochs::default(),
+            blobs.epochs().clone(),
         )
     });
     let gateway = Gateway::new(

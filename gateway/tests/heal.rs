@@ -595,6 +595,8 @@ async fn rebuild_moves_parity_off_a_down_node_and_a_lost_race_is_reported() -> R
                 id: n.id,
                 addr: n.addr.clone(),
                 live: n.id != 7,
+                writable: n.id != 7,
+                free_bytes: 0,
             })
             .collect(),
     );
@@ -640,6 +642,8 @@ async fn rebuild_moves_parity_off_a_down_node_and_a_lost_race_is_reported() -> R
             id: n.id,
             addr: n.addr.clone(),
             live: n.id != down,
+            writable: n.id != down,
+            free_bytes: 0,
         })
         .collect();
     store.set_datanodes(entries.clone());
