@@ -40,4 +40,4 @@ pub mod server;
 
 pub use admission::GatewayStats;
 pub use config::{Config, ConfigError};
-pub use server::{Error, run, run_with_stats, s3_service};
+pub use server::{Error, run, run_with_meta, run_with_stats, s3_service};

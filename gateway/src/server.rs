@@ -390,8 +390,22 @@ pub async fn run_with_stats(
     stats: GatewayStats,
 ) -> Result<(), Error> {
     config.validate()?;
-    metrics::describe();
     let meta = MetaClient::new(config.meta_endpoints.clone());
+    run_with_meta(config, listener, shutdown, stats, meta).await
+}
+
+/// [`run_with_stats`] with the given `meta` client, used for every meta
+/// call (commits, write epochs, heal): tests and chaos runs pass one built
+/// with [`sluice_meta::client::CallFaults`] to drop or stall responses.
+pub async fn run_with_meta(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    stats: GatewayStats,
+    meta: MetaClient,
+) -> Result<(), Error> {
+    config.validate()?;
+    metrics::describe();
     let blob_config = BlobStoreConfig {
         data_shards: config.data_shards as usize,
         parity_shards: config.parity_shards as usize,

@@ -386,7 +386,7 @@ async fn slow_reader_survives_overwrite() -> Result<()> {
     let setup = Setup {
         meta: Some(|c| {
             durable_meta(c);
-            // KNOB (after merge): c.delete_delay = SLOW_READER_DELETE_DELAY;
+            c.delete_delay = SLOW_READER_DELETE_DELAY;
         }),
         gateway: Some(|c| {
             durable_gateway(c);
@@ -512,7 +512,7 @@ async fn paused_gateway_commit_is_fenced() -> Result<()> {
     let setup = Setup {
         meta: Some(|c| {
             durable_meta(c);
-            // KNOB (after merge): c.epoch_lease = crate::fixtures::FENCING_EPOCH_LEASE;
+            c.epoch_lease = crate::fixtures::FENCING_EPOCH_LEASE;
         }),
         datanode: Some(|c| {
             durable_datanode(c);
@@ -641,8 +641,8 @@ async fn full_datanode_takes_no_new_shards() -> Result<()> {
     let setup = Setup {
         datanode: Some(|c| {
             durable_datanode(c);
-            let _full = c.node_id == 1;
-            // KNOB (after merge): if _full { c.reserved_free_bytes = crate::fixtures::FULL_DISK_RESERVE; }
+            let full = c.node_id == 1;
+            if full { c.reserved_free_bytes = crate::fixtures::FULL_DISK_RESERVE; }
         }),
         ..durable_setup()
     };
@@ -687,7 +687,7 @@ async fn full_datanode_takes_no_new_shards() -> Result<()> {
     // A second full node: 4 writable < write quorum 5.
     let on_2_before = c.shard_files(1).map_err(anyhow::Error::msg)?.len();
     c.datanodes[1].stop().await?;
-    // KNOB (after merge): c.datanodes[1].config.reserved_free_bytes = crate::fixtures::FULL_DISK_RESERVE;
+    c.datanodes[1].config.reserved_free_bytes = crate::fixtures::FULL_DISK_RESERVE;
     c.datanodes[1].start().await?;
     c.wait_datanodes_live().await?;
     wait_writable(&c, &[1, 2]).await?;
@@ -776,7 +776,7 @@ async fn scrub_repairs_a_flipped_byte() -> Result<()> {
     let setup = Setup {
         datanode: Some(|c| {
             durable_datanode(c);
-            // KNOB (after merge): c.scrub_interval = Duration::from_millis(500);
+            c.scrub_interval = Duration::from_millis(500);
         }),
         ..durable_setup()
     };

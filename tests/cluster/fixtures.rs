@@ -156,13 +156,9 @@ impl Role for GatewayRole {
                 GATEWAY_META_RPC_TIMEOUT,
                 faults,
             );
-            // NEEDS: sluice_gateway::run_with_meta(config, listener, shutdown, stats, meta: MetaClient) -> Result<(), Error>, which run_with_stats calls with MetaClient::new(config.meta_endpoints.clone()); the gateway uses `meta` for every meta call (commits, epochs, heal).
-            // return sluice_gateway::run_with_meta(self.config, listener, stopped(stop), self.stats, meta).await.map_err(anyhow::Error::from);
-            drop((meta, listener, stop));
-            bail!(
-                "NEEDS: sluice_gateway::run_with_meta(config, listener, shutdown, stats, meta_client) \
-                 to run the gateway with a MetaClient built with CallFaults"
-            )
+            sluice_gateway::run_with_meta(self.config, listener, stopped(stop), self.stats, meta)
+                .await
+                .map_err(anyhow::Error::from)
         })
     }
 }
@@ -213,17 +209,16 @@ impl From<Overrides> for Setup {
 pub fn durable_meta(c: &mut sluice_meta::Config) {
     // Sessions keep their defaults (10 min, 100 000 entries): much longer
     // than any retry in these tests.
-    // KNOB (after merge): c.session_expiry = Duration::from_secs(600);
-    // KNOB (after merge): c.session_table_max_entries = 100_000;
-    // KNOB (after merge): c.epoch_lease = Duration::from_secs(5);
-    // KNOB (after merge): c.epoch_sweep_interval = Duration::from_millis(100);
-    // KNOB (after merge): c.delete_delay = Duration::from_secs(2);
-    // KNOB (after merge): c.reclaim_interval = Duration::from_millis(100);
+    c.session_expiry = Duration::from_secs(600);
+    c.session_table_max_entries = 100_000;
+    c.epoch_lease = Duration::from_secs(5);
+    c.epoch_sweep_interval = Duration::from_millis(100);
+    c.delete_delay = Duration::from_secs(2);
+    c.reclaim_interval = Duration::from_millis(100);
     c.stale_upload_check_interval = Duration::from_secs(3600);
 }
 
 /// The epoch lease of the fencing test: 1 s.
-#[allow(dead_code)] // used by a `KNOB (after merge)` line in `durability`
 pub const FENCING_EPOCH_LEASE: Duration = Duration::from_secs(1);
 
 /// Datanode: GC every 200 ms with a 100 ms grace, no reserve (1 byte), no
@@ -231,14 +226,13 @@ pub const FENCING_EPOCH_LEASE: Duration = Duration::from_secs(1);
 pub fn durable_datanode(c: &mut sluice_datanode::Config) {
     c.gc_interval = Duration::from_millis(200);
     c.gc_grace = Duration::from_millis(100);
-    // KNOB (after merge): c.reserved_free_bytes = 1;
-    // KNOB (after merge): c.scrub_interval = Duration::from_secs(3600);
-    // KNOB (after merge): c.scrub_bandwidth_bytes_per_sec = 1024 * 1024 * 1024;
+    c.reserved_free_bytes = 1;
+    c.scrub_interval = Duration::from_secs(3600);
+    c.scrub_bandwidth_bytes_per_sec = 1024 * 1024 * 1024;
 }
 
 /// A `reserved_free_bytes` larger than any test machine's free space (1 PiB):
 /// the datanode reports itself not writable and refuses PutShard.
-#[allow(dead_code)] // used by `KNOB (after merge)` lines in `durability`
 pub const FULL_DISK_RESERVE: u64 = 1 << 50;
 
 /// Gateway: 4+2 with write quorum 5, heal on every 200 ms, audit every 1 s,
@@ -247,13 +241,13 @@ pub fn durable_gateway(c: &mut sluice_gateway::Config) {
     c.data_shards = 4;
     c.parity_shards = 2;
     c.write_quorum = Some(5);
-    // KNOB (after merge): c.epoch_rotation = Duration::from_secs(600);
-    // KNOB (after merge): c.heal_enabled = true;
-    // KNOB (after merge): c.heal_interval = Duration::from_millis(200);
-    // KNOB (after merge): c.audit_interval = Duration::from_secs(1);
-    // KNOB (after merge): c.node_down_after = Duration::from_secs(2);
-    // KNOB (after merge): c.heal_bandwidth_bytes_per_sec = 1024 * 1024 * 1024;
-    // KNOB (after merge): c.heal_concurrency = 4;
+    c.epoch_rotation = Duration::from_secs(600);
+    c.heal_enabled = true;
+    c.heal_interval = Duration::from_millis(200);
+    c.audit_interval = Duration::from_secs(1);
+    c.node_down_after = Duration::from_secs(2);
+    c.heal_bandwidth_bytes_per_sec = 1024 * 1024 * 1024;
+    c.heal_concurrency = 4;
 }
 
 /// [`Setup`] with the three `durable_*` functions and no faults.
