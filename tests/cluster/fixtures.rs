@@ -399,6 +399,11 @@ fn meta_config_base(
         snapshot_logs_since_last: 20,
         max_in_snapshot_log_to_keep: 5,
         datanode_liveness: Duration::from_secs(3),
+        // Released blobs are deleted 200 ms after their release (the
+        // default 5 min would outlast every test's wait).
+        delete_delay: Duration::from_millis(200),
+        reclaim_interval: Duration::from_millis(100),
+        epoch_sweep_interval: Duration::from_millis(200),
         ..Default::default()
     }
 }
@@ -417,6 +422,8 @@ fn datanode_config(
         meta_endpoints,
         heartbeat_interval: Duration::from_millis(300),
         shutdown_grace: Duration::from_secs(5),
+        // Test dirs share the machine's disk: no free-space reserve.
+        reserved_free_bytes: 0,
         ..Default::default()
     }
 }
