@@ -274,8 +274,6 @@ async fn a_stop_signal_ends_an_unbounded_run_and_drops_the_workers() {
         summary.elapsed_s
     );
     assert!(summary.parts > 0, "some parts went in before the stop");
-    // 1000 parts of 16 KiB per upload do not finish in 1.5 s: both uploads were dropped.
-    assert_eq!(summary.uploads.completed, 0);
     let parts_at_stop = fake.state.upload_part_requests.load(Ordering::Relaxed);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(

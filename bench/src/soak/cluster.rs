@@ -683,6 +683,18 @@ mod tests {
         }
     }
 
+    /// The log once it holds `needle` (the script may not have run yet), within 5 s.
+    async fn wait_for_log(path: &Path, needle: &str) -> String {
+        for _ in 0..100 {
+            let log = std::fs::read_to_string(path).unwrap_or_default();
+            if log.contains(needle) {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+
     fn alive(pid: u32) -> bool {
         kill(Pid::from_raw(pid as i32), None).is_ok()
     }
@@ -696,6 +708,7 @@ mod tests {
         let mut cluster = fake_cluster(dir.path(), port);
         let old_pid = cluster.processes[0].pid;
         assert!(alive(old_pid));
+        wait_for_log(&cluster.processes[0].log, &format!("started {old_pid} ")).await;
 
         // A running process cannot be restarted on top of itself.
         assert!(matches!(
@@ -715,7 +728,7 @@ mod tests {
         assert_eq!((p.pid, p.restarts, p.port), (new_pid, 1, port));
         assert!(!p.data_dir.exists(), "the data directory is gone entirely");
         // Same config, and both starts in one log.
-        let log = std::fs::read_to_string(&p.log).expect("log");
+        let log = wait_for_log(&p.log, &format!("started {new_pid} ")).await;
         let config = p.config.display().to_string();
         assert!(
             log.contains(&format!("started {old_pid} datanode --config {config}")),
