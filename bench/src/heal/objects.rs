@@ -74,7 +74,7 @@ pub fn plan_objects(data: u64, object_size: u64) -> Result<ObjectPlan, BenchErro
     let (parts, part_size) = if object_size <= PUT_OBJECT_MAX {
         (1, object_size)
     } else {
-        if object_size % MULTIPART_PART_SIZE != 0 {
+        if !object_size.is_multiple_of(MULTIPART_PART_SIZE) {
             return Err(invalid(
                 "object-size",
                 format!(
@@ -183,7 +183,7 @@ pub async fn write_objects(
             Ok(()) => {
                 report.written += 1;
                 report.bytes += object.size();
-                if report.written % 16 == 0 {
+                if report.written.is_multiple_of(16) {
                     tracing::info!(
                         written = report.written,
                         of = report.objects,

@@ -237,7 +237,7 @@ impl HealOptions {
         if self.share_tolerance_pct.is_nan() || self.share_tolerance_pct < 0.0 {
             return invalid("share-tolerance-pct", "must be a non-negative number");
         }
-        if self.read_back_down.iter().any(|n| *n == self.wipe) {
+        if self.read_back_down.contains(&self.wipe) {
             return invalid(
                 "read-back-down",
                 "must not include the wiped node (its rebuilt shards are what is checked)",
