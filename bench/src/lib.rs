@@ -14,6 +14,11 @@
 //! RSS, errors, SlowDown and byte-identical read-back (see [`soak`] and
 //! the README section "Memory and backpressure").
 //!
+//! `heal` starts the same cluster, writes a seeded data set, wipes one
+//! datanode and follows the gateway's heal through `/metrics` until the
+//! node holds its share again, then reads everything back with two other
+//! nodes down (see [`heal`]).
+//!
 //! # Layout
 //! * [`multipart`] — the workload: options, workers, sampler, the run.
 //! * [`s3`] — SDK client setup and the interceptor that counts every error
@@ -27,12 +32,14 @@
 //! * [`report`] — the end-of-run summary (`summary.json` and stdout text).
 //! * [`chart`] — `chart.svg` (throughput and RSS over time).
 //! * [`soak`] — the soak benchmark: cluster, shapes, verdicts.
+//! * [`heal`] — the heal benchmark: wipe a datanode, follow the rebuild.
 //! * [`error`] — [`BenchError`].
 
 pub mod chart;
 pub mod completed;
 pub mod data;
 pub mod error;
+pub mod heal;
 pub mod rss;
 pub mod samples;
 pub mod stats;

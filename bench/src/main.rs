@@ -3,6 +3,7 @@
 //! the command line, starts tracing and prints the report.
 
 use clap::{Parser, Subcommand};
+use sluice_bench::heal::{self, HealOptions};
 use sluice_bench::multipart::{self, MultipartPutOptions};
 use sluice_bench::soak::{self, SoakOptions};
 
@@ -26,6 +27,11 @@ enum Command {
     /// SDK-default and overload shapes, print a PASS/FAIL verdict per shape, write verdict.json.
     /// Exits with status 1 when a shape fails.
     Soak(Box<SoakOptions>),
+    /// Heal: start the soak cluster, write a seeded data set, kill and wipe a datanode, start
+    /// it again and follow the gateway's heal (throughput, RSS, optional client load) until the
+    /// node holds its share again; read everything back with two other nodes down; write
+    /// heal/summary.json. Exits with status 1 on FAIL.
+    Heal(Box<HealOptions>),
 }
 
 #[tokio::main]
@@ -56,6 +62,15 @@ async fn main() -> anyhow::Result<()> {
             println!("  verdict:     {}", verdict.display());
             if !report.pass {
                 anyhow::bail!("soak failed");
+            }
+        }
+        Command::Heal(options) => {
+            let summary = options.out_dir.join("heal").join("summary.json");
+            let report = heal::run(*options).await?;
+            print!("{}", report.render());
+            println!("  summary:     {}", summary.display());
+            if !report.pass {
+                anyhow::bail!("heal benchmark failed");
             }
         }
     }

@@ -528,6 +528,23 @@ pub struct RunHooks {
     pub completed: Option<Arc<CompletedLog>>,
     /// Title of `chart.svg` instead of one naming the shape of the run.
     pub chart_title: Option<String>,
+    /// Ends the load early once it holds `true`: the sampler takes a last
+    /// sample and every worker is dropped with its parts in flight (as at
+    /// the deadline). Used to run load exactly as long as another phase.
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+/// Resolves once `stop` holds `true`; never without a receiver, or when its
+/// sender is gone without having said stop.
+async fn stop_requested(stop: Option<tokio::sync::watch::Receiver<bool>>) {
+    match stop {
+        Some(mut rx) => {
+            if rx.wait_for(|stop| *stop).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
 
 /// Runs the benchmark: prepares the bucket, generates load for
@@ -615,18 +632,26 @@ pub async fn run_with(
         while workers.join_next().await.is_some() {}
         let _ = all_done_tx.send(Instant::now());
     });
-    let (samples, end) = sample_until(
+    let (samples, end, stopped) = sample_until(
         start,
         deadline,
         all_done_rx,
+        stop_requested(hooks.stop.clone()),
         &progress,
         &tally,
         &targets,
         &mut csv,
     )
     .await?;
-    if let Err(e) = joiner.await {
-        tracing::error!(error = %e, "worker joiner ended abnormally");
+    if stopped {
+        // Dropping the JoinSet inside the joiner aborts every worker.
+        joiner.abort();
+    }
+    match joiner.await {
+        Err(e) if !e.is_cancelled() => {
+            tracing::error!(error = %e, "worker joiner ended abnormally");
+        }
+        _ => {}
     }
 
     let elapsed = end - start;
@@ -695,20 +720,24 @@ pub async fn run_with(
     Ok(summary)
 }
 
-/// Takes one sample per second until `deadline` or until `all_done`
-/// resolves (every worker stopped), appending each to `csv`. Returns the
-/// samples and the end of the load phase (`deadline`, or when the workers
-/// stopped if that was earlier; then a last sample covers the partial
-/// second).
+/// Takes one sample per second until `deadline`, until `all_done`
+/// resolves (every worker stopped) or until `stop` resolves, appending each
+/// to `csv`. Returns the samples, the end of the load phase (`deadline`, or
+/// when the workers stopped or the stop came if that was earlier; then a
+/// last sample covers the partial second) and whether `stop` ended it.
+#[allow(clippy::too_many_arguments)]
 async fn sample_until(
     start: Instant,
     deadline: Instant,
     mut all_done: tokio::sync::oneshot::Receiver<Instant>,
+    stop: impl std::future::Future<Output = ()>,
     progress: &Progress,
     tally: &ErrorTally,
     targets: &[ProcTarget],
     csv: &mut SamplesWriter,
-) -> Result<(Vec<Sample>, Instant), BenchError> {
+) -> Result<(Vec<Sample>, Instant, bool), BenchError> {
+    let mut stop = std::pin::pin!(stop);
+    let mut stopped = false;
     let mut ticker = tokio::time::interval_at(start + SAMPLE_INTERVAL, SAMPLE_INTERVAL);
     // Ticks stay on start + k seconds; a tick missed by more than a period
     // (an overloaded machine) is skipped and the next sample covers the
@@ -729,6 +758,14 @@ async fn sample_until(
             done = &mut all_done => {
                 // A closed channel means the joiner is gone: end now too.
                 end = done.unwrap_or_else(|_| Instant::now()).min(deadline);
+                if end <= last_at {
+                    break;
+                }
+                (end, true)
+            }
+            () = &mut stop => {
+                stopped = true;
+                end = Instant::now().min(deadline);
                 if end <= last_at {
                     break;
                 }
@@ -771,7 +808,7 @@ async fn sample_until(
             break;
         }
     }
-    Ok((samples, end))
+    Ok((samples, end, stopped))
 }
 
 #[cfg(test)]

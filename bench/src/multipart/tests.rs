@@ -196,6 +196,7 @@ async fn uploads_per_worker_ends_the_run_early_and_logs_completions() {
     let hooks = RunHooks {
         completed: Some(Arc::clone(&log)),
         chart_title: Some("custom chart title".to_owned()),
+        stop: None,
     };
 
     let summary = tokio::time::timeout(Duration::from_secs(60), run_with(o, hooks))
@@ -234,6 +235,52 @@ async fn uploads_per_worker_ends_the_run_early_and_logs_completions() {
     assert_eq!(last.parts_done, 12);
     let svg = std::fs::read_to_string(out.path().join("run/chart.svg")).expect("chart.svg");
     assert!(svg.contains("custom chart title"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_signal_ends_an_unbounded_run_and_drops_the_workers() {
+    let fake = FakeS3::start(vec![], 0).await;
+    let out = tempfile::tempdir().expect("tempdir");
+    let mut o = parse(&[
+        "--concurrent",
+        "2",
+        "--parts",
+        "1000",
+        "--part-size",
+        "16KiB",
+        "--duration",
+        "10m",
+        "--delete-after",
+    ])
+    .expect("flags");
+    o.endpoint = fake.endpoint();
+    o.out_dir = out.path().join("run");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let hooks = RunHooks {
+        stop: Some(stop_rx),
+        ..RunHooks::default()
+    };
+    let run = tokio::spawn(run_with(o, hooks));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop_tx.send(true).expect("run still listening");
+    let summary = tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("ends soon after the stop, long before --duration")
+        .expect("task")
+        .expect("run");
+    assert!(
+        summary.elapsed_s >= 1.4 && summary.elapsed_s < 10.0,
+        "{}",
+        summary.elapsed_s
+    );
+    assert!(summary.parts > 0, "some parts went in before the stop");
+    let parts_at_stop = fake.state.upload_part_requests.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        fake.state.upload_part_requests.load(Ordering::Relaxed),
+        parts_at_stop,
+        "no worker still uploads after the run returned"
+    );
 }
 
 #[test]

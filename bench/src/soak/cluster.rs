@@ -71,6 +71,10 @@ pub struct ClusterSpec {
     pub access: GatewayAccess,
     /// Bucket the readiness probe creates.
     pub bucket: String,
+    /// Further keys per role, written as given (after the knobs), e.g. the
+    /// heal benchmark's gateway heal settings. The caller checks that the
+    /// binary accepts them.
+    pub extra: BTreeMap<Role, toml::Table>,
 }
 
 /// One process of the cluster.
@@ -90,6 +94,14 @@ pub struct Process {
     pub budget_bytes: u64,
     /// RSS right after the cluster became writable, bytes.
     pub baseline_bytes: Option<u64>,
+    /// Its config file (a restart starts it again from this).
+    pub config: PathBuf,
+    /// Its data directory (meta and datanodes; unused by the gateway).
+    pub data_dir: PathBuf,
+    /// Port of its main listener on 127.0.0.1.
+    pub port: u16,
+    /// Times it was started again after the cluster start.
+    pub restarts: u32,
     child: Child,
 }
 
@@ -117,7 +129,15 @@ pub struct Cluster {
     pub knobs: Vec<KnobOutcome>,
     /// Configs and data.
     pub dir: PathBuf,
+    /// The `sluice` binary (for restarts).
+    bin: PathBuf,
+    /// RUST_LOG of the processes (for restarts).
+    log_filter: String,
 }
+
+/// How long [`Cluster::restart`] waits for a restarted process to accept
+/// connections on its main port.
+pub const RESTART_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn reserve_ports(n: usize) -> Result<Vec<u16>, SoakError> {
     // All bound at once so that they differ; released just before the
@@ -157,7 +177,10 @@ impl Cluster {
     /// process that cannot be started or exits during startup, or no
     /// successful write within the spec's `ready_timeout`.
     pub async fn start(spec: &ClusterSpec) -> Result<Cluster, SoakError> {
-        let (extra, knobs) = resolve_knobs(&spec.knobs, spec.overload, &spec.accepted)?;
+        let (mut extra, knobs) = resolve_knobs(&spec.knobs, spec.overload, &spec.accepted)?;
+        for (role, table) in &spec.extra {
+            extra.entry(*role).or_default().extend(table.clone());
+        }
         let dir = spec.work_dir.join(spec.label);
         let log_dir = spec.log_dir.join(spec.label);
         if dir.exists() {
@@ -204,6 +227,8 @@ impl Cluster {
             processes: Vec::with_capacity(count),
             knobs,
             dir,
+            bin: spec.bin.clone(),
+            log_filter: spec.log_filter.clone(),
         };
         for (name, role, at, config) in planned {
             let process_dir = cluster.dir.join(&name);
@@ -211,7 +236,15 @@ impl Cluster {
             let config_path = process_dir.join(format!("{}.toml", role.as_str()));
             write_config(role, &config, &config_path)?;
             let log = log_dir.join(format!("{name}.log"));
-            let child = spawn(&spec.bin, role, &config_path, &log, &spec.log_filter, &name)?;
+            let child = spawn(
+                &spec.bin,
+                role,
+                &config_path,
+                &log,
+                &spec.log_filter,
+                &name,
+                false,
+            )?;
             let pid = child.id().unwrap_or(0);
             tracing::info!(process = %name, pid, port = at.port, "started");
             cluster.processes.push(Process {
@@ -224,6 +257,10 @@ impl Cluster {
                     .map(|p| format!("http://127.0.0.1:{p}/metrics")),
                 budget_bytes: budgets.get(&role).copied().unwrap_or(0),
                 baseline_bytes: None,
+                config: config_path,
+                data_dir: at.data_dir.clone(),
+                port: at.port,
+                restarts: 0,
                 child,
             });
         }
@@ -304,6 +341,91 @@ impl Cluster {
         gone
     }
 
+    fn process_mut(&mut self, name: &str) -> Result<&mut Process, SoakError> {
+        self.processes
+            .iter_mut()
+            .find(|p| p.name == name)
+            .ok_or_else(|| SoakError::NoSuchProcess {
+                name: name.to_owned(),
+            })
+    }
+
+    /// Kills process `name` with SIGKILL (no shutdown of any kind, as a
+    /// crash or power loss) and reaps it; returns its exit. A process that
+    /// had already exited is only reaped.
+    ///
+    /// # Errors
+    /// [`SoakError::NoSuchProcess`].
+    pub async fn kill(&mut self, name: &str) -> Result<ProcessExit, SoakError> {
+        let p = self.process_mut(name)?;
+        let already = matches!(p.child.try_wait(), Ok(Some(_)));
+        if !already {
+            // ESRCH races (it exited just now) are settled by the wait below.
+            let _ = p.child.start_kill();
+        }
+        let status = match p.child.wait().await {
+            Ok(status) => status.to_string(),
+            Err(e) => format!("cannot wait: {e}"),
+        };
+        tracing::info!(process = name, pid = p.pid, %status, "killed with SIGKILL");
+        Ok(ProcessExit {
+            name: name.to_owned(),
+            status,
+            killed: !already,
+        })
+    }
+
+    /// Starts process `name` again from its config (same port, same node
+    /// id, same data directory), its output appended to the same log, and
+    /// waits until it accepts TCP connections on its main port. The
+    /// process must have exited (see [`Cluster::kill`]).
+    ///
+    /// # Errors
+    /// [`SoakError::NoSuchProcess`], [`SoakError::StillRunning`],
+    /// [`SoakError::Spawn`], [`SoakError::Exited`] when it exits before it
+    /// listens, [`SoakError::RestartNotReady`] after [`RESTART_READY_TIMEOUT`].
+    pub async fn restart(&mut self, name: &str) -> Result<u32, SoakError> {
+        let (bin, log_filter) = (self.bin.clone(), self.log_filter.clone());
+        let p = self.process_mut(name)?;
+        if matches!(p.child.try_wait(), Ok(None)) {
+            return Err(SoakError::StillRunning {
+                name: name.to_owned(),
+            });
+        }
+        p.child = spawn(&bin, p.role, &p.config, &p.log, &log_filter, &p.name, true)?;
+        p.pid = p.child.id().unwrap_or(0);
+        p.restarts += 1;
+        tracing::info!(process = name, pid = p.pid, port = p.port, "started again");
+        wait_listening(p, RESTART_READY_TIMEOUT).await?;
+        Ok(p.pid)
+    }
+
+    /// The wiped-disk path: kills `name` with SIGKILL, removes its data
+    /// directory entirely and starts it again from its config (same port,
+    /// same node id). A datanode then formats an empty data dir with a new
+    /// disk id. Returns the new pid.
+    ///
+    /// # Errors
+    /// As [`Cluster::kill`] and [`Cluster::restart`]; [`SoakError::Filesystem`]
+    /// when the data directory cannot be removed.
+    pub async fn restart_wiped(&mut self, name: &str) -> Result<u32, SoakError> {
+        self.kill(name).await?;
+        let data_dir = self.process_mut(name)?.data_dir.clone();
+        match std::fs::remove_dir_all(&data_dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(SoakError::Filesystem {
+                    action: "remove",
+                    path: data_dir,
+                    source,
+                });
+            }
+        }
+        tracing::info!(process = name, dir = %data_dir.display(), "data directory wiped");
+        self.restart(name).await
+    }
+
     /// Stops every process (SIGTERM; SIGKILL after `timeout`): gateway,
     /// then datanodes, then meta. Removes the data directory unless `keep`.
     pub async fn stop(mut self, timeout: Duration, keep: bool) -> Vec<ProcessExit> {
@@ -345,6 +467,35 @@ impl Process {
     }
 }
 
+/// Waits until `p` accepts TCP connections on its main port.
+async fn wait_listening(p: &mut Process, timeout: Duration) -> Result<(), SoakError> {
+    let started = Instant::now();
+    loop {
+        if let Ok(Some(status)) = p.child.try_wait() {
+            return Err(SoakError::Exited {
+                name: p.name.clone(),
+                status: status.to_string(),
+                log: p.log.clone(),
+                tail: log_tail(&p.log, LOG_TAIL_LINES),
+            });
+        }
+        if tokio::net::TcpStream::connect(("127.0.0.1", p.port))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        if started.elapsed() >= timeout {
+            return Err(SoakError::RestartNotReady {
+                name: p.name.clone(),
+                port: p.port,
+                waited: started.elapsed(),
+            });
+        }
+        tokio::time::sleep(READY_POLL).await;
+    }
+}
+
 async fn stop_one(p: &mut Process, timeout: Duration) -> ProcessExit {
     match tokio::time::timeout(timeout, p.child.wait()).await {
         Ok(Ok(status)) => ProcessExit {
@@ -380,13 +531,20 @@ fn spawn(
     log: &Path,
     log_filter: &str,
     name: &str,
+    append: bool,
 ) -> Result<Child, SoakError> {
     let file_error = |source| SoakError::Filesystem {
         action: "create",
         path: log.to_owned(),
         source,
     };
-    let out = File::create(log).map_err(file_error)?;
+    let out = File::options()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(log)
+        .map_err(file_error)?;
     let err = out.try_clone().map_err(file_error)?;
     Command::new(bin)
         .arg(role.as_str())
@@ -479,6 +637,145 @@ mod tests {
         assert_eq!(b[&Role::Meta], 64);
         assert_eq!(b[&Role::Datanode], 8);
         assert_eq!(b[&Role::Gateway], 20);
+    }
+
+    /// A one-datanode "cluster" for the kill/wipe/restart path: its binary
+    /// is a shell script that logs its pid and arguments and sleeps; the
+    /// test itself binds (or leaves free) the port that stands for its listener.
+    fn fake_cluster(dir: &Path, listener_port: u16) -> Cluster {
+        let bin = dir.join("fake-sluice");
+        std::fs::write(
+            &bin,
+            "#!/bin/sh\necho \"started $$ $1 $2 $3\"\nexec sleep 60\n",
+        )
+        .expect("write script");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let data_dir = dir.join("dn1/data");
+        std::fs::create_dir_all(data_dir.join("shards")).expect("data dir");
+        std::fs::write(data_dir.join("disk_id"), "old-disk").expect("disk id");
+        let config = dir.join("dn1/datanode.toml");
+        std::fs::write(&config, "node_id = 1\n").expect("config");
+        let log = dir.join("dn1.log");
+        let child =
+            spawn(&bin, Role::Datanode, &config, &log, "info", "dn1", false).expect("spawn");
+        Cluster {
+            label: "test",
+            endpoint: String::new(),
+            processes: vec![Process {
+                name: "dn1".into(),
+                role: Role::Datanode,
+                pid: child.id().unwrap_or(0),
+                log,
+                metrics_url: None,
+                budget_bytes: 0,
+                baseline_bytes: None,
+                config,
+                data_dir,
+                port: listener_port,
+                restarts: 0,
+                child,
+            }],
+            knobs: Vec::new(),
+            dir: dir.to_owned(),
+            bin,
+            log_filter: "info".into(),
+        }
+    }
+
+    /// The log once it holds `needle` (the script may not have run yet), within 5 s.
+    async fn wait_for_log(path: &Path, needle: &str) -> String {
+        for _ in 0..100 {
+            let log = std::fs::read_to_string(path).unwrap_or_default();
+            if log.contains(needle) {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    fn alive(pid: u32) -> bool {
+        kill(Pid::from_raw(pid as i32), None).is_ok()
+    }
+
+    #[tokio::test]
+    async fn restart_wiped_kills_removes_the_data_and_starts_again_from_the_config() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Stands in for the restarted node's listener.
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let mut cluster = fake_cluster(dir.path(), port);
+        let old_pid = cluster.processes[0].pid;
+        assert!(alive(old_pid));
+        wait_for_log(&cluster.processes[0].log, &format!("started {old_pid} ")).await;
+
+        // A running process cannot be restarted on top of itself.
+        assert!(matches!(
+            cluster.restart("dn1").await,
+            Err(SoakError::StillRunning { .. })
+        ));
+        assert!(matches!(
+            cluster.restart_wiped("dn9").await,
+            Err(SoakError::NoSuchProcess { .. })
+        ));
+
+        let new_pid = cluster.restart_wiped("dn1").await.expect("restart");
+        assert_ne!(new_pid, old_pid);
+        assert!(!alive(old_pid), "the old process was killed and reaped");
+        assert!(alive(new_pid));
+        let p = &cluster.processes[0];
+        assert_eq!((p.pid, p.restarts, p.port), (new_pid, 1, port));
+        assert!(!p.data_dir.exists(), "the data directory is gone entirely");
+        // Same config, and both starts in one log.
+        let log = wait_for_log(&p.log, &format!("started {new_pid} ")).await;
+        let config = p.config.display().to_string();
+        assert!(
+            log.contains(&format!("started {old_pid} datanode --config {config}")),
+            "{log}"
+        );
+        assert!(
+            log.contains(&format!("started {new_pid} datanode --config {config}")),
+            "{log}"
+        );
+
+        // A plain kill reports SIGKILL; a second kill only reaps.
+        let exit = cluster.kill("dn1").await.expect("kill");
+        assert!(exit.killed);
+        assert!(exit.status.contains("signal: 9"), "{}", exit.status);
+        assert!(!cluster.kill("dn1").await.expect("reap").killed);
+        drop(listener);
+    }
+
+    #[tokio::test]
+    async fn restart_fails_when_the_process_never_listens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A port nothing listens on.
+        let port = TcpListener::bind(("127.0.0.1", 0))
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
+        let mut cluster = fake_cluster(dir.path(), port);
+        cluster.kill("dn1").await.expect("kill");
+        match wait_listening(&mut cluster.processes[0], Duration::from_millis(600)).await {
+            Err(SoakError::Exited { .. }) => {}
+            other => panic!("a reaped process reads as exited, got {other:?}"),
+        }
+        cluster.processes[0].child = spawn(
+            &cluster.bin,
+            Role::Datanode,
+            &cluster.processes[0].config,
+            &cluster.processes[0].log,
+            "info",
+            "dn1",
+            true,
+        )
+        .expect("spawn");
+        match wait_listening(&mut cluster.processes[0], Duration::from_millis(600)).await {
+            Err(SoakError::RestartNotReady { port: p, .. }) => assert_eq!(p, port),
+            other => panic!("expected RestartNotReady, got {other:?}"),
+        }
     }
 
     #[test]

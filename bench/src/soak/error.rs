@@ -98,6 +98,28 @@ pub enum SoakError {
         /// The end of the log.
         tail: String,
     },
+    /// A cluster operation named a process the cluster does not have.
+    #[error("the cluster has no process `{name}`")]
+    NoSuchProcess {
+        /// The name asked for.
+        name: String,
+    },
+    /// A restart was asked for a process that is still running.
+    #[error("{name} is still running; kill it before starting it again")]
+    StillRunning {
+        /// Process name.
+        name: String,
+    },
+    /// A restarted process did not listen on its port in time.
+    #[error("{name} restarted but does not listen on port {port} after {waited:?}")]
+    RestartNotReady {
+        /// Process name.
+        name: String,
+        /// Its main port.
+        port: u16,
+        /// How long the harness waited.
+        waited: Duration,
+    },
     /// The cluster did not accept a write within `--ready-timeout`.
     #[error("cluster not writable after {waited:?}")]
     NotReady {

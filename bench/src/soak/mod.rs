@@ -43,6 +43,7 @@ pub mod options;
 pub mod shapes;
 pub mod verdict;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -268,6 +269,7 @@ fn cluster_spec(
         ready_timeout: plan.ready_timeout,
         access: access.clone(),
         bucket: BUCKET.to_owned(),
+        extra: BTreeMap::new(),
     }
 }
 

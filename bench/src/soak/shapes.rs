@@ -186,6 +186,7 @@ pub async fn run_shape(
                 load.part_concurrent,
                 cluster.label
             )),
+            stop: None,
         },
     )
     .await?;
