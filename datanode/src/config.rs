@@ -262,7 +262,8 @@ mod tests {
         assert_eq!(c.reserved_free_bytes, 0);
         assert_eq!(c.scrub_bandwidth_bytes_per_sec, 0);
         assert_eq!(c.scrub_interval, Duration::from_millis(50));
-        c.validate().expect("a zero reserve and disabled scrub are valid");
+        c.validate()
+            .expect("a zero reserve and disabled scrub are valid");
 
         let c: Config =
             toml::from_str("gc_interval = \"100ms\"\ngc_grace = \"2s\"").expect("parse gc fields");
@@ -289,6 +290,20 @@ mod tests {
             toml::from_str::<Config>("nodeid = 1").is_err(),
             "unknown fields are rejected"
         );
+    }
+
+    #[test]
+    fn the_deploy_example_parses_with_the_disk_keys() {
+        let c: Config =
+            toml::from_str(include_str!("../../deploy/datanode.toml")).expect("parse example");
+        c.validate().expect("example valid");
+        assert_eq!(c.gc_grace, Duration::from_secs(600));
+        assert_eq!(c.reserved_free_bytes, DEFAULT_RESERVED_FREE_BYTES);
+        assert_eq!(
+            c.scrub_bandwidth_bytes_per_sec,
+            DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC
+        );
+        assert_eq!(c.scrub_interval, DEFAULT_SCRUB_INTERVAL);
     }
 
     #[test]

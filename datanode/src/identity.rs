@@ -231,7 +231,11 @@ mod tests {
     #[test]
     fn a_damaged_identity_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join(IDENTITY_FILE), "disk_id = \"zz\"\nnode_id = 1\n").unwrap();
+        fs::write(
+            dir.path().join(IDENTITY_FILE),
+            "disk_id = \"zz\"\nnode_id = 1\n",
+        )
+        .unwrap();
         assert!(matches!(
             load_or_create(dir.path(), 1),
             Err(IdentityError::Damaged { .. })

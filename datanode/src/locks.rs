@@ -56,7 +56,11 @@ impl BlobLocks {
             tokio::pin!(released);
             released.as_mut().enable();
             {
-                let mut held = self.inner.held.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut held = self
+                    .inner
+                    .held
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
                 let free = blob_ids.iter().all(|id| !held.contains(id));
                 if free && held.len() + blob_ids.len() <= MAX_LOCKED_BLOBS {
                     held.extend(blob_ids.iter().cloned());
@@ -112,7 +116,9 @@ mod tests {
     #[tokio::test]
     async fn a_locked_blob_waits_and_others_do_not() {
         let locks = BlobLocks::new();
-        let gc = locks.lock_all(vec!["a".into(), "b".into(), "a".into()]).await;
+        let gc = locks
+            .lock_all(vec!["a".into(), "b".into(), "a".into()])
+            .await;
         assert!(locks.is_locked("a") && locks.is_locked("b"));
         // Another blob is not held up.
         drop(locks.lock("c").await);

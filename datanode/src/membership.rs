@@ -88,9 +88,18 @@ impl<S: ShardStore> Membership<S> {
                     );
                     if req.writable != was_writable {
                         if req.writable {
-                            tracing::info!(node = self.node_id, free_bytes = req.free_bytes, "datanode writable again");
+                            tracing::info!(
+                                node = self.node_id,
+                                free_bytes = req.free_bytes,
+                                "datanode writable again"
+                            );
                         } else {
-                            tracing::warn!(node = self.node_id, free_bytes = req.free_bytes, reserve = self.space.reserve(), "datanode not writable: below its free-space reserve or disk failed");
+                            tracing::warn!(
+                                node = self.node_id,
+                                free_bytes = req.free_bytes,
+                                reserve = self.space.reserve(),
+                                "datanode not writable: below its free-space reserve or disk failed"
+                            );
                         }
                         was_writable = req.writable;
                     }
@@ -99,7 +108,10 @@ impl<S: ShardStore> Membership<S> {
                     let r = meta
                         .register_datanode(self.node_id, &self.advertise_addr, &self.disk_id)
                         .await?;
-                    crate::metrics::set_disk_generation(&self.node_id.to_string(), r.disk_generation);
+                    crate::metrics::set_disk_generation(
+                        &self.node_id.to_string(),
+                        r.disk_generation,
+                    );
                     if r.disk_replaced {
                         tracing::warn!(
                             node = self.node_id,

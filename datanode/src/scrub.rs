@@ -27,7 +27,7 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use sluice_meta::{MetaClient, MetaError};
@@ -63,11 +63,7 @@ pub fn describe() {
         metrics::Unit::Bytes,
         "Stored bytes read by scrub"
     );
-    metrics::describe_counter!(
-        SCRUB_SHARDS_TOTAL,
-        metrics::Unit::Count,
-        "Shards scrubbed"
-    );
+    metrics::describe_counter!(SCRUB_SHARDS_TOTAL, metrics::Unit::Count, "Shards scrubbed");
     metrics::describe_counter!(
         SCRUB_CORRUPT_SHARDS_TOTAL,
         metrics::Unit::Count,

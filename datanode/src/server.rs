@@ -85,8 +85,12 @@ pub async fn run(
         };
     match provenance {
         Provenance::Existing => {}
-        Provenance::Formatted => tracing::info!(node = config.node_id, disk_id = %disk.disk_id, data_dir = %config.data_dir.display(), "formatted a new data dir"),
-        Provenance::Upgraded => tracing::warn!(node = config.node_id, disk_id = %disk.disk_id, data_dir = %config.data_dir.display(), "data dir holds shards but had no identity file; wrote one"),
+        Provenance::Formatted => {
+            tracing::info!(node = config.node_id, disk_id = %disk.disk_id, data_dir = %config.data_dir.display(), "formatted a new data dir")
+        }
+        Provenance::Upgraded => {
+            tracing::warn!(node = config.node_id, disk_id = %disk.disk_id, data_dir = %config.data_dir.display(), "data dir holds shards but had no identity file; wrote one")
+        }
     }
     let store = DiskStore::open(&config.data_dir, config.node_id).await?;
     let locks = BlobLocks::new();

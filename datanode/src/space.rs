@@ -25,7 +25,10 @@ pub type Probe = Box<dyn Fn(&Path) -> std::io::Result<u64> + Send + Sync>;
 pub fn statvfs_free_bytes(path: &Path) -> std::io::Result<u64> {
     let st = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
     #[allow(clippy::useless_conversion)]
-    let (avail, frag) = (u64::from(st.blocks_available()), u64::from(st.fragment_size()));
+    let (avail, frag) = (
+        u64::from(st.blocks_available()),
+        u64::from(st.fragment_size()),
+    );
     Ok(avail.saturating_mul(frag))
 }
 

@@ -86,7 +86,11 @@ impl Node {
     }
 }
 
-async fn put(c: &mut DatanodeClient<Channel>, blob: &str, len: usize) -> Result<u64, tonic::Status> {
+async fn put(
+    c: &mut DatanodeClient<Channel>,
+    blob: &str,
+    len: usize,
+) -> Result<u64, tonic::Status> {
     let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
     let mut msgs = vec![PutShardRequest {
         msg: Some(Msg::Header(ShardHeader {
@@ -170,7 +174,10 @@ async fn a_foreign_data_dir_is_refused_at_start() -> Result<()> {
     let node = Node::start(3, tmp.path(), 0).await?;
     node.client().await?;
     node.stop().await?;
-    assert_eq!(std::fs::read_to_string(tmp.path().join("sluice-disk.toml"))?, id);
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("sluice-disk.toml"))?,
+        id
+    );
     Ok(())
 }
 
@@ -247,7 +254,11 @@ async fn a_full_filesystem_fails_only_the_shard_being_written() -> Result<()> {
     };
     assert_eq!(full.code(), Code::ResourceExhausted, "{full:?}");
     assert!(!stored.is_empty());
-    assert_eq!(temp_files(&data_dir), 0, "the failed shard left no temp file");
+    assert_eq!(
+        temp_files(&data_dir),
+        0,
+        "the failed shard left no temp file"
+    );
     // Every committed shard reads back whole.
     for blob in &stored {
         assert_eq!(read_len(&mut c, blob).await?, 5 * BLOCK);

@@ -240,7 +240,11 @@ async fn a_running_datanode_registers_its_disk_and_collects_garbage() -> Result<
     assert_eq!(disk["node_id"].as_integer(), Some(1));
     assert_eq!(disk["disk_id"].as_str().map(str::len), Some(32));
     // Meta that cannot answer Collectable: a few GC passes delete nothing.
-    let expect: &[&str] = if collects { &["live"] } else { &["dead", "live"] };
+    let expect: &[&str] = if collects {
+        &["live"]
+    } else {
+        &["dead", "live"]
+    };
     let settle = Instant::now() + Duration::from_secs(2);
     let deadline = Instant::now() + WAIT;
     loop {

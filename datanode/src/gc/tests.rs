@@ -162,9 +162,14 @@ async fn collects_old_collectable_shards_only() {
     assert_eq!(store.stats().shards, 3);
 
     // Two hours later the young shards are past the grace too.
-    let later = collect(&store, &oracle, &locks, &pass(now + 2 * HOUR, GC_PAGE_BLOBS))
-        .await
-        .unwrap();
+    let later = collect(
+        &store,
+        &oracle,
+        &locks,
+        &pass(now + 2 * HOUR, GC_PAGE_BLOBS),
+    )
+    .await
+    .unwrap();
     assert_eq!(later.deleted_shards, 2);
     assert_eq!(remaining(&store).await, strings(&["live.0"]));
 }
@@ -248,9 +253,14 @@ async fn memory_store_shards_wait_out_the_grace() {
     let oracle = FakeOracle::referencing(&["y"]);
     let locks = BlobLocks::new();
     // Just written: younger than the grace, nothing is even asked.
-    let now = collect(&store, &oracle, &locks, &pass(SystemTime::now(), GC_PAGE_BLOBS))
-        .await
-        .unwrap();
+    let now = collect(
+        &store,
+        &oracle,
+        &locks,
+        &pass(SystemTime::now(), GC_PAGE_BLOBS),
+    )
+    .await
+    .unwrap();
     assert_eq!(now.deleted_shards, 0);
     assert!(oracle.asked().is_empty());
     let later = SystemTime::now() + 2 * HOUR;
@@ -273,9 +283,14 @@ async fn a_stale_copy_of_one_index_is_deleted_alone() {
         referenced_shards: strings(&["e3.00aa.0"]).into_iter().collect(),
         ..Default::default()
     };
-    let report = collect(&store, &oracle, &BlobLocks::new(), &pass(now, GC_PAGE_BLOBS))
-        .await
-        .unwrap();
+    let report = collect(
+        &store,
+        &oracle,
+        &BlobLocks::new(),
+        &pass(now, GC_PAGE_BLOBS),
+    )
+    .await
+    .unwrap();
     assert_eq!((report.collectable_shards, report.deleted_shards), (1, 1));
     assert_eq!(remaining(&store).await, strings(&["e3.00aa.0"]));
 }

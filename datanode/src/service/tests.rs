@@ -10,18 +10,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sluice_proto::datanode::datanode_client::DatanodeClient;
-use sluice_proto::datanode::{
-    HasShardsRequest, ShardBlock, ShardEnd, ShardHeader, ShardId,
-};
+use sluice_proto::datanode::{HasShardsRequest, ShardBlock, ShardEnd, ShardHeader, ShardId};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Code;
 use tonic::transport::{Channel, Server};
 
 use super::*;
-use crate::store::{
-    Committed, DiskReader, DiskStore, DiskWriter, ShardPage, StoreStats,
-};
+use crate::store::{Committed, DiskReader, DiskStore, DiskWriter, ShardPage, StoreStats};
 
 const BLOCK: usize = 4096;
 
@@ -262,8 +258,14 @@ async fn enospc_fails_only_that_shard() {
         .await
         .has_shards(HasShardsRequest {
             shards: vec![
-                ShardId { blob_id: "e1.full".into(), shard_index: 0 },
-                ShardId { blob_id: "e1.fine".into(), shard_index: 0 },
+                ShardId {
+                    blob_id: "e1.full".into(),
+                    shard_index: 0,
+                },
+                ShardId {
+                    blob_id: "e1.fine".into(),
+                    shard_index: 0,
+                },
             ],
         })
         .await
@@ -308,7 +310,10 @@ async fn has_shards_checks_headers_and_bounds_the_request() {
     put(&mut c, "e1.good", "", 2 * BLOCK).await.unwrap();
     put(&mut c, "e1.bad", "", 2 * BLOCK).await.unwrap();
     // Damage the header's magic of e1.bad.
-    let path = h.store.inner.shard_path(&ShardKey::new("e1.bad", 0).unwrap());
+    let path = h
+        .store
+        .inner
+        .shard_path(&ShardKey::new("e1.bad", 0).unwrap());
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[0] ^= 0xff;
     std::fs::write(&path, bytes).unwrap();
@@ -331,7 +336,9 @@ async fn has_shards_checks_headers_and_bounds_the_request() {
         .present;
     assert_eq!(present, [true, false, false, false]);
     let too_many = HasShardsRequest {
-        shards: (0..=MAX_HAS_SHARDS as u32).map(|i| id("e1.good", i)).collect(),
+        shards: (0..=MAX_HAS_SHARDS as u32)
+            .map(|i| id("e1.good", i))
+            .collect(),
     };
     let err = c.has_shards(too_many).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);

@@ -167,9 +167,10 @@ impl Inner {
     /// [`MAX_QUARANTINED_FILES`].
     fn quarantine(&self, key: &ShardKey) -> Result<bool, StoreError> {
         let path = self.shard_path(key);
-        let target = self
-            .quarantine
-            .join(format!("{:020}-{key}", millis_since_epoch(SystemTime::now())));
+        let target = self.quarantine.join(format!(
+            "{:020}-{key}",
+            millis_since_epoch(SystemTime::now())
+        ));
         {
             let _guard = self.lock(fanout_of(key.blob_id()));
             let len = match fs::metadata(&path) {

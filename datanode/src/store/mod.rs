@@ -135,7 +135,9 @@ pub enum StoreError {
     /// No committed shard under this key.
     #[error("shard {0} not found")]
     NotFound(ShardKey),
-    #[error("invalid blob id {0:?}: want 1..=128 bytes of [A-Za-z0-9_.-], no leading dot, no \"..\" or \".tmp-\"")]
+    #[error(
+        "invalid blob id {0:?}: want 1..=128 bytes of [A-Za-z0-9_.-], no leading dot, no \"..\" or \".tmp-\""
+    )]
     InvalidBlobId(String),
     #[error("invalid block size {0}: want 1..={MAX_BLOCK_SIZE} bytes")]
     InvalidBlockSize(u32),
@@ -235,7 +237,8 @@ pub trait ShardStore: Clone + Send + Sync + 'static {
     /// Deletes one shard by its key (its path is computed, nothing is
     /// scanned); `Ok(false)` when it was not stored.
     /// Errors: [`StoreError::Io`].
-    fn delete_shard(&self, key: &ShardKey) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn delete_shard(&self, key: &ShardKey)
+    -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Whether a committed shard with a valid header (and a length that
     /// fits its block size) is stored under `key`; no block is read.
