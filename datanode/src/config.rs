@@ -13,6 +13,12 @@ pub const MAX_SHARD_CHANNEL_DEPTH: usize = 1024;
 pub const DEFAULT_WRITE_BUDGET_BYTES: u64 = 64 * 1024 * 1024;
 /// Default `credit_fsync_bytes`: 1 MiB.
 pub const DEFAULT_CREDIT_FSYNC_BYTES: u64 = 1024 * 1024;
+/// Default `reserved_free_bytes`: 1 GiB.
+pub const DEFAULT_RESERVED_FREE_BYTES: u64 = 1024 * 1024 * 1024;
+/// Default `scrub_bandwidth_bytes_per_sec`: 10 MiB/s.
+pub const DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC: u64 = 10 * 1024 * 1024;
+/// Default `scrub_interval`: 7 days.
+pub const DEFAULT_SCRUB_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Configuration of one datanode. Durations are humantime strings in TOML
 /// (`"2s"`); every field has a default (see [`Config::default`]).
@@ -63,14 +69,24 @@ pub struct Config {
     /// Default 10 min; any positive humantime ("100ms" in tests).
     #[serde(with = "humantime_serde")]
     pub gc_interval: Duration,
-    /// A shard is garbage-collected only when every shard of its blob on
-    /// this node was last written longer ago than this and meta references
-    /// the blob nowhere. Must exceed the longest possible time from the
-    /// first shard write of a blob to the meta commit of its part or
-    /// object, or a blob could be collected before its commit (see
-    /// [`crate::gc`]). Default 1h; any positive humantime.
+    /// GC does not ask meta about shards last written less than this long
+    /// ago (they are most likely about to be committed). An efficiency knob
+    /// only: safety comes from meta's `Collectable` answer and the per-blob
+    /// lock, not from this grace (see [`crate::gc`]). Default 10 min; any
+    /// positive humantime.
     #[serde(with = "humantime_serde")]
     pub gc_grace: Duration,
+    /// Free bytes the data dir's filesystem keeps: below it the node
+    /// heartbeats `writable = false` and PutShard refuses new shards with
+    /// `RESOURCE_EXHAUSTED` (bytes; default 1 GiB; 0 = no reserve).
+    pub reserved_free_bytes: u64,
+    /// Read rate of scrub (bytes per second; default 10 MiB/s; 0 disables
+    /// scrub). See [`crate::scrub`].
+    pub scrub_bandwidth_bytes_per_sec: u64,
+    /// From the start of one scrub pass to the start of the next (default
+    /// 7 days; any positive humantime, "100ms" in tests).
+    #[serde(with = "humantime_serde")]
+    pub scrub_interval: Duration,
     /// Address of this node's Prometheus endpoint (`GET /metrics`), e.g.
     /// `"127.0.0.1:7191"`. Default `None`: no metrics endpoint. The role
     /// library does not read it: the `sluice` binary installs the process-wide
@@ -95,7 +111,10 @@ impl Default for Config {
             credit_fsync_bytes: DEFAULT_CREDIT_FSYNC_BYTES,
             credit_fsync_idle: Duration::from_millis(5),
             gc_interval: Duration::from_secs(600),
-            gc_grace: Duration::from_secs(3600),
+            gc_grace: Duration::from_secs(600),
+            reserved_free_bytes: DEFAULT_RESERVED_FREE_BYTES,
+            scrub_bandwidth_bytes_per_sec: DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC,
+            scrub_interval: DEFAULT_SCRUB_INTERVAL,
             metrics_listen: None,
         }
     }
@@ -128,6 +147,8 @@ pub enum ConfigError {
     ZeroGcInterval,
     #[error("gc_grace must be positive")]
     ZeroGcGrace,
+    #[error("scrub_interval must be positive")]
+    ZeroScrubInterval,
 }
 
 impl Config {
@@ -172,6 +193,9 @@ impl Config {
         }
         if self.gc_grace.is_zero() {
             return Err(ConfigError::ZeroGcGrace);
+        }
+        if self.scrub_interval.is_zero() {
+            return Err(ConfigError::ZeroScrubInterval);
         }
         Ok(())
     }
@@ -225,8 +249,21 @@ mod tests {
         assert_eq!(c.credit_fsync_bytes, 1024 * 1024);
         assert_eq!(c.credit_fsync_idle, Duration::from_millis(5));
         assert_eq!(c.gc_interval, Duration::from_secs(600));
-        assert_eq!(c.gc_grace, Duration::from_secs(3600));
+        assert_eq!(c.gc_grace, Duration::from_secs(600));
+        assert_eq!(c.reserved_free_bytes, 1 << 30);
+        assert_eq!(c.scrub_bandwidth_bytes_per_sec, 10 << 20);
+        assert_eq!(c.scrub_interval, Duration::from_secs(7 * 24 * 3600));
         c.validate().expect("valid");
+
+        let c: Config = toml::from_str(
+            "reserved_free_bytes = 0\nscrub_bandwidth_bytes_per_sec = 0\nscrub_interval = \"50ms\"",
+        )
+        .expect("parse disk fields");
+        assert_eq!(c.reserved_free_bytes, 0);
+        assert_eq!(c.scrub_bandwidth_bytes_per_sec, 0);
+        assert_eq!(c.scrub_interval, Duration::from_millis(50));
+        c.validate()
+            .expect("a zero reserve and disabled scrub are valid");
 
         let c: Config =
             toml::from_str("gc_interval = \"100ms\"\ngc_grace = \"2s\"").expect("parse gc fields");
@@ -253,6 +290,20 @@ mod tests {
             toml::from_str::<Config>("nodeid = 1").is_err(),
             "unknown fields are rejected"
         );
+    }
+
+    #[test]
+    fn the_deploy_example_parses_with_the_disk_keys() {
+        let c: Config =
+            toml::from_str(include_str!("../../deploy/datanode.toml")).expect("parse example");
+        c.validate().expect("example valid");
+        assert_eq!(c.gc_grace, Duration::from_secs(600));
+        assert_eq!(c.reserved_free_bytes, DEFAULT_RESERVED_FREE_BYTES);
+        assert_eq!(
+            c.scrub_bandwidth_bytes_per_sec,
+            DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC
+        );
+        assert_eq!(c.scrub_interval, DEFAULT_SCRUB_INTERVAL);
     }
 
     #[test]
@@ -319,6 +370,10 @@ mod tests {
         assert_eq!(
             bad(|c| c.gc_grace = Duration::ZERO),
             ConfigError::ZeroGcGrace
+        );
+        assert_eq!(
+            bad(|c| c.scrub_interval = Duration::ZERO),
+            ConfigError::ZeroScrubInterval
         );
     }
 }

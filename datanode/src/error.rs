@@ -1,6 +1,7 @@
 //! [`Error`]: why [`crate::run`] failed.
 
 use crate::config::ConfigError;
+use crate::identity::IdentityError;
 use crate::store::StoreError;
 
 /// Errors of [`crate::run`]; the cause is kept as the source.
@@ -9,6 +10,10 @@ pub enum Error {
     /// The configuration failed [`crate::Config::validate`].
     #[error("invalid datanode config")]
     Config(#[from] ConfigError),
+    /// The data dir's identity could not be read or written, or it belongs
+    /// to another node (a foreign disk).
+    #[error("data dir identity")]
+    Identity(#[from] IdentityError),
     /// The shard store could not be opened (directory creation, recovery scan).
     #[error("open shard store")]
     Store(#[from] StoreError),

@@ -1,62 +1,59 @@
-//! Shard garbage collection: deletes the shards of blobs that no committed
-//! part or object references, once they are older than a grace period.
+//! Shard garbage collection: deletes the shards meta says are collectable.
 //!
-//! Shards become garbage when meta drops their blob: an upload aborted by
-//! a client or by meta's stale-upload sweeper, an overwritten or deleted
-//! object whose release the gateway could not deliver, a blob whose commit
-//! failed or never happened (gateway crash). Every `gc_interval` the
-//! datanode runs one pass ([`collect`]): it pages through its store
-//! ([`ShardStore::list`], [`GC_PAGE_BLOBS`] blobs per page), keeps the
-//! blobs whose every shard here is older than `gc_grace` (by the shard
-//! file's modification time), asks a [`ReferenceOracle`] which of them no
-//! part or object references, and deletes those.
+//! Shards become garbage when meta drops their blob (an aborted upload, an
+//! overwritten or deleted object once its `delete_delay` has passed, a blob
+//! whose commit failed or never happened) or when heal rebuilt a shard
+//! elsewhere and this copy is stale. Every `gc_interval` the datanode runs
+//! one pass ([`collect`]): it pages through its store ([`ShardStore::list`],
+//! [`GC_PAGE_BLOBS`] blobs per page), skips shards younger than `gc_grace`,
+//! asks a [`ReferenceOracle`] which of the others are collectable (meta's
+//! `Collectable(node, [(blob, index)])`, at most [`GC_CALL_SHARDS`] per
+//! call) and deletes exactly those shards, one path each (not whole blobs:
+//! this node may hold a stale copy of one index of a live blob).
 //!
-//! # The invariant
-//! A shard is written before the record that references it is committed
-//! in meta, so for a while every new shard is legitimately unreferenced.
-//! GC is safe only while
+//! # Safety
+//! Safety does not depend on `gc_grace` or on any clock
+//! (`docs/durability.md` §3, §5). Meta answers "collectable" only when the
+//! blob's write epoch is closed (a commit naming it is refused from then
+//! on) or its pending deletion's `delete_delay` has passed, no heal intent
+//! names the shard, and no committed placement puts that index of the blob
+//! on this node. Each condition, once true, stays true. The one way to
+//! invalidate the answer is a heal writing the same shard path after the
+//! read: GC holds the [`BlobLocks`] lock of every blob it asks about from
+//! the call to the deletes, and PutShard's commit (the rename into place)
+//! takes the same lock, so the new file is never deleted.
 //!
-//! > **write-to-commit time < `gc_grace`**: a part or object record that
-//! > references a blob is committed in meta (if ever) less than `gc_grace`
-//! > after the first write of any shard of that blob.
-//!
-//! The gateway writes all shards of a blob, then commits right after the
-//! last stripe is durable and gives up after its meta retry deadline
-//! (seconds), so the default grace of one hour leaves a wide margin; never
-//! set `gc_grace` below the longest possible write-to-commit time. A
-//! shard's mtime (its last write) is never earlier than the blob's first
-//! write, so "every shard of the blob here is older than `gc_grace`" implies
-//! the blob's commit window has closed: if meta, after a linearizable read,
-//! says it is unreferenced, it can never become referenced again and all
-//! of its shards are garbage. A forward jump of the datanode's wall clock
-//! counts as elapsed time, so keep clocks slewed, not stepped, or the
-//! grace generous.
+//! `gc_grace` (default 10 min) is only an efficiency knob: shards that
+//! young are most likely being committed, so meta is not asked about them.
 //!
 //! GC never deletes on doubt: when the oracle fails (meta unreachable, an
-//! error answer) the pass stops without deleting anything more, and the
-//! next pass asks again. Ids the oracle returns that were not asked are
-//! ignored.
+//! error answer, `UNIMPLEMENTED` from an older meta) the pass stops without
+//! deleting anything more, and the next pass asks again. Shards the oracle
+//! returns that were not asked are ignored.
 //!
 //! # Metrics
 //! `sluice_datanode_gc_deleted_shards_total` (label `node`): shards deleted
 //! by GC.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sluice_meta::{MetaClient, MetaError};
+use sluice_proto::meta::ShardRef;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{ShardStore, StoreError};
+use crate::locks::BlobLocks;
+use crate::store::{ShardKey, ShardStore, StoreError};
 
 /// Counter, label `node`: shards deleted by GC.
 pub const GC_DELETED_SHARDS_TOTAL: &str = "sluice_datanode_gc_deleted_shards_total";
 
-/// Blobs per store page, and so most blob ids per oracle call (meta's
-/// FilterUnreferenced accepts at most 1000).
+/// Blobs per store page of a GC pass.
 pub const GC_PAGE_BLOBS: usize = 1000;
+/// Most shards per oracle call (meta's Collectable accepts at most 1000).
+pub const GC_CALL_SHARDS: usize = 1000;
 
 /// Registers the GC metric's description with the installed recorder.
 pub fn describe() {
@@ -67,8 +64,8 @@ pub fn describe() {
     );
 }
 
-/// Answers which blobs no committed part or object references: the only
-/// thing GC needs from meta.
+/// Answers which shards stored on a node are collectable: the only thing
+/// GC needs from meta.
 ///
 /// To ensure correctness an implementation must answer from state that
 /// includes every commit applied before the call (meta's linearizable
@@ -77,16 +74,17 @@ pub trait ReferenceOracle: Send + Sync + 'static {
     /// Why the answer is unknown.
     type Error: std::error::Error + Send + Sync + 'static;
 
-    /// The ids of `blob_ids` (at most [`GC_PAGE_BLOBS`]) that nothing
-    /// references.
-    fn unreferenced(
+    /// The shards of `shards` (stored on `node_id`, at most
+    /// [`GC_CALL_SHARDS`]) that are collectable.
+    fn collectable(
         &self,
-        blob_ids: Vec<String>,
-    ) -> impl Future<Output = Result<Vec<String>, Self::Error>> + Send;
+        node_id: u64,
+        shards: Vec<ShardKey>,
+    ) -> impl Future<Output = Result<Vec<ShardKey>, Self::Error>> + Send;
 }
 
-/// The production [`ReferenceOracle`]: meta's `FilterUnreferenced`
-/// through a leader-following [`MetaClient`].
+/// The production [`ReferenceOracle`]: meta's `Collectable` through a
+/// leader-following [`MetaClient`].
 #[derive(Clone)]
 pub struct MetaOracle {
     client: MetaClient,
@@ -102,8 +100,24 @@ impl MetaOracle {
 impl ReferenceOracle for MetaOracle {
     type Error = MetaError;
 
-    async fn unreferenced(&self, blob_ids: Vec<String>) -> Result<Vec<String>, MetaError> {
-        self.client.filter_unreferenced(blob_ids).await
+    async fn collectable(
+        &self,
+        node_id: u64,
+        shards: Vec<ShardKey>,
+    ) -> Result<Vec<ShardKey>, MetaError> {
+        let refs = shards
+            .iter()
+            .map(|k| ShardRef {
+                blob_id: k.blob_id().to_string(),
+                shard_index: k.shard_index(),
+            })
+            .collect();
+        let answer = self.client.collectable(node_id, refs).await?;
+        // An id the store could not hold was not asked about: drop it.
+        Ok(answer
+            .into_iter()
+            .filter_map(|r| ShardKey::new(r.blob_id, r.shard_index).ok())
+            .collect())
     }
 }
 
@@ -113,10 +127,10 @@ pub enum GcError {
     /// Listing the store failed.
     #[error("list shards")]
     List(#[source] StoreError),
-    /// The oracle could not say which blobs are unreferenced.
-    #[error("ask meta which blobs are unreferenced")]
+    /// The oracle could not say which shards are collectable.
+    #[error("ask meta which shards are collectable")]
     Oracle(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// Deleting garbage blobs failed (some may be deleted).
+    /// Deleting a collectable shard failed (earlier ones are deleted).
     #[error("delete garbage shards")]
     Delete(#[source] StoreError),
 }
@@ -126,10 +140,10 @@ pub enum GcError {
 pub struct GcReport {
     /// Shards listed.
     pub scanned_shards: u64,
-    /// Blobs whose every shard here is older than the grace period (asked about).
-    pub old_blobs: u64,
-    /// Of those, blobs the oracle said are unreferenced.
-    pub unreferenced_blobs: u64,
+    /// Shards older than the grace period (asked about).
+    pub old_shards: u64,
+    /// Of those, shards the oracle said are collectable.
+    pub collectable_shards: u64,
     /// Shards deleted.
     pub deleted_shards: u64,
 }
@@ -137,14 +151,33 @@ pub struct GcReport {
 /// Settings of [`collect`].
 #[derive(Debug, Clone)]
 pub struct GcPass {
-    /// Shards modified less than this long before `now` are never collected.
+    /// This datanode's id: the node meta is asked about.
+    pub node_id: u64,
+    /// Shards modified less than this long before `now` are not asked
+    /// about (efficiency only, see the module docs).
     pub grace: Duration,
     /// The pass's notion of the current time (tests pass a fixed one).
     pub now: SystemTime,
-    /// Blobs per store page and oracle call (1..=[`GC_PAGE_BLOBS`]).
+    /// Blobs per store page (1..=[`GC_PAGE_BLOBS`]).
     pub page_blobs: usize,
+    /// Most shards per oracle call (1..=[`GC_CALL_SHARDS`]).
+    pub call_shards: usize,
     /// Value of the `node` metric label.
     pub node_label: String,
+}
+
+impl GcPass {
+    /// A pass of node `node_id` at `now` with the default page sizes.
+    pub fn new(node_id: u64, grace: Duration, now: SystemTime) -> Self {
+        GcPass {
+            node_id,
+            grace,
+            now,
+            page_blobs: GC_PAGE_BLOBS,
+            call_shards: GC_CALL_SHARDS,
+            node_label: node_id.to_string(),
+        }
+    }
 }
 
 fn millis(t: SystemTime) -> i64 {
@@ -154,19 +187,22 @@ fn millis(t: SystemTime) -> i64 {
 }
 
 /// One GC pass over `store`: see the module docs. Memory is one page of
-/// listing (`page_blobs` blobs) at a time.
+/// listing (`page_blobs` blobs) at a time. `locks` is shared with the
+/// PutShard service.
 ///
 /// Errors: [`GcError::List`], [`GcError::Oracle`] (nothing deleted for
-/// that page or after it), [`GcError::Delete`]. Pages before the failure
+/// that call or after it), [`GcError::Delete`]. Calls before the failure
 /// stay collected.
 pub async fn collect<S: ShardStore, O: ReferenceOracle>(
     store: &S,
     oracle: &O,
+    locks: &BlobLocks,
     pass: &GcPass,
 ) -> Result<GcReport, GcError> {
     let grace_ms = i64::try_from(pass.grace.as_millis()).unwrap_or(i64::MAX);
     let cutoff_ms = millis(pass.now).saturating_sub(grace_ms);
     let page_blobs = pass.page_blobs.clamp(1, GC_PAGE_BLOBS);
+    let call_shards = pass.call_shards.clamp(1, GC_CALL_SHARDS);
     let mut report = GcReport::default();
     let mut after = String::new();
     loop {
@@ -180,44 +216,20 @@ pub async fn collect<S: ShardStore, O: ReferenceOracle>(
         after = last.key.blob_id().to_string();
         report.scanned_shards += page.shards.len() as u64;
 
-        // A blob is old when every shard of it here is (a page holds all
-        // shards of its blobs).
-        let mut blobs: BTreeMap<&str, bool> = BTreeMap::new();
-        for shard in &page.shards {
-            let old = shard.modified_ms < cutoff_ms;
-            blobs
-                .entry(shard.key.blob_id())
-                .and_modify(|all_old| *all_old &= old)
-                .or_insert(old);
-        }
-        let old: Vec<String> = blobs
+        let old: Vec<ShardKey> = page
+            .shards
             .into_iter()
-            .filter(|(_, all_old)| *all_old)
-            .map(|(id, _)| id.to_string())
+            .filter(|s| s.modified_ms < cutoff_ms)
+            .map(|s| s.key)
             .collect();
-
-        if !old.is_empty() {
-            report.old_blobs += old.len() as u64;
-            let asked: HashSet<String> = old.iter().cloned().collect();
-            let answer = oracle
-                .unreferenced(old)
-                .await
-                .map_err(|e| GcError::Oracle(Box::new(e)))?;
-            let mut garbage: Vec<String> =
-                answer.into_iter().filter(|id| asked.contains(id)).collect();
-            garbage.sort();
-            garbage.dedup();
-            if !garbage.is_empty() {
-                report.unreferenced_blobs += garbage.len() as u64;
-                let deleted = store
-                    .delete_blobs(&garbage)
-                    .await
-                    .map_err(GcError::Delete)?;
-                report.deleted_shards += deleted;
+        report.old_shards += old.len() as u64;
+        for chunk in old.chunks(call_shards) {
+            let deleted = collect_call(store, oracle, locks, pass, chunk, &mut report).await?;
+            if deleted > 0 {
                 metrics::counter!(GC_DELETED_SHARDS_TOTAL, "node" => pass.node_label.clone())
                     .increment(deleted);
                 crate::metrics::set_shards_stored(&pass.node_label, store.stats().shards);
-                tracing::debug!(node = %pass.node_label, blobs = garbage.len(), deleted, "deleted unreferenced shards");
+                tracing::debug!(node = %pass.node_label, deleted, "deleted collectable shards");
             }
         }
         if !page.is_truncated {
@@ -226,10 +238,48 @@ pub async fn collect<S: ShardStore, O: ReferenceOracle>(
     }
 }
 
+/// One oracle call and its deletes, under the locks of the asked blobs.
+async fn collect_call<S: ShardStore, O: ReferenceOracle>(
+    store: &S,
+    oracle: &O,
+    locks: &BlobLocks,
+    pass: &GcPass,
+    asked: &[ShardKey],
+    report: &mut GcReport,
+) -> Result<u64, GcError> {
+    let _guard = locks
+        .lock_all(asked.iter().map(|k| k.blob_id().to_string()).collect())
+        .await;
+    let answer = oracle
+        .collectable(pass.node_id, asked.to_vec())
+        .await
+        .map_err(|e| GcError::Oracle(Box::new(e)))?;
+    let asked: HashSet<&ShardKey> = asked.iter().collect();
+    let mut garbage: Vec<ShardKey> = answer.into_iter().filter(|k| asked.contains(k)).collect();
+    garbage.sort();
+    garbage.dedup();
+    report.collectable_shards += garbage.len() as u64;
+    let mut deleted = 0;
+    for key in &garbage {
+        match store.delete_shard(key).await {
+            Ok(true) => deleted += 1,
+            Ok(false) => {}
+            Err(e) => {
+                report.deleted_shards += deleted;
+                return Err(GcError::Delete(e));
+            }
+        }
+    }
+    report.deleted_shards += deleted;
+    Ok(deleted)
+}
+
 /// The GC background task of a datanode.
 pub(crate) struct Collector<S, O> {
     pub store: S,
     pub oracle: O,
+    /// Shared with the PutShard service.
+    pub locks: BlobLocks,
     pub node_id: u64,
     /// `gc_interval`: time between passes (the first one interval after start).
     pub interval: Duration,
@@ -251,27 +301,25 @@ impl<S: ShardStore, O: ReferenceOracle> Collector<S, O> {
                 _ = ticker.tick() => {}
             }
             let pass = GcPass {
-                grace: self.grace,
-                now: SystemTime::now(),
-                page_blobs: GC_PAGE_BLOBS,
                 node_label: node_label.clone(),
+                ..GcPass::new(self.node_id, self.grace, SystemTime::now())
             };
             let result = tokio::select! {
                 () = cancel.cancelled() => return,
-                r = collect(&self.store, &self.oracle, &pass) => r,
+                r = collect(&self.store, &self.oracle, &self.locks, &pass) => r,
             };
             match result {
                 Ok(r) if r.deleted_shards > 0 => tracing::info!(
                     node = self.node_id,
                     scanned = r.scanned_shards,
-                    blobs = r.unreferenced_blobs,
+                    collectable = r.collectable_shards,
                     deleted = r.deleted_shards,
-                    "garbage-collected unreferenced shards"
+                    "garbage-collected shards"
                 ),
                 Ok(r) => tracing::debug!(
                     node = self.node_id,
                     scanned = r.scanned_shards,
-                    old_blobs = r.old_blobs,
+                    old_shards = r.old_shards,
                     "shard GC found no garbage"
                 ),
                 Err(e) => tracing::warn!(
@@ -285,7 +333,7 @@ impl<S: ShardStore, O: ReferenceOracle> Collector<S, O> {
 }
 
 /// `error: cause: cause ...`, for one log line.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

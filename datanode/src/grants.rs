@@ -148,6 +148,12 @@ impl CreditHub {
         debit
     }
 
+    /// Bytes received and not yet fsynced or discarded (tests).
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> u64 {
+        self.lock().ledger.in_flight()
+    }
+
     /// Shard bytes of gateway `id` are fsynced (`persisted`) or were
     /// dropped unwritten: either way they leave in-flight.
     pub(crate) fn release(&self, id: &str, bytes: u64, persisted: bool) {

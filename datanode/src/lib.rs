@@ -19,13 +19,26 @@
 //! * [`store`] — the [`ShardStore`](store::ShardStore) seam: the shard file
 //!   format, [`DiskStore`](store::DiskStore), [`MemoryStore`](store::MemoryStore)
 //!   and their shared conformance suite.
-//! * `service` — the gRPC handlers over a store (bounded channels both ways).
+//! * `service` — the gRPC handlers over a store (bounded channels both
+//!   ways): PutShard (refused below the free-space reserve; the commit
+//!   takes the blob lock), GetShard, HasShards, ListShards, DeleteBlobs,
+//!   Credits.
 //! * `status` — every error-to-gRPC-code mapping.
-//! * `membership` — registration with meta and heartbeats.
-//! * [`gc`] — shard garbage collection: deletes shards older than
-//!   `gc_grace` whose blob meta no longer references (the
-//!   [`ReferenceOracle`](gc::ReferenceOracle) seam).
-//! * `server` — [`run`]: store, server and background tasks, and shutdown.
+//! * [`identity`] — the data dir's `sluice-disk.toml` (`disk_id`, node id):
+//!   written at format, foreign disks refused at start.
+//! * [`space`] — statvfs free bytes against `reserved_free_bytes`.
+//! * `membership` — registration with meta (with the `disk_id`) and
+//!   heartbeats (free/used bytes, `writable`).
+//! * [`locks`] — [`BlobLocks`](locks::BlobLocks): the per-blob lock GC holds
+//!   from its meta question to the delete and PutShard's commit takes.
+//! * [`gc`] — shard garbage collection: deletes exactly the shards meta's
+//!   `Collectable` returns (the [`ReferenceOracle`](gc::ReferenceOracle)
+//!   seam); `gc_grace` only skips young shards.
+//! * [`scrub`] — reads every block at `scrub_bandwidth_bytes_per_sec`,
+//!   quarantines damaged shards and reports them (the
+//!   [`DamageReporter`](scrub::DamageReporter) seam).
+//! * `server` — [`run`]: identity, store, server and background tasks, and
+//!   shutdown.
 //! * [`metrics`] — metric names.
 
 pub mod config;
@@ -33,10 +46,14 @@ pub mod credit;
 mod error;
 pub mod gc;
 mod grants;
+pub mod identity;
+pub mod locks;
 mod membership;
 pub mod metrics;
+pub mod scrub;
 mod server;
 mod service;
+pub mod space;
 mod status;
 pub mod store;
 
@@ -44,7 +61,9 @@ pub use config::{Config, ConfigError};
 pub use error::Error;
 pub use grants::CREDIT_GRANT_CHANNEL_DEPTH;
 pub use server::{receive_window, run};
-pub use service::{DEFAULT_LIST_LIMIT, GET_SHARD_CHANNEL_DEPTH, MAX_LIST_LIMIT, MAX_MESSAGE_BYTES};
+pub use service::{
+    DEFAULT_LIST_LIMIT, GET_SHARD_CHANNEL_DEPTH, MAX_HAS_SHARDS, MAX_LIST_LIMIT, MAX_MESSAGE_BYTES,
+};
 pub use store::MAX_BLOCK_SIZE;
 
 /// CRC32C (Castagnoli, the iSCSI polynomial) of `data`: the checksum of

@@ -13,6 +13,13 @@ pub const SHARDS_STORED: &str = "sluice_datanode_shards_stored";
 /// Counter: blocks whose stored checksum did not match on read (bitrot).
 pub const CORRUPT_BLOCKS_TOTAL: &str = "sluice_datanode_corrupt_blocks_total";
 
+/// Gauge: the disk generation meta recorded for this node (bumped each
+/// time the node registers with a new `disk_id`).
+pub const DISK_GENERATION: &str = "sluice_datanode_disk_generation";
+/// Counter: PutShard streams refused because the data dir is below its
+/// free-space reserve.
+pub const RESERVE_REFUSALS_TOTAL: &str = "sluice_datanode_reserve_refusals_total";
+
 /// Histogram: seconds per incremental fsync of a shard being written (every
 /// `credit_fsync_bytes`, or when its stream goes idle; releases credit).
 pub const CREDIT_FSYNC_SECONDS: &str = "sluice_datanode_credit_fsync_seconds";
@@ -50,6 +57,16 @@ pub fn describe() {
         CORRUPT_BLOCKS_TOTAL,
         metrics::Unit::Count,
         "Blocks that failed checksum on read"
+    );
+    metrics::describe_gauge!(
+        DISK_GENERATION,
+        metrics::Unit::Count,
+        "Disk generation meta recorded for this node"
+    );
+    metrics::describe_counter!(
+        RESERVE_REFUSALS_TOTAL,
+        metrics::Unit::Count,
+        "PutShard streams refused below the free-space reserve"
     );
     metrics::describe_histogram!(
         CREDIT_FSYNC_SECONDS,
@@ -118,4 +135,12 @@ pub(crate) fn set_shards_stored(node: &str, shards: u64) {
 
 pub(crate) fn add_corrupt_block(node: &str) {
     metrics::counter!(CORRUPT_BLOCKS_TOTAL, "node" => node.to_string()).increment(1);
+}
+
+pub(crate) fn set_disk_generation(node: &str, generation: u64) {
+    metrics::gauge!(DISK_GENERATION, "node" => node.to_string()).set(generation as f64);
+}
+
+pub(crate) fn add_reserve_refusal(node: &str) {
+    metrics::counter!(RESERVE_REFUSALS_TOTAL, "node" => node.to_string()).increment(1);
 }

@@ -1,7 +1,8 @@
-//! [`run`]: the datanode process — shard store, gRPC server, membership,
-//! shard GC.
+//! [`run`]: the datanode process — disk identity, shard store, gRPC
+//! server, membership, shard GC, scrub.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -14,9 +15,13 @@ use tonic::transport::Server;
 use sluice_meta::MetaClient;
 
 use crate::gc::{self, Collector, MetaOracle};
+use crate::identity::{self, Provenance};
+use crate::locks::BlobLocks;
 use crate::membership::Membership;
+use crate::scrub::{self, MetaReporter, ScrubProgress, Scrubber};
 use crate::service::{DatanodeService, ServiceOptions};
-use crate::store::DiskStore;
+use crate::space::DiskSpace;
+use crate::store::{DiskStore, StoreError};
 use crate::{Config, Error, metrics};
 
 /// HTTP/2 receive window, per stream and per connection, for a datanode
@@ -44,16 +49,21 @@ const GC_META_RPC_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs a datanode on `listener` until `shutdown` resolves.
 ///
-/// Opens (and recovers) the shard store under `config.data_dir`, serves
+/// Reads (or, on an empty data dir, writes) the data dir's identity and
+/// refuses a data dir formatted by another node id
+/// ([`crate::identity`]). Opens (and recovers) the shard store under
+/// `config.data_dir`, serves
 /// `sluice.datanode.Datanode`, and registers with meta and heartbeats in
 /// the background (meta may be unreachable; registration is retried).
-/// Shard GC runs in the background every `config.gc_interval`.
+/// Shard GC runs in the background every `config.gc_interval`, scrub one
+/// pass per `config.scrub_interval` (unless its bandwidth is 0).
 /// On `shutdown` it stops accepting connections, lets in-flight requests
 /// finish for `config.shutdown_grace`, then cancels them. It returns once
 /// every task has ended and every file is closed, so the same `data_dir`
 /// can be reopened at once.
 ///
-/// Errors: [`Error::Config`] (before anything starts), [`Error::Store`]
+/// Errors: [`Error::Config`] (before anything starts),
+/// [`Error::Identity`] (foreign or damaged identity), [`Error::Store`]
 /// (cannot open the data dir), [`Error::Serve`].
 pub async fn run(
     config: Config,
@@ -63,7 +73,28 @@ pub async fn run(
     config.validate()?;
     metrics::describe();
     gc::describe();
+    scrub::describe();
+    let (data_dir, node_id) = (config.data_dir.clone(), config.node_id);
+    let (disk, provenance) =
+        match tokio::task::spawn_blocking(move || identity::load_or_create(&data_dir, node_id))
+            .await
+        {
+            Ok(r) => r?,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => return Err(StoreError::ShuttingDown.into()),
+        };
+    match provenance {
+        Provenance::Existing => {}
+        Provenance::Formatted => {
+            tracing::info!(node = config.node_id, disk_id = %disk.disk_id, data_dir = %config.data_dir.display(), "formatted a new data dir")
+        }
+        Provenance::Upgraded => {
+            tracing::warn!(node = config.node_id, disk_id = %disk.disk_id, data_dir = %config.data_dir.display(), "data dir holds shards but had no identity file; wrote one")
+        }
+    }
     let store = DiskStore::open(&config.data_dir, config.node_id).await?;
+    let locks = BlobLocks::new();
+    let space = Arc::new(DiskSpace::new(&config.data_dir, config.reserved_free_bytes));
     let cancel = CancellationToken::new();
     let stop_accepting = CancellationToken::new();
     let tasks = TaskTracker::new();
@@ -74,30 +105,46 @@ pub async fn run(
         credit_fsync_bytes: config.credit_fsync_bytes,
         credit_fsync_idle: config.credit_fsync_idle,
     };
+    let gc_meta = MetaClient::with_timeouts(
+        config.meta_endpoints.clone(),
+        GC_META_RETRY_DEADLINE,
+        GC_META_RPC_TIMEOUT,
+    );
     let collector = Collector {
         store: store.clone(),
-        oracle: MetaOracle::new(MetaClient::with_timeouts(
-            config.meta_endpoints.clone(),
-            GC_META_RETRY_DEADLINE,
-            GC_META_RPC_TIMEOUT,
-        )),
+        oracle: MetaOracle::new(gc_meta.clone()),
+        locks: locks.clone(),
         node_id: config.node_id,
         interval: config.gc_interval,
         grace: config.gc_grace,
     };
     tasks.spawn(collector.run(cancel.clone()));
+    let scrubber = Scrubber {
+        store: store.clone(),
+        reporter: MetaReporter::new(gc_meta),
+        node_id: config.node_id,
+        interval: config.scrub_interval,
+        bandwidth: config.scrub_bandwidth_bytes_per_sec,
+        progress: Arc::new(ScrubProgress::default()),
+    };
+    tasks.spawn(scrubber.run(cancel.clone()));
     let service = DatanodeService::new(
-        store,
+        store.clone(),
         options,
         stop_accepting.clone(),
         cancel.clone(),
         tasks.clone(),
+        locks,
+        Arc::clone(&space),
     );
     let membership = Membership {
         node_id: config.node_id,
         advertise_addr: config.advertise_addr.clone(),
         meta_endpoints: config.meta_endpoints.clone(),
         heartbeat_interval: config.heartbeat_interval,
+        disk_id: disk.disk_id.clone(),
+        space,
+        store,
     };
     tasks.spawn(membership.run(cancel.clone()));
 

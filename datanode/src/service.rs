@@ -20,6 +20,21 @@
 //! away, a newer stream of the same gateway replaces it, or the node starts
 //! shutting down. ReportCredits updates demand and takes back idle credit.
 //!
+//! Capacity: a PutShard stream is refused with `RESOURCE_EXHAUSTED`
+//! before any byte is written while the data dir is below
+//! `reserved_free_bytes` (see [`crate::space`], checked at most every
+//! second). A write or fsync error (`ENOSPC` included) fails only that
+//! stream: the writer is dropped (its temp file removed), the held credit
+//! is released, and the stream answers `RESOURCE_EXHAUSTED` for a full disk,
+//! `INTERNAL` otherwise.
+//!
+//! The commit (the rename into place) holds the blob's [`BlobLocks`] lock,
+//! shared with GC, so a shard rewritten by heal while GC decides about the
+//! same blob is never deleted (see [`crate::gc`]).
+//!
+//! HasShards: whether each requested shard is stored with a valid header
+//! (no block is read), at most [`MAX_HAS_SHARDS`] per call.
+//!
 //! GetShard: a task reads the range block by block into a channel of
 //! [`GET_SHARD_CHANNEL_DEPTH`] blocks; the first bad block ends the stream
 //! with `DATA_LOSS`.
@@ -44,7 +59,9 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::block_crc32c;
 use crate::credit::validate_gateway_id;
 use crate::grants::{CREDIT_GRANT_CHANNEL_DEPTH, CreditHub, Mailbox, SessionGuard, StreamCredit};
+use crate::locks::BlobLocks;
 use crate::metrics;
+use crate::space::DiskSpace;
 use crate::status::RequestError;
 use crate::store::{Block, ShardKey, ShardReader, ShardStore, ShardWriter, StoreError};
 
@@ -54,6 +71,8 @@ pub const GET_SHARD_CHANNEL_DEPTH: usize = 2;
 pub const DEFAULT_LIST_LIMIT: u32 = 1000;
 /// Largest ListShards page (blobs per page).
 pub const MAX_LIST_LIMIT: u32 = 10_000;
+/// Most shards one HasShards call may ask about.
+pub const MAX_HAS_SHARDS: usize = 1000;
 /// Largest gRPC message accepted or sent, in bytes: one block of at most
 /// [`crate::store::MAX_BLOCK_SIZE`] plus framing.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -85,6 +104,10 @@ pub(crate) struct DatanodeService<S> {
     cancel: CancellationToken,
     /// GetShard reader and Credits forwarding tasks, awaited at shutdown.
     tasks: TaskTracker,
+    /// Per-blob locks shared with GC; the commit holds its blob's.
+    locks: BlobLocks,
+    /// Free space against `reserved_free_bytes`.
+    space: Arc<DiskSpace>,
 }
 
 impl<S: ShardStore> DatanodeService<S> {
@@ -94,6 +117,8 @@ impl<S: ShardStore> DatanodeService<S> {
         drain: CancellationToken,
         cancel: CancellationToken,
         tasks: TaskTracker,
+        locks: BlobLocks,
+        space: Arc<DiskSpace>,
     ) -> Self {
         let node_label = options.node_id.to_string();
         let service = DatanodeService {
@@ -104,6 +129,8 @@ impl<S: ShardStore> DatanodeService<S> {
             drain,
             cancel,
             tasks,
+            locks,
+            space,
         };
         service.publish_stats();
         service
@@ -140,6 +167,12 @@ impl<S: ShardStore> DatanodeService<S> {
             }
         };
         let credit = credit.as_ref();
+        if self.space.below_reserve() {
+            metrics::add_reserve_refusal(&self.node_label);
+            return Err(Status::resource_exhausted(
+                "datanode below its free-space reserve",
+            ));
+        }
         let mut writer = self.store.create(&key, header.block_size).await?;
         let (tx, mut rx) = mpsc::channel::<Block>(self.options.shard_channel_depth);
 
@@ -243,7 +276,10 @@ impl<S: ShardStore> DatanodeService<S> {
             }
             Some(_) => {}
         }
-        let committed = writer.commit().await?;
+        let committed = {
+            let _blob = self.locks.lock(key.blob_id()).await;
+            writer.commit().await?
+        };
         if let Some(credit) = credit {
             credit.persisted_all();
         }
@@ -440,9 +476,32 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
 
     async fn has_shards(
         &self,
-        _request: Request<sluice_proto::datanode::HasShardsRequest>,
+        request: Request<sluice_proto::datanode::HasShardsRequest>,
     ) -> Result<Response<sluice_proto::datanode::HasShardsResponse>, Status> {
-        Err(Status::unimplemented("HasShards"))
+        let shards = request.into_inner().shards;
+        if shards.len() > MAX_HAS_SHARDS {
+            return Err(Status::invalid_argument(format!(
+                "HasShards asks about {} shards; at most {MAX_HAS_SHARDS} per call",
+                shards.len()
+            )));
+        }
+        let mut present = Vec::with_capacity(shards.len());
+        for s in shards {
+            // A blob id the store cannot hold is not stored here.
+            let Ok(key) = ShardKey::new(s.blob_id, s.shard_index) else {
+                present.push(false);
+                continue;
+            };
+            let has = self.store.has_shard(&key).await.map_err(|e| {
+                let status = Status::from(e);
+                self.log_failure("HasShards", &status);
+                status
+            })?;
+            present.push(has);
+        }
+        Ok(Response::new(sluice_proto::datanode::HasShardsResponse {
+            present,
+        }))
     }
 }
 
@@ -483,3 +542,6 @@ async fn forward_grants(
         let _ = tx.try_send(Err(status));
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,13 +1,20 @@
 //! Shard GC against a real in-process meta (single voter, port 0): the
-//! MetaClient-backed oracle, meta going away (nothing deleted), and a
-//! running datanode collecting garbage on its own.
+//! MetaClient-backed Collectable oracle, meta going away (nothing
+//! deleted), and a running datanode registering with its disk identity and
+//! collecting garbage on its own.
+//!
+//! Meta's `Collectable` is built in parallel with this crate: while meta
+//! answers `UNIMPLEMENTED`, GC must delete nothing; once it answers, the
+//! unreferenced legacy blob (epoch 0, always closed) is collected and the
+//! placed shard kept. Each test probes which meta it runs against.
 
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use sluice_datanode::gc::{GC_PAGE_BLOBS, GcError, GcPass, MetaOracle, collect};
+use sluice_datanode::gc::{GcError, GcPass, MetaOracle, collect};
+use sluice_datanode::locks::BlobLocks;
 use sluice_datanode::store::{Block, DiskStore, ShardKey, ShardStore, ShardWriter};
 use sluice_datanode::{Config, block_crc32c};
 use sluice_meta::MetaClient;
@@ -114,12 +121,22 @@ async fn blob_ids(store: &DiskStore) -> Result<Vec<String>> {
 }
 
 fn pass() -> GcPass {
-    GcPass {
-        grace: HOUR,
-        now: SystemTime::now(),
-        page_blobs: GC_PAGE_BLOBS,
-        node_label: "1".into(),
-    }
+    GcPass::new(1, HOUR, SystemTime::now())
+}
+
+/// A client that gives up quickly (meta answering UNIMPLEMENTED is retried
+/// until the deadline).
+fn impatient(endpoint: &str) -> MetaClient {
+    MetaClient::with_timeouts(
+        vec![endpoint.to_string()],
+        Duration::from_millis(600),
+        Duration::from_millis(300),
+    )
+}
+
+/// Whether this meta answers Collectable yet.
+async fn meta_answers_collectable(endpoint: &str) -> bool {
+    impatient(endpoint).collectable(1, vec![]).await.is_ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,10 +150,21 @@ async fn meta_oracle_collects_garbage_and_nothing_when_meta_is_gone() -> Result<
     let store = DiskStore::open(&tmp.path().join("dn"), 1).await?;
     old_shard(&store, "live").await?;
     old_shard(&store, "dead").await?;
-    let oracle = MetaOracle::new(client.clone());
-    let report = collect(&store, &oracle, &pass()).await?;
-    assert_eq!((report.old_blobs, report.deleted_shards), (2, 1));
-    assert_eq!(blob_ids(&store).await?, ["live"]);
+    let oracle = MetaOracle::new(impatient(&endpoint));
+    let locks = BlobLocks::new();
+    if meta_answers_collectable(&endpoint).await {
+        let report = collect(&store, &oracle, &locks, &pass()).await?;
+        assert_eq!((report.old_shards, report.deleted_shards), (2, 1));
+        assert_eq!(blob_ids(&store).await?, ["live"]);
+    } else {
+        // Meta cannot answer (UNIMPLEMENTED): GC deletes nothing.
+        match collect(&store, &oracle, &locks, &pass()).await {
+            Err(GcError::Oracle(_)) => {}
+            other => bail!("expected an oracle error, got {other:?}"),
+        }
+        assert_eq!(blob_ids(&store).await?, ["dead", "live"]);
+        store.delete_blobs(&["dead".to_string()]).await?;
+    }
 
     // Meta goes away: the pass fails and deletes nothing.
     meta.stop().await?;
@@ -146,7 +174,7 @@ async fn meta_oracle_collects_garbage_and_nothing_when_meta_is_gone() -> Result<
         Duration::from_millis(300),
         Duration::from_millis(200),
     ));
-    match collect(&store, &impatient, &pass()).await {
+    match collect(&store, &impatient, &locks, &pass()).await {
         Err(GcError::Oracle(_)) => {}
         other => bail!("expected an oracle error, got {other:?}"),
     }
@@ -155,7 +183,7 @@ async fn meta_oracle_collects_garbage_and_nothing_when_meta_is_gone() -> Result<
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_running_datanode_collects_unreferenced_shards() -> Result<()> {
+async fn a_running_datanode_registers_its_disk_and_collects_garbage() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let (meta, endpoint) = start_meta(&tmp.path().join("meta")).await?;
     let client = MetaClient::new(vec![endpoint.clone()]);
@@ -182,8 +210,10 @@ async fn a_running_datanode_collects_unreferenced_shards() -> Result<()> {
         shutdown_grace: Duration::from_secs(2),
         gc_interval: Duration::from_millis(100),
         gc_grace: HOUR,
+        reserved_free_bytes: 0,
         ..Config::default()
     };
+    let collects = meta_answers_collectable(&config.meta_endpoints[0]).await;
     let (stop, rx) = oneshot::channel::<()>();
     let datanode = Running {
         stop,
@@ -192,7 +222,30 @@ async fn a_running_datanode_collects_unreferenced_shards() -> Result<()> {
         })),
     };
 
-    let mut dn = DatanodeClient::connect(addr).await?;
+    let mut dn = DatanodeClient::connect(addr.clone()).await?;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let nodes = client.list_datanodes().await?;
+        if nodes.iter().any(|n| n.id == 1 && n.addr == addr && n.live) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("datanode never showed up live in meta: {nodes:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // It registered with the disk id it wrote at start.
+    let identity = std::fs::read_to_string(tmp.path().join("dn").join("sluice-disk.toml"))?;
+    let disk: toml::Value = toml::from_str(&identity)?;
+    assert_eq!(disk["node_id"].as_integer(), Some(1));
+    assert_eq!(disk["disk_id"].as_str().map(str::len), Some(32));
+    // Meta that cannot answer Collectable: a few GC passes delete nothing.
+    let expect: &[&str] = if collects {
+        &["live"]
+    } else {
+        &["dead", "live"]
+    };
+    let settle = Instant::now() + Duration::from_secs(2);
     let deadline = Instant::now() + WAIT;
     loop {
         let shards = dn
@@ -204,7 +257,7 @@ async fn a_running_datanode_collects_unreferenced_shards() -> Result<()> {
             .into_inner()
             .shards;
         let ids: Vec<&str> = shards.iter().map(|s| s.blob_id.as_str()).collect();
-        if ids == ["live"] {
+        if ids == expect && (collects || Instant::now() > settle) {
             break;
         }
         assert!(ids.contains(&"live"), "a referenced blob was collected");

@@ -1,5 +1,6 @@
 //! GC passes over real shard files (DiskStore, mtimes set per shard) and
-//! the in-memory store, with a scripted reference oracle.
+//! the in-memory store, with a scripted Collectable oracle; the per-blob
+//! lock against a concurrent commit.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -8,7 +9,7 @@ use bytes::Bytes;
 
 use super::*;
 use crate::block_crc32c;
-use crate::store::{Block, DiskStore, MemoryStore, ShardKey, ShardWriter};
+use crate::store::{Block, DiskStore, MemoryStore, ShardKey, ShardReader, ShardWriter};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -16,14 +17,19 @@ const HOUR: Duration = Duration::from_secs(3600);
 #[error("meta unreachable")]
 struct Unreachable;
 
-/// Answers from a fixed set of referenced blobs and records every question.
+/// Answers from a fixed set of referenced blobs (every shard of them is
+/// live) and referenced single shards, and records every question (as
+/// `blob.index` strings).
 #[derive(Default)]
 struct FakeOracle {
     referenced: HashSet<String>,
+    /// Shards (`blob.index`) placed on this node; other shards of the same
+    /// blob are stale copies.
+    referenced_shards: HashSet<String>,
     /// Answer every call with an error.
     fail: bool,
-    /// Ids added to every answer (a misbehaving meta).
-    extra: Vec<String>,
+    /// Shards added to every answer (a misbehaving meta).
+    extra: Vec<ShardKey>,
     asked: Mutex<Vec<Vec<String>>>,
 }
 
@@ -43,14 +49,25 @@ impl FakeOracle {
 impl ReferenceOracle for FakeOracle {
     type Error = Unreachable;
 
-    async fn unreferenced(&self, blob_ids: Vec<String>) -> Result<Vec<String>, Unreachable> {
-        self.asked.lock().unwrap().push(blob_ids.clone());
+    async fn collectable(
+        &self,
+        node_id: u64,
+        shards: Vec<ShardKey>,
+    ) -> Result<Vec<ShardKey>, Unreachable> {
+        assert_eq!(node_id, 1, "GC asks about its own node");
+        self.asked
+            .lock()
+            .unwrap()
+            .push(shards.iter().map(ToString::to_string).collect());
         if self.fail {
             return Err(Unreachable);
         }
-        Ok(blob_ids
+        Ok(shards
             .into_iter()
-            .filter(|id| !self.referenced.contains(id))
+            .filter(|k| {
+                !self.referenced.contains(k.blob_id())
+                    && !self.referenced_shards.contains(&k.to_string())
+            })
             .chain(self.extra.iter().cloned())
             .collect())
     }
@@ -89,11 +106,13 @@ async fn remaining<S: ShardStore>(store: &S) -> Vec<String> {
 
 fn pass(now: SystemTime, page_blobs: usize) -> GcPass {
     GcPass {
-        grace: HOUR,
-        now,
         page_blobs,
-        node_label: "1".into(),
+        ..GcPass::new(1, HOUR, now)
     }
+}
+
+fn key(blob: &str, index: u32) -> ShardKey {
+    ShardKey::new(blob, index).unwrap()
 }
 
 fn strings(ids: &[&str]) -> Vec<String> {
@@ -101,7 +120,7 @@ fn strings(ids: &[&str]) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn collects_old_unreferenced_blobs_only() {
+async fn collects_old_collectable_shards_only() {
     let dir = tempfile::tempdir().unwrap();
     let store = DiskStore::open(dir.path(), 1).await.unwrap();
     let now = SystemTime::now();
@@ -114,38 +133,44 @@ async fn collects_old_unreferenced_blobs_only() {
     aged_shard(&store, "mixed", 3, now, HOUR / 60).await;
     let oracle = FakeOracle {
         // Not asked about, so never deleted whatever meta says.
-        extra: strings(&["young"]),
+        extra: vec![key("young", 0)],
         ..FakeOracle::referencing(&["live"])
     };
+    let locks = BlobLocks::new();
 
-    let report = collect(&store, &oracle, &pass(now, GC_PAGE_BLOBS))
+    let report = collect(&store, &oracle, &locks, &pass(now, GC_PAGE_BLOBS))
         .await
         .unwrap();
     assert_eq!(
         report,
         GcReport {
             scanned_shards: 6,
-            old_blobs: 2,
-            unreferenced_blobs: 1,
-            deleted_shards: 2,
+            old_shards: 4,
+            collectable_shards: 3,
+            deleted_shards: 3,
         }
     );
     assert_eq!(
         oracle.asked(),
-        vec![strings(&["garbage", "live"])],
-        "only blobs whose every shard is past the grace are asked about"
+        vec![strings(&["garbage.0", "garbage.1", "live.0", "mixed.0"])],
+        "only shards past the grace are asked about"
     );
     assert_eq!(
         remaining(&store).await,
-        strings(&["live.0", "mixed.0", "mixed.3", "young.0"])
+        strings(&["live.0", "mixed.3", "young.0"])
     );
-    assert_eq!(store.stats().shards, 4);
+    assert_eq!(store.stats().shards, 3);
 
-    // Two hours later the young and mixed blobs are past the grace too.
-    let later = collect(&store, &oracle, &pass(now + 2 * HOUR, GC_PAGE_BLOBS))
-        .await
-        .unwrap();
-    assert_eq!(later.deleted_shards, 3);
+    // Two hours later the young shards are past the grace too.
+    let later = collect(
+        &store,
+        &oracle,
+        &locks,
+        &pass(now + 2 * HOUR, GC_PAGE_BLOBS),
+    )
+    .await
+    .unwrap();
+    assert_eq!(later.deleted_shards, 2);
     assert_eq!(remaining(&store).await, strings(&["live.0"]));
 }
 
@@ -161,7 +186,8 @@ async fn oracle_failure_deletes_nothing() {
         fail: true,
         ..Default::default()
     };
-    let err = collect(&store, &oracle, &pass(now, GC_PAGE_BLOBS))
+    let locks = BlobLocks::new();
+    let err = collect(&store, &oracle, &locks, &pass(now, GC_PAGE_BLOBS))
         .await
         .unwrap_err();
     assert!(matches!(err, GcError::Oracle(_)), "{err:?}");
@@ -171,13 +197,14 @@ async fn oracle_failure_deletes_nothing() {
     // A later pass with meta back collects them.
     let ok = FakeOracle::default();
     assert_eq!(
-        collect(&store, &ok, &pass(now, GC_PAGE_BLOBS))
+        collect(&store, &ok, &locks, &pass(now, GC_PAGE_BLOBS))
             .await
             .unwrap()
             .deleted_shards,
         3
     );
     assert!(remaining(&store).await.is_empty());
+    assert!(!locks.is_locked("a"), "locks are released after the pass");
 }
 
 #[tokio::test]
@@ -192,12 +219,25 @@ async fn pages_bound_every_oracle_call() {
     }
     let even: Vec<&str> = blobs.iter().step_by(2).map(String::as_str).collect();
     let oracle = FakeOracle::referencing(&even);
-    let report = collect(&store, &oracle, &pass(now, 3)).await.unwrap();
+    let report = collect(&store, &oracle, &BlobLocks::new(), &pass(now, 3))
+        .await
+        .unwrap();
     assert_eq!(report.scanned_shards, 20);
-    assert_eq!(report.old_blobs, 10);
+    assert_eq!(report.old_shards, 20);
     assert_eq!(report.deleted_shards, 10);
     let sizes: Vec<usize> = oracle.asked().iter().map(Vec::len).collect();
-    assert_eq!(sizes, [3, 3, 3, 1]);
+    assert_eq!(sizes, [6, 6, 6, 2]);
+    // A call never carries more than `call_shards`.
+    let oracle = FakeOracle::referencing(&even);
+    let narrow = GcPass {
+        call_shards: 4,
+        ..pass(now, GC_PAGE_BLOBS)
+    };
+    collect(&store, &oracle, &BlobLocks::new(), &narrow)
+        .await
+        .unwrap();
+    let sizes: Vec<usize> = oracle.asked().iter().map(Vec::len).collect();
+    assert_eq!(sizes, [4, 4, 2]);
     let left: Vec<String> = even
         .iter()
         .flat_map(|b| [format!("{b}.0"), format!("{b}.1")])
@@ -211,18 +251,128 @@ async fn memory_store_shards_wait_out_the_grace() {
     write_shard(&store, "x", 0).await;
     write_shard(&store, "y", 2).await;
     let oracle = FakeOracle::referencing(&["y"]);
+    let locks = BlobLocks::new();
     // Just written: younger than the grace, nothing is even asked.
-    let now = collect(&store, &oracle, &pass(SystemTime::now(), GC_PAGE_BLOBS))
-        .await
-        .unwrap();
+    let now = collect(
+        &store,
+        &oracle,
+        &locks,
+        &pass(SystemTime::now(), GC_PAGE_BLOBS),
+    )
+    .await
+    .unwrap();
     assert_eq!(now.deleted_shards, 0);
     assert!(oracle.asked().is_empty());
     let later = SystemTime::now() + 2 * HOUR;
-    let report = collect(&store, &oracle, &pass(later, GC_PAGE_BLOBS))
+    let report = collect(&store, &oracle, &locks, &pass(later, GC_PAGE_BLOBS))
         .await
         .unwrap();
     assert_eq!(report.deleted_shards, 1);
     assert_eq!(remaining(&store).await, strings(&["y.2"]));
+}
+
+#[tokio::test]
+async fn a_stale_copy_of_one_index_is_deleted_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path(), 1).await.unwrap();
+    let now = SystemTime::now();
+    // Shard 1 of the blob was healed onto another node; shard 0 is placed here.
+    aged_shard(&store, "e3.00aa", 0, now, 2 * HOUR).await;
+    aged_shard(&store, "e3.00aa", 1, now, 2 * HOUR).await;
+    let oracle = FakeOracle {
+        referenced_shards: strings(&["e3.00aa.0"]).into_iter().collect(),
+        ..Default::default()
+    };
+    let report = collect(
+        &store,
+        &oracle,
+        &BlobLocks::new(),
+        &pass(now, GC_PAGE_BLOBS),
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.collectable_shards, report.deleted_shards), (1, 1));
+    assert_eq!(remaining(&store).await, strings(&["e3.00aa.0"]));
+}
+
+/// Answers "collectable" for everything, but only once released: the
+/// window between meta's read and the delete.
+struct GatedOracle {
+    asked: tokio::sync::Notify,
+    release: tokio::sync::Semaphore,
+}
+
+impl ReferenceOracle for GatedOracle {
+    type Error = Unreachable;
+
+    async fn collectable(
+        &self,
+        _node_id: u64,
+        shards: Vec<ShardKey>,
+    ) -> Result<Vec<ShardKey>, Unreachable> {
+        self.asked.notify_one();
+        let _permit = self.release.acquire().await.unwrap();
+        Ok(shards)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_of_the_same_blob_waits_for_the_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path(), 1).await.unwrap();
+    let now = SystemTime::now();
+    aged_shard(&store, "e9.0abc", 2, now, 2 * HOUR).await;
+    aged_shard(&store, "other", 0, now, 2 * HOUR).await;
+    let locks = BlobLocks::new();
+    let oracle = std::sync::Arc::new(GatedOracle {
+        asked: tokio::sync::Notify::new(),
+        release: tokio::sync::Semaphore::new(0),
+    });
+    // GC asks about the shard and waits for meta's answer.
+    let gc = tokio::spawn({
+        let (store, locks, oracle) = (store.clone(), locks.clone(), oracle.clone());
+        async move {
+            let pass = GcPass {
+                call_shards: 1,
+                ..pass(now, GC_PAGE_BLOBS)
+            };
+            collect(&store, oracle.as_ref(), &locks, &pass).await
+        }
+    });
+    oracle.asked.notified().await;
+    assert!(locks.is_locked("e9.0abc"));
+    // Meanwhile heal rewrites the same shard path: its commit takes the lock
+    // like PutShard's does.
+    let heal = tokio::spawn({
+        let (store, locks) = (store.clone(), locks.clone());
+        async move {
+            let k = key("e9.0abc", 2);
+            let mut w = store.create(&k, 16).await.unwrap();
+            let data = Bytes::from_static(b"rebuilt");
+            w.write_block(Block {
+                crc32c: block_crc32c(&data),
+                data,
+            })
+            .await
+            .unwrap();
+            let _blob = locks.lock(k.blob_id()).await;
+            w.commit().await.unwrap();
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!heal.is_finished(), "the commit waits for GC's lock");
+    // Meta answers: the old copy is deleted, then the commit proceeds.
+    oracle.release.add_permits(1);
+    let report = gc.await.unwrap().unwrap();
+    heal.await.unwrap();
+    assert_eq!(report.deleted_shards, 2);
+    // The rebuilt shard survived the GC that had decided about its path.
+    assert_eq!(remaining(&store).await, strings(&["e9.0abc.2"]));
+    let mut r = store.open(&key("e9.0abc", 2), 0, 0).await.unwrap();
+    assert_eq!(
+        r.next_block().await.unwrap().unwrap().data,
+        Bytes::from_static(b"rebuilt")
+    );
 }
 
 #[test]
@@ -230,6 +380,6 @@ fn error_chain_joins_sources() {
     let e = GcError::Oracle(Box::new(Unreachable));
     assert_eq!(
         error_chain(&e),
-        "ask meta which blobs are unreferenced: meta unreachable"
+        "ask meta which shards are collectable: meta unreachable"
     );
 }

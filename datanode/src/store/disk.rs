@@ -6,6 +6,10 @@
 //! directory; commit fsyncs it, renames it over the final name and fsyncs
 //! the directory. Temp files left by a crash are removed at open.
 //!
+//! Scrub moves a corrupt shard to `<data_dir>/quarantine/<ms>-<key>`
+//! ([`ShardStore::quarantine`]), keeping at most [`MAX_QUARANTINED_FILES`]
+//! there (the oldest are deleted).
+//!
 //! All file I/O runs on the blocking pool; memory per reader or writer is
 //! one block.
 
@@ -30,6 +34,9 @@ use crate::metrics;
 
 /// Number of fan-out directories under `shards/`.
 const FANOUT: usize = 256;
+/// Most quarantined shard files kept under `<data_dir>/quarantine/`; the
+/// oldest beyond it are deleted.
+pub const MAX_QUARANTINED_FILES: usize = 64;
 /// Marks a temp file name: `<blob_id>.<shard_index>.tmp-<uuid>`.
 const TMP_MARKER: &str = ".tmp-";
 
@@ -42,6 +49,8 @@ pub struct DiskStore {
 struct Inner {
     /// `<data_dir>/shards`.
     root: PathBuf,
+    /// `<data_dir>/quarantine`.
+    quarantine: PathBuf,
     /// One lock per fan-out directory, held while a shard file is replaced
     /// or removed so the totals below stay exact.
     locks: Vec<Mutex<()>>,
@@ -57,9 +66,12 @@ impl DiskStore {
     /// the metrics.
     pub async fn open(data_dir: &Path, node_id: u64) -> Result<DiskStore, StoreError> {
         let root = data_dir.join("shards");
+        let quarantine = data_dir.join("quarantine");
         let data_dir = data_dir.to_path_buf();
         let inner = blocking(move || {
             fs::create_dir_all(&root).map_err(StoreError::io("create directory", &root))?;
+            fs::create_dir_all(&quarantine)
+                .map_err(StoreError::io("create directory", &quarantine))?;
             for f in 0..FANOUT {
                 let dir = root.join(fanout_dir_name(f));
                 fs::create_dir_all(&dir).map_err(StoreError::io("create directory", &dir))?;
@@ -68,6 +80,7 @@ impl DiskStore {
             sync_dir(&data_dir)?;
             let inner = Inner {
                 root,
+                quarantine,
                 locks: (0..FANOUT).map(|_| Mutex::new(())).collect(),
                 shards: AtomicU64::new(0),
                 stored_bytes: AtomicU64::new(0),
@@ -102,6 +115,106 @@ impl Inner {
         self.locks[fanout]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Removes the committed file of `key` (path computed, no scan).
+    fn delete_shard(&self, key: &ShardKey) -> Result<bool, StoreError> {
+        let path = self.shard_path(key);
+        let removed = {
+            let _guard = self.lock(fanout_of(key.blob_id()));
+            let len = match fs::metadata(&path) {
+                Ok(m) => m.len(),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+                Err(e) => return Err(StoreError::io("stat", path)(e)),
+            };
+            let removed = remove_if_exists(&path)?;
+            if removed {
+                self.account_delete(len);
+            }
+            removed
+        };
+        if removed && let Some(dir) = path.parent() {
+            sync_dir(dir)?;
+        }
+        Ok(removed)
+    }
+
+    /// Validates the header and length of `key`'s file without reading blocks.
+    fn has_shard(&self, key: &ShardKey) -> Result<bool, StoreError> {
+        let path = self.shard_path(key);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(StoreError::io("open", path)(e)),
+        };
+        let mut header = [0u8; HEADER_LEN as usize];
+        match file.read_exact_at(&mut header, 0) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(false),
+            Err(e) => return Err(StoreError::io("read", path)(e)),
+        }
+        let Ok(block_size) = format::decode_header(&header) else {
+            return Ok(false);
+        };
+        let len = file
+            .metadata()
+            .map_err(StoreError::io("stat", &path))?
+            .len();
+        Ok(Geometry::from_file_len(block_size, len).is_ok())
+    }
+
+    /// Renames `key`'s file into the quarantine directory and trims it to
+    /// [`MAX_QUARANTINED_FILES`].
+    fn quarantine(&self, key: &ShardKey) -> Result<bool, StoreError> {
+        let path = self.shard_path(key);
+        let target = self.quarantine.join(format!(
+            "{:020}-{key}",
+            millis_since_epoch(SystemTime::now())
+        ));
+        {
+            let _guard = self.lock(fanout_of(key.blob_id()));
+            let len = match fs::metadata(&path) {
+                Ok(m) => m.len(),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+                Err(e) => return Err(StoreError::io("stat", path)(e)),
+            };
+            match fs::rename(&path, &target) {
+                Ok(()) => self.account_delete(len),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+                Err(e) => return Err(StoreError::io("rename", path)(e)),
+            }
+        }
+        if let Some(dir) = path.parent() {
+            sync_dir(dir)?;
+        }
+        self.trim_quarantine()?;
+        sync_dir(&self.quarantine)?;
+        Ok(true)
+    }
+
+    /// Deletes the oldest quarantined files beyond [`MAX_QUARANTINED_FILES`]
+    /// (names start with a zero-padded timestamp, so name order is age order).
+    fn trim_quarantine(&self) -> Result<(), StoreError> {
+        let dir = &self.quarantine;
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir).map_err(StoreError::io("read directory", dir))? {
+            let entry = entry.map_err(StoreError::io("read directory", dir))?;
+            names.push(entry.file_name());
+            // Bounded: trim as soon as a few too many are seen.
+            if names.len() > 2 * MAX_QUARANTINED_FILES {
+                names.sort();
+                for name in names.drain(..names.len() - MAX_QUARANTINED_FILES) {
+                    remove_if_exists(&dir.join(name))?;
+                }
+            }
+        }
+        if names.len() > MAX_QUARANTINED_FILES {
+            names.sort();
+            for name in names.drain(..names.len() - MAX_QUARANTINED_FILES) {
+                remove_if_exists(&dir.join(name))?;
+            }
+        }
+        Ok(())
     }
 
     /// Removes temp files and counts committed shards.
@@ -346,6 +459,21 @@ impl ShardStore for DiskStore {
         }
         let inner = Arc::clone(&self.inner);
         blocking(move || inner.delete_blobs(wanted)).await
+    }
+
+    async fn delete_shard(&self, key: &ShardKey) -> Result<bool, StoreError> {
+        let (inner, key) = (Arc::clone(&self.inner), key.clone());
+        blocking(move || inner.delete_shard(&key)).await
+    }
+
+    async fn has_shard(&self, key: &ShardKey) -> Result<bool, StoreError> {
+        let (inner, key) = (Arc::clone(&self.inner), key.clone());
+        blocking(move || inner.has_shard(&key)).await
+    }
+
+    async fn quarantine(&self, key: &ShardKey) -> Result<bool, StoreError> {
+        let (inner, key) = (Arc::clone(&self.inner), key.clone());
+        blocking(move || inner.quarantine(&key)).await
     }
 
     async fn list(&self, after_blob_id: &str, limit: usize) -> Result<ShardPage, StoreError> {
@@ -602,7 +730,9 @@ mod tests {
         assert_eq!(parse_shard_name("abc.7.tmp-0f0f"), None);
         assert_eq!(parse_shard_name("abc.07"), None);
         assert_eq!(parse_shard_name("abc"), None);
-        assert_eq!(parse_shard_name("a.b.1"), None);
+        // Epoch blob ids carry a dot; the index is after the last one.
+        assert_eq!(parse_shard_name("e7.00ff.1"), Some(("e7.00ff", 1)));
+        assert_eq!(parse_shard_name("a..b.1"), None);
         assert_eq!(parse_shard_name(".1"), None);
     }
 

@@ -106,6 +106,20 @@ impl ShardStore for MemoryStore {
         Ok((before - map.len()) as u64)
     }
 
+    async fn delete_shard(&self, key: &ShardKey) -> Result<bool, StoreError> {
+        Ok(self.map().remove(key).is_some())
+    }
+
+    /// The memory store has no header to damage: stored means valid.
+    async fn has_shard(&self, key: &ShardKey) -> Result<bool, StoreError> {
+        Ok(self.map().contains_key(key))
+    }
+
+    /// Drops the shard (tests only: nothing is kept for inspection).
+    async fn quarantine(&self, key: &ShardKey) -> Result<bool, StoreError> {
+        Ok(self.map().remove(key).is_some())
+    }
+
     async fn list(&self, after_blob_id: &str, limit: usize) -> Result<ShardPage, StoreError> {
         let limit = limit.max(1);
         let map = self.map();

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 
-pub use disk::{DiskReader, DiskStore, DiskWriter};
+pub use disk::{DiskReader, DiskStore, DiskWriter, MAX_QUARANTINED_FILES};
 pub use format::{HEADER_LEN, MAX_BLOCK_SIZE, stored_len};
 pub use memory::{MemoryReader, MemoryStore, MemoryWriter};
 
@@ -39,7 +39,9 @@ pub struct ShardKey {
 
 impl ShardKey {
     /// Validates `blob_id`: 1..=[`MAX_BLOB_ID_LEN`] bytes of ASCII letters,
-    /// digits, `-` and `_` (it becomes part of a file name).
+    /// digits, `-`, `_` and `.` (epoch blob ids are `e<epoch>.<hex>`, see
+    /// `sluice_proto::blob_id`), not starting with `.` and without `..` (it
+    /// becomes part of a file name).
     pub fn new(blob_id: impl Into<String>, shard_index: u32) -> Result<Self, StoreError> {
         let blob_id = blob_id.into();
         validate_blob_id(&blob_id)?;
@@ -68,9 +70,13 @@ impl std::fmt::Display for ShardKey {
 pub fn validate_blob_id(blob_id: &str) -> Result<(), StoreError> {
     let ok = !blob_id.is_empty()
         && blob_id.len() <= MAX_BLOB_ID_LEN
+        && !blob_id.starts_with('.')
+        && !blob_id.contains("..")
+        // The disk store's temp-file marker.
+        && !blob_id.contains(".tmp-")
         && blob_id
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
     if ok {
         Ok(())
     } else {
@@ -129,7 +135,9 @@ pub enum StoreError {
     /// No committed shard under this key.
     #[error("shard {0} not found")]
     NotFound(ShardKey),
-    #[error("invalid blob id {0:?}: want 1..=128 bytes of [A-Za-z0-9_-]")]
+    #[error(
+        "invalid blob id {0:?}: want 1..=128 bytes of [A-Za-z0-9_.-], no leading dot, no \"..\" or \".tmp-\""
+    )]
     InvalidBlobId(String),
     #[error("invalid block size {0}: want 1..={MAX_BLOCK_SIZE} bytes")]
     InvalidBlockSize(u32),
@@ -225,6 +233,24 @@ pub trait ShardStore: Clone + Send + Sync + 'static {
         &self,
         blob_ids: &[String],
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Deletes one shard by its key (its path is computed, nothing is
+    /// scanned); `Ok(false)` when it was not stored.
+    /// Errors: [`StoreError::Io`].
+    fn delete_shard(&self, key: &ShardKey)
+    -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Whether a committed shard with a valid header (and a length that
+    /// fits its block size) is stored under `key`; no block is read.
+    /// Errors: [`StoreError::Io`] (the answer is unknown).
+    fn has_shard(&self, key: &ShardKey) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Moves shard `key` out of the shard namespace (scrub found it
+    /// corrupt): it is no longer listed, opened or counted. A durable
+    /// store keeps a bounded number of quarantined files for inspection.
+    /// `Ok(false)` when it was not stored.
+    /// Errors: [`StoreError::Io`].
+    fn quarantine(&self, key: &ShardKey) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Lists the shards of the first `limit` (at least 1) blobs whose id
     /// sorts after `after_blob_id` (byte order).
@@ -350,9 +376,14 @@ mod tests {
     #[test]
     fn blob_id_rules() {
         assert!(ShardKey::new("0123abcdEF_-x", 3).is_ok());
+        // Epoch blob ids (`sluice_proto::blob_id`) carry one dot.
+        assert!(ShardKey::new("e42.000000000000000000000000deadbeef", 0).is_ok());
+        assert!(ShardKey::new("a.b", 0).is_ok());
         for bad in [
             "",
-            "a.b",
+            ".hidden",
+            "a..b",
+            "a.tmp-b",
             "../x",
             "a/b",
             "é",
