@@ -39,8 +39,14 @@ struct Seen {
     capacity: Capacity,
 }
 
-/// Disk capacity a datanode reports with each heartbeat.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Disk capacity a datanode reports with each heartbeat. Before its first
+/// heartbeat to this leader (a registration, or right after an election) a
+/// node counts as writable with unknown (zero) figures: the previous
+/// leader's view is not replicated, and refusing every write until the
+/// next heartbeat would turn each election into a burst of 503s. A full
+/// node says so within one heartbeat interval, and refuses shards itself
+/// meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Capacity {
     /// Free space above the node's `reserved_free_bytes` and a working disk.
     pub(crate) writable: bool,
@@ -48,6 +54,16 @@ pub(crate) struct Capacity {
     pub(crate) free_bytes: u64,
     /// Bytes of shard files.
     pub(crate) used_bytes: u64,
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Capacity {
+            writable: true,
+            free_bytes: 0,
+            used_bytes: 0,
+        }
+    }
 }
 
 /// One datanode's liveness as [`Liveness::status`] reports it.
@@ -61,7 +77,7 @@ pub(crate) struct Status {
     /// `true` when a heartbeat was actually received within the window (no
     /// grace).
     pub(crate) heard: bool,
-    /// From the last heartbeat; zero / not writable without one.
+    /// From the last heartbeat; [`Capacity::default`] (writable) without one.
     pub(crate) capacity: Capacity,
 }
 

@@ -516,7 +516,7 @@ async fn paused_gateway_commit_is_fenced() -> Result<()> {
         }),
         datanode: Some(|c| {
             durable_datanode(c);
-            c.gc_grace = Duration::ZERO;
+            c.gc_grace = Duration::from_millis(1);
         }),
         gateway_meta_faults: Some(faults.clone()),
         ..durable_setup()
