@@ -534,11 +534,11 @@ mod tests {
         assert_eq!(references(&kv), expected());
         assert!(refs::index_is_current(kv.as_ref()).unwrap());
         assert_eq!(
-            refs::locate(kv.as_ref(), "blob-a").unwrap(),
+            refs::locate(kv.as_ref(), "e1.a").unwrap(),
             Some(refs::object_locator("b", "a", 1))
         );
         assert_eq!(
-            refs::locate(kv.as_ref(), "blob-p").unwrap(),
+            refs::locate(kv.as_ref(), "e1.b").unwrap(),
             Some(refs::part_locator("b", "m", "u1", 1))
         );
     }

@@ -46,14 +46,25 @@ fn set(ids: &[&str]) -> BTreeSet<String> {
     ids.iter().map(|s| s.to_string()).collect()
 }
 
-fn with_missing(blob: &str, missing: &[u32]) -> pb::Placement {
+/// The fixture placement of blob id `id` as given (unlike [`placement`],
+/// which takes a test name and maps it through [`bid`]).
+fn placed(id: &str) -> pb::Placement {
     pb::Placement {
-        missing: missing.to_vec(),
-        ..placement(blob)
+        blob_id: id.into(),
+        ..placement("")
     }
 }
 
-fn put_placements(kv: &MemStore, key: &str, placements: Vec<pb::Placement>) -> Applied {
+/// [`placed`] with shard indices `missing` missing.
+fn with_missing(id: &str, missing: &[u32]) -> pb::Placement {
+    pb::Placement {
+        missing: missing.to_vec(),
+        ..placed(id)
+    }
+}
+
+/// Puts object b/`key` with one part per placement; it must be committed.
+fn put_placements(kv: &MemStore, key: &str, placements: Vec<pb::Placement>) {
     let object = pb::ObjectRecord {
         bucket: "b".into(),
         key: key.into(),
@@ -70,13 +81,14 @@ fn put_placements(kv: &MemStore, key: &str, placements: Vec<pb::Placement>) -> A
             .collect(),
         ..Default::default()
     };
-    exec(
+    let a = exec(
         kv,
         Command::PutObject(pb::PutObjectRequest {
             object: Some(object),
             ..Default::default()
         }),
-    )
+    );
+    assert!(matches!(a, Applied::Released(_)), "{a:?}");
 }
 
 fn put_part_placement(kv: &MemStore, key: &str, id: &str, n: u32, body: &[u8], p: pb::Placement) {
@@ -156,23 +168,21 @@ fn collect(kv: &MemStore, node: u64, shards: &[pb::ShardRef], now_ms: i64) -> Ve
 fn locators_name_the_object_the_part_and_move_with_complete() {
     let kv = MemStore::new();
     bucket(&kv, "b");
+    let [o1, p1, p2, nope] = ["o1", "p1", "p2", "nope"].map(bid);
     put(&kv, "b", "k", "o1");
-    assert_eq!(
-        locate(&kv, "o1").unwrap(),
-        Some(object_locator("b", "k", 1))
-    );
-    let (loc, p) = current_placement(&kv, "o1").unwrap().unwrap();
+    assert_eq!(locate(&kv, &o1).unwrap(), Some(object_locator("b", "k", 1)));
+    let (loc, p) = current_placement(&kv, &o1).unwrap().unwrap();
     assert_eq!(loc.part_number, 1);
-    assert_eq!(p, placement("o1"));
+    assert_eq!(p, placed(&o1));
 
     upload(&kv, "b", "m", "u1");
-    put_part_placement(&kv, "m", "u1", 1, b"one", placement("p1"));
-    put_part_placement(&kv, "m", "u1", 2, b"two", placement("p2"));
+    put_part_placement(&kv, "m", "u1", 1, b"one", placed(&p1));
+    put_part_placement(&kv, "m", "u1", 2, b"two", placed(&p2));
     assert_eq!(
-        locate(&kv, "p2").unwrap(),
+        locate(&kv, &p2).unwrap(),
         Some(part_locator("b", "m", "u1", 2))
     );
-    assert_eq!(placement_of(&kv, "p2"), placement("p2"));
+    assert_eq!(placement_of(&kv, &p2), placed(&p2));
 
     let done = exec(
         &kv,
@@ -187,32 +197,28 @@ fn locators_name_the_object_the_part_and_move_with_complete() {
         }),
     );
     assert!(matches!(done, Applied::Completed(_)), "{done:?}");
-    assert_eq!(
-        locate(&kv, "p1").unwrap(),
-        Some(object_locator("b", "m", 1))
-    );
-    assert_eq!(
-        locate(&kv, "p2").unwrap(),
-        Some(object_locator("b", "m", 2))
-    );
-    assert_eq!(placement_of(&kv, "p2"), placement("p2"));
-    assert_eq!(locate(&kv, "nope").unwrap(), None);
-    assert_eq!(current_placement(&kv, "nope").unwrap(), None);
+    assert_eq!(locate(&kv, &p1).unwrap(), Some(object_locator("b", "m", 1)));
+    assert_eq!(locate(&kv, &p2).unwrap(), Some(object_locator("b", "m", 2)));
+    assert_eq!(placement_of(&kv, &p2), placed(&p2));
+    assert_eq!(locate(&kv, &nope).unwrap(), None);
+    assert_eq!(current_placement(&kv, &nope).unwrap(), None);
 }
 
 #[test]
 fn degraded_index_follows_every_record_change() {
     let kv = MemStore::new();
     bucket(&kv, "b");
-    put_placements(&kv, "a", vec![with_missing("a1", &[5])]);
-    put_placements(&kv, "c", vec![placement("c1")]);
-    assert_eq!(degraded(&kv), set(&["a1"]));
+    let [a1, a2, c1, c2] = ["a1", "a2", "c1", "c2"].map(bid);
+    let [p1, p2, p3, p3b, q1] = ["p1", "p2", "p3", "p3b", "q1"].map(bid);
+    put_placements(&kv, "a", vec![with_missing(&a1, &[5])]);
+    put_placements(&kv, "c", vec![placed(&c1)]);
+    assert_eq!(degraded(&kv), set(&[&a1]));
     // Overwrite with a healthy blob: the degraded one is released.
-    put_placements(&kv, "a", vec![placement("a2")]);
+    put_placements(&kv, "a", vec![placed(&a2)]);
     assert!(degraded(&kv).is_empty());
     // Delete drops it.
-    put_placements(&kv, "c", vec![with_missing("c2", &[0, 1])]);
-    assert_eq!(degraded(&kv), set(&["c2"]));
+    put_placements(&kv, "c", vec![with_missing(&c2, &[0, 1])]);
+    assert_eq!(degraded(&kv), set(&[&c2]));
     exec(
         &kv,
         Command::DeleteObject(pb::ObjectKey {
@@ -226,12 +232,12 @@ fn degraded_index_follows_every_record_change() {
     // Parts: degraded while in the upload, kept by Complete when listed,
     // dropped when unlisted or replaced.
     upload(&kv, "b", "m", "u1");
-    put_part_placement(&kv, "m", "u1", 1, b"one", with_missing("p1", &[2]));
-    put_part_placement(&kv, "m", "u1", 2, b"two", with_missing("p2", &[3]));
-    put_part_placement(&kv, "m", "u1", 3, b"three", with_missing("p3", &[3]));
-    assert_eq!(degraded(&kv), set(&["p1", "p2", "p3"]));
-    put_part_placement(&kv, "m", "u1", 3, b"three", placement("p3b"));
-    assert_eq!(degraded(&kv), set(&["p1", "p2"]));
+    put_part_placement(&kv, "m", "u1", 1, b"one", with_missing(&p1, &[2]));
+    put_part_placement(&kv, "m", "u1", 2, b"two", with_missing(&p2, &[3]));
+    put_part_placement(&kv, "m", "u1", 3, b"three", with_missing(&p3, &[3]));
+    assert_eq!(degraded(&kv), set(&[&p1, &p2, &p3]));
+    put_part_placement(&kv, "m", "u1", 3, b"three", placed(&p3b));
+    assert_eq!(degraded(&kv), set(&[&p1, &p2]));
     let done = exec(
         &kv,
         Command::CompleteUpload(pb::CompleteUploadRequest {
@@ -245,12 +251,12 @@ fn degraded_index_follows_every_record_change() {
         }),
     );
     assert!(matches!(done, Applied::Completed(_)), "{done:?}");
-    assert_eq!(degraded(&kv), set(&["p1"]), "p2 unlisted, p1 moved");
+    assert_eq!(degraded(&kv), set(&[&p1]), "p2 unlisted, p1 moved");
 
     // Abort drops the degraded parts of the upload.
     upload(&kv, "b", "n", "u2");
-    put_part_placement(&kv, "n", "u2", 1, b"x", with_missing("q1", &[0]));
-    assert_eq!(degraded(&kv), set(&["p1", "q1"]));
+    put_part_placement(&kv, "n", "u2", 1, b"x", with_missing(&q1, &[0]));
+    assert_eq!(degraded(&kv), set(&[&p1, &q1]));
     exec(
         &kv,
         Command::AbortUpload(pb::UploadKey {
@@ -260,27 +266,28 @@ fn degraded_index_follows_every_record_change() {
             ..Default::default()
         }),
     );
-    assert_eq!(degraded(&kv), set(&["p1"]));
+    assert_eq!(degraded(&kv), set(&[&p1]));
 }
 
 #[test]
 fn report_missing_marks_only_shards_the_node_holds() {
     let kv = MemStore::new();
     bucket(&kv, "b");
+    let [x1, x2, pp, ghost] = ["x1", "x2", "pp", "ghost"].map(bid);
     // nodes are 1..=6 for indices 0..=5.
-    put_placements(&kv, "k", vec![placement("x1"), placement("x2")]);
+    put_placements(&kv, "k", vec![placed(&x1), placed(&x2)]);
     upload(&kv, "b", "m", "u1");
-    put_part_placement(&kv, "m", "u1", 1, b"p", placement("pp"));
+    put_part_placement(&kv, "m", "u1", 1, b"p", placed(&pp));
 
     assert_eq!(
-        report(&kv, 3, vec![shard("x1", 2), shard("x2", 2), shard("pp", 2)]),
+        report(&kv, 3, vec![shard(&x1, 2), shard(&x2, 2), shard(&pp, 2)]),
         Applied::Marked(3),
         "two placements of one object and a part record in one entry"
     );
-    assert_eq!(placement_of(&kv, "x1").missing, vec![2]);
-    assert_eq!(placement_of(&kv, "x2").missing, vec![2]);
-    assert_eq!(placement_of(&kv, "pp").missing, vec![2]);
-    assert_eq!(degraded(&kv), set(&["pp", "x1", "x2"]));
+    assert_eq!(placement_of(&kv, &x1).missing, vec![2]);
+    assert_eq!(placement_of(&kv, &x2).missing, vec![2]);
+    assert_eq!(placement_of(&kv, &pp).missing, vec![2]);
+    assert_eq!(degraded(&kv), set(&[&pp, &x1, &x2]));
 
     // Already missing, another node's index, an unknown blob: ignored.
     assert_eq!(
@@ -288,18 +295,18 @@ fn report_missing_marks_only_shards_the_node_holds() {
             &kv,
             3,
             vec![
-                shard("x1", 2),
-                shard("x1", 3),
-                shard("ghost", 2),
-                shard("x1", 9)
+                shard(&x1, 2),
+                shard(&x1, 3),
+                shard(&ghost, 2),
+                shard(&x1, 9)
             ]
         ),
         Applied::Marked(0)
     );
-    assert_eq!(placement_of(&kv, "x1").missing, vec![2]);
+    assert_eq!(placement_of(&kv, &x1).missing, vec![2]);
     // Another index of the same blob on its own node: sorted in.
-    assert_eq!(report(&kv, 1, vec![shard("x1", 0)]), Applied::Marked(1));
-    assert_eq!(placement_of(&kv, "x1").missing, vec![0, 2]);
+    assert_eq!(report(&kv, 1, vec![shard(&x1, 0)]), Applied::Marked(1));
+    assert_eq!(placement_of(&kv, &x1).missing, vec![0, 2]);
     // The object record keeps everything else.
     let obj = get_object(&kv, "b", "k").unwrap();
     assert_eq!(obj.parts.len(), 2);
@@ -319,6 +326,7 @@ fn begin_heal_needs_a_referenced_blob_and_an_open_epoch() {
     let kv = MemStore::new();
     bucket(&kv, "b");
     let x = blob(3, 1);
+    open_epoch(&kv, 3); // the fence: x's epoch is open when it is put
     put_placements(&kv, "k", vec![with_missing(&x, &[2])]);
     open_epoch(&kv, 7);
 
@@ -377,12 +385,13 @@ fn begin_heal_needs_a_referenced_blob_and_an_open_epoch() {
     );
 }
 
-/// An object at b/k whose blob (epoch 3) misses shard 2 on node 3, a heal
-/// of it onto node 9 begun under epoch 7.
+/// An object at b/k whose blob (epoch 3, left open) misses shard 2 on node
+/// 3, a heal of it onto node 9 begun under epoch 7.
 fn healing(kv: &MemStore) -> String {
     bucket(kv, "b");
     let x = blob(3, 1);
-    put_placements(kv, "k", vec![placement(&x)]);
+    open_epoch(kv, 3); // the fence: x's epoch is open when it is put
+    put_placements(kv, "k", vec![placed(&x)]);
     assert_eq!(report(kv, 3, vec![shard(&x, 2)]), Applied::Marked(1));
     open_epoch(kv, 7);
     assert_eq!(begin(kv, &x, 2, 9, 7), Applied::Done);
@@ -390,7 +399,7 @@ fn healing(kv: &MemStore) -> String {
 }
 
 fn healed(x: &str) -> pb::Placement {
-    let mut p = placement(x);
+    let mut p = placed(x);
     p.nodes[2] = 9;
     p
 }
@@ -404,7 +413,7 @@ fn update_placement_compare_and_set() {
 
     // Stale expected: the placement is not what the healer read.
     assert_eq!(
-        refused_code(&update(&kv, placement(&x), healed(&x), 7)),
+        refused_code(&update(&kv, placed(&x), healed(&x), 7)),
         Some(ErrorCode::PlacementChanged)
     );
     // Closed epoch.
@@ -413,7 +422,7 @@ fn update_placement_compare_and_set() {
         Some(ErrorCode::EpochClosed)
     );
     // No intent for the node the shard moves to.
-    let mut elsewhere = placement(&x);
+    let mut elsewhere = placed(&x);
     elsewhere.nodes[2] = 10;
     assert_eq!(
         refused_code(&update(&kv, expected.clone(), elsewhere, 7)),
@@ -483,6 +492,7 @@ fn update_placement_of_a_part_record() {
     bucket(&kv, "b");
     upload(&kv, "b", "m", "u1");
     let x = blob(3, 5);
+    open_epoch(&kv, 3); // the fence: x's epoch is open when it is put
     put_part_placement(&kv, "m", "u1", 4, b"p", with_missing(&x, &[2]));
     open_epoch(&kv, 7);
     assert_eq!(begin(&kv, &x, 2, 9, 7), Applied::Done);
@@ -539,8 +549,12 @@ fn collectable_answers_every_branch() {
     );
 
     // An intent on an unreferenced blob protects it until its epoch closes.
+    // The delete leaves a pending deletion released at leader time 0, so
+    // ask at 1000 ms, past delete_delay: only the intent protects it then.
     let gone = blob(2, 1);
-    put_placements(&kv, "g", vec![placement(&gone)]);
+    open_epoch(&kv, 2); // the fence: gone's epoch is open when it is put
+    put_placements(&kv, "g", vec![placed(&gone)]);
+    close_epoch(&kv, 2);
     assert_eq!(begin(&kv, &gone, 1, 9, 7), Applied::Done);
     exec(
         &kv,
@@ -550,10 +564,14 @@ fn collectable_answers_every_branch() {
             ..Default::default()
         }),
     );
-    assert!(collect(&kv, 9, &[shard(&gone, 1)], 10).is_empty());
+    assert_eq!(
+        pending::get(&kv, &gone).unwrap().map(|d| d.released_ms),
+        Some(0)
+    );
+    assert!(collect(&kv, 9, &[shard(&gone, 1)], 1000).is_empty());
     close_epoch(&kv, 7);
     assert_eq!(
-        collect(&kv, 9, &[shard(&gone, 1)], 10),
+        collect(&kv, 9, &[shard(&gone, 1)], 1000),
         vec![shard(&gone, 1)]
     );
 
@@ -562,7 +580,7 @@ fn collectable_answers_every_branch() {
     let released = blob(5, 2);
     let mut b = Batch::new();
     let rec = rpb::PendingDeletion {
-        placement: Some(placement(&released)),
+        placement: Some(placed(&released)),
         released_ms: 1000,
         remaining_nodes: vec![1, 2, 3, 4, 5, 6],
     };
@@ -612,7 +630,7 @@ fn list_placements_pages_all_or_degraded_blobs() {
         let p = if i % 5 == 0 {
             with_missing(&blob(1, i), &[1])
         } else {
-            placement(&blob(1, i))
+            placed(&blob(1, i))
         };
         put_placements(&kv, &format!("k{i:02}"), vec![p]);
     }
@@ -724,12 +742,13 @@ fn ensure_index_migrates_a_format_1_index() {
         let p = if i % 100 == 0 {
             with_missing(&blob(1, i), &[4])
         } else {
-            placement(&blob(1, i))
+            placed(&blob(1, i))
         };
         put_placements(&kv, &format!("k{i:04}"), vec![p]);
     }
     upload(&kv, "b", "m", "u1");
-    put_part_placement(&kv, "m", "u1", 3, b"p", with_missing("pp", &[1]));
+    let pp = bid("pp");
+    put_part_placement(&kv, "m", "u1", 3, b"p", with_missing(&pp, &[1]));
     let want_degraded = degraded(&kv);
     assert_eq!(want_degraded.len(), 16);
 
@@ -744,7 +763,7 @@ fn ensure_index_migrates_a_format_1_index() {
     old.put(Space::Refs, b"ghost".to_vec(), Vec::new());
     old.put(Space::SmMeta, INDEX_MARKER, b"1".to_vec());
     kv.apply(old).unwrap();
-    assert_eq!(locate(&kv, "pp").unwrap(), Some(pb::BlobLocator::default()));
+    assert_eq!(locate(&kv, &pp).unwrap(), Some(pb::BlobLocator::default()));
 
     assert_eq!(ensure_index(&kv).unwrap(), Some(1501));
     assert_eq!(
@@ -752,7 +771,7 @@ fn ensure_index_migrates_a_format_1_index() {
         Some(INDEX_VERSION)
     );
     assert_eq!(
-        locate(&kv, "pp").unwrap(),
+        locate(&kv, &pp).unwrap(),
         Some(part_locator("b", "m", "u1", 3))
     );
     assert_eq!(
