@@ -642,7 +642,9 @@ async fn full_datanode_takes_no_new_shards() -> Result<()> {
         datanode: Some(|c| {
             durable_datanode(c);
             let full = c.node_id == 1;
-            if full { c.reserved_free_bytes = crate::fixtures::FULL_DISK_RESERVE; }
+            if full {
+                c.reserved_free_bytes = crate::fixtures::FULL_DISK_RESERVE;
+            }
         }),
         ..durable_setup()
     };
