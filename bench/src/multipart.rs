@@ -627,10 +627,21 @@ pub async fn run_with(
 
     // Workers end when their uploads are done or at the deadline (timeout_at
     // drops them and their parts); the sampler stops when they all have.
+    // On a stop the joiner aborts the workers and waits until every one has
+    // been dropped (its connections closed), so none outlives the run.
     let (all_done_tx, all_done_rx) = tokio::sync::oneshot::channel();
+    let (abort_tx, abort_rx) = tokio::sync::oneshot::channel::<()>();
     let joiner = tokio::spawn(async move {
-        while workers.join_next().await.is_some() {}
-        let _ = all_done_tx.send(Instant::now());
+        let aborted = tokio::select! {
+            biased;
+            Ok(()) = abort_rx => true,
+            () = async { while workers.join_next().await.is_some() {} } => false,
+        };
+        if aborted {
+            workers.shutdown().await;
+        } else {
+            let _ = all_done_tx.send(Instant::now());
+        }
     });
     let (samples, end, stopped) = sample_until(
         start,
@@ -644,8 +655,7 @@ pub async fn run_with(
     )
     .await?;
     if stopped {
-        // Dropping the JoinSet inside the joiner aborts every worker.
-        joiner.abort();
+        let _ = abort_tx.send(());
     }
     match joiner.await {
         Err(e) if !e.is_cancelled() => {

@@ -3,10 +3,10 @@
 //! deleted), and a running datanode registering with its disk identity and
 //! collecting garbage on its own.
 //!
-//! Meta's `Collectable` is built in parallel with this crate: while meta
-//! answers `UNIMPLEMENTED`, GC must delete nothing; once it answers, the
-//! unreferenced legacy blob (epoch 0, always closed) is collected and the
-//! placed shard kept. Each test probes which meta it runs against.
+//! The live blob belongs to a write epoch the test opens (a commit naming a
+//! closed epoch is refused); the garbage blobs are legacy ids (epoch 0,
+//! always closed), so meta answers them collectable and GC deletes them,
+//! while the placed shard is kept.
 
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
@@ -18,6 +18,7 @@ use sluice_datanode::locks::BlobLocks;
 use sluice_datanode::store::{Block, DiskStore, ShardKey, ShardStore, ShardWriter};
 use sluice_datanode::{Config, block_crc32c};
 use sluice_meta::MetaClient;
+use sluice_proto::blob_id::new_blob_id;
 use sluice_proto::datanode::ListShardsRequest;
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::meta as pb;
@@ -134,9 +135,13 @@ fn impatient(endpoint: &str) -> MetaClient {
     )
 }
 
-/// Whether this meta answers Collectable yet.
-async fn meta_answers_collectable(endpoint: &str) -> bool {
-    impatient(endpoint).collectable(1, vec![]).await.is_ok()
+/// Opens a write epoch with `meta` and commits object `k` whose only part
+/// lives in a fresh blob of that epoch; returns the blob id.
+async fn commit_live(meta: &MetaClient) -> Result<String> {
+    let epoch = meta.open_epoch("gc-test").await?.epoch;
+    let live = new_blob_id(epoch, 0x11fe);
+    commit_object(meta, "k", &live).await?;
+    Ok(live)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,26 +150,17 @@ async fn meta_oracle_collects_garbage_and_nothing_when_meta_is_gone() -> Result<
     let (meta, endpoint) = start_meta(&tmp.path().join("meta")).await?;
     let client = MetaClient::new(vec![endpoint.clone()]);
     client.create_bucket("b", 1).await?;
-    commit_object(&client, "k", "live").await?;
+    let live = commit_live(&client).await?;
 
     let store = DiskStore::open(&tmp.path().join("dn"), 1).await?;
-    old_shard(&store, "live").await?;
+    old_shard(&store, &live).await?;
     old_shard(&store, "dead").await?;
     let oracle = MetaOracle::new(impatient(&endpoint));
     let locks = BlobLocks::new();
-    if meta_answers_collectable(&endpoint).await {
-        let report = collect(&store, &oracle, &locks, &pass()).await?;
-        assert_eq!((report.old_shards, report.deleted_shards), (2, 1));
-        assert_eq!(blob_ids(&store).await?, ["live"]);
-    } else {
-        // Meta cannot answer (UNIMPLEMENTED): GC deletes nothing.
-        match collect(&store, &oracle, &locks, &pass()).await {
-            Err(GcError::Oracle(_)) => {}
-            other => bail!("expected an oracle error, got {other:?}"),
-        }
-        assert_eq!(blob_ids(&store).await?, ["dead", "live"]);
-        store.delete_blobs(&["dead".to_string()]).await?;
-    }
+    // Only the unreferenced legacy blob goes; the placed shard stays.
+    let report = collect(&store, &oracle, &locks, &pass()).await?;
+    assert_eq!((report.old_shards, report.deleted_shards), (2, 1));
+    assert_eq!(blob_ids(&store).await?, [live.as_str()]);
 
     // Meta goes away: the pass fails and deletes nothing.
     meta.stop().await?;
@@ -178,7 +174,7 @@ async fn meta_oracle_collects_garbage_and_nothing_when_meta_is_gone() -> Result<
         Err(GcError::Oracle(_)) => {}
         other => bail!("expected an oracle error, got {other:?}"),
     }
-    assert_eq!(blob_ids(&store).await?, ["dead2", "live"]);
+    assert_eq!(blob_ids(&store).await?, ["dead2", live.as_str()]);
     Ok(())
 }
 
@@ -188,13 +184,13 @@ async fn a_running_datanode_registers_its_disk_and_collects_garbage() -> Result<
     let (meta, endpoint) = start_meta(&tmp.path().join("meta")).await?;
     let client = MetaClient::new(vec![endpoint.clone()]);
     client.create_bucket("b", 1).await?;
-    commit_object(&client, "k", "live").await?;
+    let live = commit_live(&client).await?;
 
     // Shards left by an earlier run of the datanode.
     let data_dir = tmp.path().join("dn");
     {
         let store = DiskStore::open(&data_dir, 1).await?;
-        old_shard(&store, "live").await?;
+        old_shard(&store, &live).await?;
         old_shard(&store, "dead").await?;
     }
 
@@ -213,7 +209,6 @@ async fn a_running_datanode_registers_its_disk_and_collects_garbage() -> Result<
         reserved_free_bytes: 0,
         ..Config::default()
     };
-    let collects = meta_answers_collectable(&config.meta_endpoints[0]).await;
     let (stop, rx) = oneshot::channel::<()>();
     let datanode = Running {
         stop,
@@ -239,13 +234,8 @@ async fn a_running_datanode_registers_its_disk_and_collects_garbage() -> Result<
     let disk: toml::Value = toml::from_str(&identity)?;
     assert_eq!(disk["node_id"].as_integer(), Some(1));
     assert_eq!(disk["disk_id"].as_str().map(str::len), Some(32));
-    // Meta that cannot answer Collectable: a few GC passes delete nothing.
-    let expect: &[&str] = if collects {
-        &["live"]
-    } else {
-        &["dead", "live"]
-    };
-    let settle = Instant::now() + Duration::from_secs(2);
+    // Its GC passes collect the garbage and keep the placed shard.
+    let expect = [live.as_str()];
     let deadline = Instant::now() + WAIT;
     loop {
         let shards = dn
@@ -257,10 +247,13 @@ async fn a_running_datanode_registers_its_disk_and_collects_garbage() -> Result<
             .into_inner()
             .shards;
         let ids: Vec<&str> = shards.iter().map(|s| s.blob_id.as_str()).collect();
-        if ids == expect && (collects || Instant::now() > settle) {
+        if ids == expect {
             break;
         }
-        assert!(ids.contains(&"live"), "a referenced blob was collected");
+        assert!(
+            ids.contains(&live.as_str()),
+            "a referenced blob was collected"
+        );
         if Instant::now() > deadline {
             bail!("timed out waiting for GC; shards: {ids:?}");
         }

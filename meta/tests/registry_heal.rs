@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use sluice_meta::{Config, MetaClient};
+use sluice_proto::blob_id::new_blob_id;
 use sluice_proto::meta::{self as pb, ErrorCode};
 use tokio::net::TcpListener;
 
@@ -63,6 +64,9 @@ async fn registry_capacity_and_heal_on_a_real_node() -> Result<()> {
         heartbeat_interval: Duration::from_millis(100),
         election_timeout_min: Duration::from_millis(400),
         election_timeout_max: Duration::from_millis(800),
+        // Short, so the test's write epoch closes once it stops renewing.
+        epoch_lease: Duration::from_secs(3),
+        epoch_sweep_interval: Duration::from_millis(50),
         ..Config::default()
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -141,7 +145,8 @@ async fn registry_capacity_and_heal_on_a_real_node() -> Result<()> {
 
     // Heal reads and writes over gRPC.
     assert!(client.create_bucket("b", 1).await?);
-    let blob = "e0.0123456789abcdef0123456789abcdef".replace("e0.", "legacy");
+    let epoch = client.open_epoch("registry-heal-test").await?.epoch;
+    let blob = new_blob_id(epoch, 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
     client.put_object(object(&blob)).await?;
     assert_eq!(client.report_missing(3, vec![shard(&blob, 2)]).await?, 1);
     let page = client
@@ -159,14 +164,31 @@ async fn registry_capacity_and_heal_on_a_real_node() -> Result<()> {
     );
     let locator = placed.locator.as_ref().context("locator")?;
     assert_eq!((locator.bucket.as_str(), locator.key.as_str()), ("b", "k"));
-    // The missing shard's stale file on node 3 may go (legacy epoch, closed);
-    // node 1's placed shard may not.
-    assert_eq!(
+    // While the blob's epoch is open, even the unplaced shards on node 3
+    // (the missing shard's stale file, a shard never placed there) stay.
+    client.renew_epoch(epoch).await?;
+    assert!(
         client
             .collectable(3, vec![shard(&blob, 2), shard(&blob, 0)])
-            .await?,
-        vec![shard(&blob, 2), shard(&blob, 0)]
+            .await?
+            .is_empty()
     );
+    // Once the epoch closes (no more renewals), they may go; node 1's placed
+    // shard may not.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let got = client
+            .collectable(3, vec![shard(&blob, 2), shard(&blob, 0)])
+            .await?;
+        if got == vec![shard(&blob, 2), shard(&blob, 0)] {
+            break;
+        }
+        assert!(got.is_empty(), "partly collectable: {got:?}");
+        if Instant::now() > deadline {
+            bail!("the write epoch never closed");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(
         client
             .collectable(1, vec![shard(&blob, 0)])
