@@ -32,10 +32,6 @@ pub(crate) struct MetaService<K: KvStore> {
     pub(crate) delete_delay: Duration,
 }
 
-/// The `delete_delay` when the config does not set one: 5 min, longer than
-/// any GET's per-stripe stall.
-pub(crate) const DEFAULT_DELETE_DELAY: Duration = Duration::from_secs(300);
-
 /// `true` when a registration of (addr, disk_id) under the id of `recorded`
 /// is a second process claiming a live node's id: the node is heard from,
 /// and both its disk id and its address differ. A restarted node keeps its

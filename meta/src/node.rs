@@ -138,8 +138,9 @@ pub async fn run(
         raft: raft.clone(),
         kv: kv.clone(),
         liveness,
-        // TODO(integration): wire to `config.delete_delay`.
-        delete_delay: crate::api::DEFAULT_DELETE_DELAY,
+        // Collectable and the reclaimer must agree on when a released
+        // blob's shards may go.
+        delete_delay: config.delete_delay,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()

@@ -117,6 +117,7 @@ pub async fn scrape(url: &str) -> Result<String, ScrapeError> {
         let request =
             format!("GET {path} HTTP/1.0\r\nHost: {authority}\r\nAccept: text/plain\r\n\r\n");
         stream.write_all(request.as_bytes()).await.map_err(io)?;
+        // Bounded: at most MAX_METRICS_BYTES + 1 bytes are read (`take`).
         let mut raw = Vec::new();
         let mut limited = (&mut stream).take(MAX_METRICS_BYTES as u64 + 1);
         limited.read_to_end(&mut raw).await.map_err(io)?;
