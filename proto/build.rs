@@ -4,6 +4,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/meta.proto",
         "proto/datanode.proto",
         "proto/raft.proto",
+        "proto/admin.proto",
     ];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");

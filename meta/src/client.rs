@@ -168,14 +168,28 @@ impl MetaClient {
         F: Fn(RpcClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.call_on(what, |channel| {
+            f(RpcClient::new(channel)
+                .max_decoding_message_size(64 * 1024 * 1024)
+                .max_encoding_message_size(64 * 1024 * 1024))
+        })
+        .await
+    }
+
+    /// Like [`MetaClient::call`] for any service meta serves (e.g. the
+    /// `sluice.admin.Admin` service): `f` gets the channel to the node
+    /// believed to be the leader and builds its own generated client.
+    pub async fn call_on<T, F, Fut>(&self, what: &'static str, f: F) -> Result<T, MetaError>
+    where
+        F: Fn(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
         let mut last_error: String;
         loop {
             let addr = self.inner.current.lock().expect("current lock").clone();
-            let client = RpcClient::new(self.channel(&addr)?)
-                .max_decoding_message_size(64 * 1024 * 1024)
-                .max_encoding_message_size(64 * 1024 * 1024);
+            let client = self.channel(&addr)?;
             if let Some(stall) = self.inner.faults.as_ref().and_then(|x| x.before_call(what)) {
                 tokio::time::sleep(stall).await;
             }

@@ -18,6 +18,7 @@
 //!   (`FilterUnreferenced`).
 //! * [`raft`] — openraft type config, log store, state machine adapter and
 //!   snapshots, protobuf conversions, tonic network and Raft service.
+//! * `admin` — the `sluice.admin.Admin` gRPC service (`sluice admin`).
 //! * `api` — the `sluice.meta.Meta` gRPC service (leader checks, NOT_LEADER
 //!   hints); `liveness` — datanode heartbeats in leader memory;
 //!   `sweeper` — the leader aborts multipart uploads older than
@@ -34,6 +35,7 @@
 //! `sluice_meta_pending_deletions`, `sluice_meta_reclaimed_blobs_total`:
 //! see [`reclaimer`].
 
+mod admin;
 mod api;
 pub mod client;
 pub mod config;

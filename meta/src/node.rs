@@ -9,11 +9,13 @@ use std::time::{Duration, Instant};
 
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
+use sluice_proto::admin::admin_server::AdminServer;
 use sluice_proto::meta::meta_server::MetaServer;
 use sluice_proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::admin::AdminService;
 use crate::api::MetaService;
 use crate::config::Config;
 use crate::error::Error;
@@ -133,6 +135,12 @@ pub async fn run(
         .run(),
     );
 
+    let admin = AdminService {
+        node_id: config.node_id,
+        raft: raft.clone(),
+        kv: kv.clone(),
+        liveness: liveness.clone(),
+    };
     let meta = MetaService {
         node_id: config.node_id,
         raft: raft.clone(),
@@ -154,6 +162,7 @@ pub async fn run(
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
+        .add_service(AdminServer::new(admin))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
             let _ = stop_rx.await;
         });

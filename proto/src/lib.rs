@@ -5,6 +5,7 @@
 //! * `proto/meta.proto` — metadata API and the records the state machine stores.
 //! * `proto/datanode.proto` — shard streams between gateways and datanodes.
 //! * `proto/raft.proto` — Raft RPCs between meta nodes.
+//! * `proto/admin.proto` — the admin API (`sluice admin`), served by meta.
 //! * [`error`] — encoding of [`meta::ErrorDetail`] in a `tonic::Status`.
 //! * [`blob_id`] — blob ids and the write epoch they name.
 
@@ -16,6 +17,9 @@ pub mod datanode {
 }
 pub mod raft {
     tonic::include_proto!("sluice.raft");
+}
+pub mod admin {
+    tonic::include_proto!("sluice.admin");
 }
 pub mod blob_id;
 pub mod error;

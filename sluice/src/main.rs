@@ -3,6 +3,7 @@
 //! * `sluice meta --config meta.toml` — a meta node (Raft voter).
 //! * `sluice datanode --config datanode.toml` — a datanode.
 //! * `sluice gateway --config gateway.toml` — an S3 gateway.
+//! * `sluice admin ...` — operate a running cluster (see [`admin`]).
 //! * `sluice dev [--data-dir DIR]` — a whole cluster in one process: one
 //!   meta node, six datanodes and a gateway, erasure layout 4+2.
 //!
@@ -18,10 +19,12 @@
 //! # Layout
 //!
 //! * `main.rs`: command line, the single-role subcommands, the allocator.
+//! * [`admin`]: `sluice admin` (operate a running cluster).
 //! * [`dev`]: `sluice dev`.
 //! * [`budget`]: the memory limit and the budget defaults derived from it.
 //! * [`telemetry`]: the Prometheus recorder, process gauges and `/metrics`.
 
+mod admin;
 mod budget;
 mod dev;
 mod malloc;
@@ -87,6 +90,11 @@ enum Command {
     },
     /// Run a whole development cluster on this machine.
     Dev(dev::DevArgs),
+    /// Operate a running cluster (certificates, keys, membership, status).
+    Admin {
+        #[command(subcommand)]
+        command: admin::AdminCommand,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -139,6 +147,7 @@ fn main() -> anyhow::Result<()> {
                 sluice_gateway::run(config, listener, shutdown_signal()).await?;
             }
             Command::Dev(args) => dev::run(args, shutdown_signal()).await?,
+            Command::Admin { command } => admin::run(command).await?,
         }
         Ok(())
     })
