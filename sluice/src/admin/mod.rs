@@ -16,7 +16,12 @@ use sluice_meta::MetaClient;
 pub struct AdminConn {
     /// Meta gRPC endpoints, comma-separated (any node; the leader is
     /// followed), e.g. `http://127.0.0.1:7000`.
-    #[arg(long, env = "SLUICE_META", value_delimiter = ',', default_value = "http://127.0.0.1:7000")]
+    #[arg(
+        long,
+        env = "SLUICE_META",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:7000"
+    )]
     pub meta: Vec<String>,
 }
 
