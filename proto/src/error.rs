@@ -39,7 +39,8 @@ fn status_from_detail(detail: ErrorDetail) -> tonic::Status {
         | ErrorCode::InvalidPartOrder
         | ErrorCode::EntityTooSmall
         | ErrorCode::EpochClosed
-        | ErrorCode::PlacementChanged => tonic::Code::FailedPrecondition,
+        | ErrorCode::PlacementChanged
+        | ErrorCode::MembershipChangeRefused => tonic::Code::FailedPrecondition,
         ErrorCode::DuplicateDatanode => tonic::Code::AlreadyExists,
         ErrorCode::InvalidArgument => tonic::Code::InvalidArgument,
         ErrorCode::Internal | ErrorCode::Unspecified => tonic::Code::Internal,
