@@ -6,18 +6,23 @@
 //!
 //! # Layout
 //! * `mod.rs`: the subcommand tree, [`AdminConn`] and [`connect`].
+//! * `meta.rs`: `sluice admin meta list|add|remove|replace` (meta voters).
+
+pub mod meta;
+
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use sluice_meta::MetaClient;
 
 /// How `sluice admin` reaches the meta cluster.
-#[allow(dead_code)] // used by the admin subcommands as they are added
 #[derive(Args, Debug, Clone)]
 pub struct AdminConn {
     /// Meta gRPC endpoints, comma-separated (any node; the leader is
     /// followed), e.g. `http://127.0.0.1:7000`.
     #[arg(
         long,
+        global = true,
         env = "SLUICE_META",
         value_delimiter = ',',
         default_value = "http://127.0.0.1:7000"
@@ -27,16 +32,36 @@ pub struct AdminConn {
 
 /// `sluice admin <area> ...`.
 #[derive(Subcommand, Debug)]
-pub enum AdminCommand {}
+pub enum AdminCommand {
+    /// Meta cluster membership: list, add, remove or replace voters.
+    Meta {
+        #[command(flatten)]
+        conn: AdminConn,
+        #[command(subcommand)]
+        command: meta::MetaCommand,
+    },
+}
+
+/// Total time a `sluice admin` call keeps retrying across meta nodes
+/// (leader changes, unreachable nodes).
+const ADMIN_RETRY_DEADLINE: Duration = Duration::from_secs(30);
+/// Timeout of one admin RPC attempt: longer than the longest server-side
+/// wait (`sluice admin meta add --catch-up-timeout`, at most 10 min).
+const ADMIN_RPC_TIMEOUT: Duration = Duration::from_secs(660);
 
 /// A leader-following client for the admin service on `conn.meta`.
-#[allow(dead_code)] // used by the admin subcommands as they are added
 pub fn connect(conn: &AdminConn) -> anyhow::Result<MetaClient> {
     anyhow::ensure!(!conn.meta.is_empty(), "no meta endpoint given (--meta)");
-    Ok(MetaClient::new(conn.meta.clone()))
+    Ok(MetaClient::with_timeouts(
+        conn.meta.clone(),
+        ADMIN_RETRY_DEADLINE,
+        ADMIN_RPC_TIMEOUT,
+    ))
 }
 
 /// Runs one `sluice admin` subcommand.
 pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
-    match command {}
+    match command {
+        AdminCommand::Meta { conn, command } => meta::run(&conn, command).await,
+    }
 }
