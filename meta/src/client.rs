@@ -86,7 +86,10 @@ struct Inner {
     /// Configured meta endpoints, e.g. `http://127.0.0.1:7001`.
     seeds: Vec<String>,
     /// One lazily connected channel per meta address; bounded by the number
-    /// of meta nodes (seeds plus leader hints, which name cluster members).
+    /// of distinct meta addresses seen: the seeds plus the leader hints,
+    /// which carry members' addresses from the Raft membership (so a node
+    /// added after this client started is reached through a hint, and a
+    /// removed seed that no longer answers is skipped for the next one).
     channels: Mutex<HashMap<String, Channel>>,
     /// The address believed to be the leader.
     current: Mutex<String>,

@@ -491,3 +491,41 @@ fn unknown_voter(id: u64, view: &View) -> MembersError {
             .collect::<Vec<_>>()
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_proto::error::detail;
+
+    #[test]
+    fn errors_carry_their_code_and_the_leader_hint() {
+        let s: Status = MembersError::Refused("last voter".into()).into();
+        assert_eq!(s.code(), tonic::Code::FailedPrecondition);
+        let d = detail(&s).expect("detail");
+        assert_eq!(d.code(), ErrorCode::MembershipChangeRefused);
+        assert_eq!(d.message, "last voter");
+
+        let s: Status = MembersError::InvalidArgument("unknown".into()).into();
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert_eq!(detail(&s).unwrap().code(), ErrorCode::InvalidArgument);
+
+        let s: Status = MembersError::NotLeader {
+            leader_id: Some(4),
+            leader_addr: Some("http://10.0.0.14:7001".into()),
+        }
+        .into();
+        assert_eq!(s.code(), tonic::Code::Unavailable);
+        let d = detail(&s).unwrap();
+        assert_eq!(d.code(), ErrorCode::NotLeader);
+        assert_eq!(d.leader_id, Some(4));
+        assert_eq!(d.leader_addr.as_deref(), Some("http://10.0.0.14:7001"));
+    }
+
+    #[test]
+    fn addresses_must_be_urls() {
+        assert!(is_url("http://10.0.0.14:7001"));
+        assert!(is_url("https://meta-4:7001"));
+        assert!(!is_url("10.0.0.14:7001"));
+        assert!(!is_url("http://"));
+    }
+}
