@@ -13,6 +13,9 @@
 //! * `durability` — heal, wiped disks, exactly-once commits, readers and
 //!   overwrites, write epochs fencing a paused gateway, full datanodes,
 //!   scrub (`docs/durability.md`).
+//! * `membership` — failure-domain placement (datanodes labelled on 3
+//!   hosts), drain, remove and rebalance onto a new datanode, through the
+//!   admin service.
 //! * `tiny_budgets` — flow control on 4 MiB budgets: 32 concurrent
 //!   multipart uploads complete within the gateway's buffer budget;
 //!   `max_inflight_requests` and `stall_timeout` answer `503 SlowDown`.
@@ -24,6 +27,7 @@
 
 mod durability;
 mod fixtures;
+mod membership;
 mod s3_errors;
 mod s3_listing;
 mod scenario;

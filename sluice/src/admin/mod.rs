@@ -6,6 +6,9 @@
 //!
 //! # Layout
 //! * `mod.rs`: the subcommand tree, [`AdminConn`] and [`connect`].
+//! * [`datanodes`]: `sluice admin datanode list|drain|undrain|remove`.
+
+mod datanodes;
 
 use clap::{Args, Subcommand};
 use sluice_meta::MetaClient;
@@ -27,7 +30,15 @@ pub struct AdminConn {
 
 /// `sluice admin <area> ...`.
 #[derive(Subcommand, Debug)]
-pub enum AdminCommand {}
+pub enum AdminCommand {
+    /// Datanodes: list, drain, remove.
+    Datanode {
+        #[command(flatten)]
+        conn: AdminConn,
+        #[command(subcommand)]
+        command: datanodes::DatanodeCommand,
+    },
+}
 
 /// A leader-following client for the admin service on `conn.meta`.
 #[allow(dead_code)] // used by the admin subcommands as they are added
@@ -38,5 +49,7 @@ pub fn connect(conn: &AdminConn) -> anyhow::Result<MetaClient> {
 
 /// Runs one `sluice admin` subcommand.
 pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
-    match command {}
+    match command {
+        AdminCommand::Datanode { conn, command } => datanodes::run(&conn, command).await,
+    }
 }
