@@ -359,6 +359,35 @@ mod tests {
     }
 
     #[test]
+    fn failure_domain_labels() {
+        let c: Config = toml::from_str("zone = \"rack-a\"\nhost = \"s1\"").expect("parse");
+        assert_eq!(
+            (c.zone.as_str(), c.host_label()),
+            ("rack-a", "s1".to_string())
+        );
+        c.validate().expect("valid labels");
+        let d = Config::default();
+        assert_eq!(d.zone, "");
+        assert_eq!(d.host_label(), machine_hostname());
+        assert!(!d.host_label().is_empty());
+        for (zone, host) in [
+            ("a\nb", None),
+            ("", Some(String::new())),
+            ("", Some("x".repeat(MAX_LABEL_LEN + 1))),
+        ] {
+            let c = Config {
+                zone: zone.into(),
+                host,
+                ..Config::default()
+            };
+            assert!(
+                matches!(c.validate(), Err(ConfigError::BadLabel { .. })),
+                "{c:?}"
+            );
+        }
+    }
+
+    #[test]
     fn validate_rejects_bad_fields() {
         let bad = |f: fn(&mut Config)| {
             let mut c = Config::default();
