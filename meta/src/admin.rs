@@ -7,7 +7,9 @@
 //!
 //! # Layout
 //! * [`members`] — meta voters: add, remove, replace, list.
+//! * [`datanodes`] — list, drain and remove datanodes.
 
+mod datanodes;
 pub(crate) mod members;
 
 use std::sync::Arc;
@@ -25,11 +27,8 @@ use crate::store::KvStore;
 pub(crate) struct AdminService<K: KvStore> {
     #[allow(dead_code)]
     pub(crate) node_id: u64,
-    #[allow(dead_code)]
     pub(crate) raft: MetaRaft,
-    #[allow(dead_code)]
     pub(crate) kv: Arc<K>,
-    #[allow(dead_code)]
     pub(crate) liveness: Arc<Liveness>,
     /// Meta membership changes (one at a time per node).
     pub(crate) members: Arc<members::Members>,
@@ -84,5 +83,31 @@ impl<K: KvStore + 'static> Admin for AdminService<K> {
         _request: Request<apb::ListMembersRequest>,
     ) -> Result<Response<apb::ListMembersResponse>, Status> {
         Ok(Response::new(self.members.list().await?))
+    }
+
+    // ---- datanodes
+    async fn list_datanodes(
+        &self,
+        _request: Request<apb::ListDatanodesRequest>,
+    ) -> Result<Response<apb::ListDatanodesResponse>, Status> {
+        Ok(Response::new(self.list_datanodes_admin().await?))
+    }
+
+    async fn drain_datanode(
+        &self,
+        request: Request<apb::DrainDatanodeRequest>,
+    ) -> Result<Response<apb::DrainDatanodeResponse>, Status> {
+        Ok(Response::new(
+            self.drain_datanode_admin(request.into_inner()).await?,
+        ))
+    }
+
+    async fn remove_datanode(
+        &self,
+        request: Request<apb::RemoveDatanodeRequest>,
+    ) -> Result<Response<apb::RemoveDatanodeResponse>, Status> {
+        Ok(Response::new(
+            self.remove_datanode_admin(request.into_inner()).await?,
+        ))
     }
 }

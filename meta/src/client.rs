@@ -485,11 +485,27 @@ impl MetaClient {
         addr: &str,
         disk_id: &str,
     ) -> Result<pb::RegisterDatanodeResponse, MetaError> {
+        self.register_datanode_labelled(id, addr, disk_id, "", "")
+            .await
+    }
+
+    /// [`MetaClient::register_datanode`] with the node's failure-domain
+    /// labels (`zone` empty = zones not configured).
+    pub async fn register_datanode_labelled(
+        &self,
+        id: u64,
+        addr: &str,
+        disk_id: &str,
+        zone: &str,
+        host: &str,
+    ) -> Result<pb::RegisterDatanodeResponse, MetaError> {
         let req = pb::RegisterDatanodeRequest {
             id,
             addr: addr.into(),
             disk_id: disk_id.into(),
             op_id: new_op_id(),
+            zone: zone.into(),
+            host: host.into(),
         };
         self.call("RegisterDatanode", |mut c| {
             let req = req.clone();

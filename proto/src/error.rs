@@ -42,6 +42,8 @@ fn status_from_detail(detail: ErrorDetail) -> tonic::Status {
         | ErrorCode::PlacementChanged
         | ErrorCode::MembershipChangeRefused => tonic::Code::FailedPrecondition,
         ErrorCode::DuplicateDatanode => tonic::Code::AlreadyExists,
+        ErrorCode::DatanodeInUse => tonic::Code::FailedPrecondition,
+        ErrorCode::NoSuchDatanode => tonic::Code::NotFound,
         ErrorCode::InvalidArgument => tonic::Code::InvalidArgument,
         ErrorCode::Internal | ErrorCode::Unspecified => tonic::Code::Internal,
     };

@@ -1148,6 +1148,29 @@ impl TestCluster {
         .await
     }
 
+    /// Starts one more datanode (id `datanodes.len() + 1`) on a fresh
+    /// directory, configured like the others and then by `f`; returns its
+    /// id once meta reports it live.
+    pub async fn add_datanode(
+        &mut self,
+        f: Option<fn(&mut sluice_datanode::Config)>,
+    ) -> Result<u64> {
+        let id = self.datanodes.len() as u64 + 1;
+        let listener = bind_any().await?;
+        let dir = self._root.path().join(format!("datanode-{id}"));
+        std::fs::create_dir_all(&dir)?;
+        let meta_endpoints: Vec<String> = self.metas.iter().map(|m| http(m.addr())).collect();
+        let mut config = datanode_config(id, listener.local_addr()?, dir, meta_endpoints);
+        if let Some(f) = f {
+            f(&mut config);
+        }
+        let mut node = Process::new(format!("datanode-{id}"), config);
+        node.start_on(listener);
+        self.datanodes.push(node);
+        self.wait_datanodes(&[id], &[]).await?;
+        Ok(id)
+    }
+
     /// Removes everything in stopped datanode `index`'s data dir (a wiped or
     /// replaced disk: the next start formats it with a new disk id).
     pub fn wipe_datanode_dir(&self, index: usize) -> Result<()> {

@@ -13,6 +13,9 @@
 //! * `durability` — heal, wiped disks, exactly-once commits, readers and
 //!   overwrites, write epochs fencing a paused gateway, full datanodes,
 //!   scrub (`docs/durability.md`).
+//! * `membership` — failure-domain placement (datanodes labelled on 3
+//!   hosts), drain, remove and rebalance onto a new datanode, through the
+//!   admin service.
 //! * `meta_membership` — meta voters added, removed (the leader too) and
 //!   replaced under a continuous write load; the refusals (last voter, no
 //!   live quorum, change in progress, unknown id, not the leader).
@@ -27,6 +30,7 @@
 
 mod durability;
 mod fixtures;
+mod membership;
 mod meta_membership;
 mod s3_errors;
 mod s3_listing;

@@ -76,7 +76,9 @@ pub fn meta_code(code: ErrorCode) -> S3ErrorCode {
         ErrorCode::EpochClosed => S3ErrorCode::ServiceUnavailable,
         ErrorCode::PlacementChanged
         | ErrorCode::DuplicateDatanode
-        | ErrorCode::MembershipChangeRefused => S3ErrorCode::InternalError,
+        | ErrorCode::MembershipChangeRefused
+        | ErrorCode::DatanodeInUse
+        | ErrorCode::NoSuchDatanode => S3ErrorCode::InternalError,
         ErrorCode::Internal | ErrorCode::Unspecified => S3ErrorCode::InternalError,
     }
 }

@@ -71,6 +71,8 @@ pub fn apply_command_with<K: KvStore>(
         Command::ReportMissing(r) => heal::report_missing(kv, r),
         Command::BeginHeal(r) => heal::begin_heal(kv, r),
         Command::UpdatePlacement(r) => heal::update_placement(kv, r),
+        Command::DrainDatanode(r) => registry::drain_datanode(kv, r),
+        Command::RemoveDatanode(r) => registry::remove_datanode(kv, r),
     }
     .and_then(|applied| {
         fence(kv, command)?;
@@ -118,6 +120,8 @@ fn op_id_of(command: &Command) -> &str {
         Command::ReportMissing(r) => &r.op_id,
         Command::BeginHeal(r) => &r.op_id,
         Command::UpdatePlacement(r) => &r.op_id,
+        Command::DrainDatanode(r) => &r.op_id,
+        Command::RemoveDatanode(r) => &r.op_id,
         Command::CloseEpochs(_) | Command::CollectPending(_) | Command::ExpireSessions(_) => "",
     }
 }

@@ -7,7 +7,9 @@
 //! # Layout
 //! * `mod.rs`: the subcommand tree, [`AdminConn`] and [`connect`].
 //! * `meta.rs`: `sluice admin meta list|add|remove|replace` (meta voters).
+//! * [`datanodes`]: `sluice admin datanode list|drain|undrain|remove`.
 
+mod datanodes;
 pub mod meta;
 
 use std::time::Duration;
@@ -40,6 +42,13 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: meta::MetaCommand,
     },
+    /// Datanodes: list, drain, remove.
+    Datanode {
+        #[command(flatten)]
+        conn: AdminConn,
+        #[command(subcommand)]
+        command: datanodes::DatanodeCommand,
+    },
 }
 
 /// Total time a `sluice admin` call keeps retrying across meta nodes
@@ -63,5 +72,6 @@ pub fn connect(conn: &AdminConn) -> anyhow::Result<MetaClient> {
 pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
     match command {
         AdminCommand::Meta { conn, command } => meta::run(&conn, command).await,
+        AdminCommand::Datanode { conn, command } => datanodes::run(&conn, command).await,
     }
 }
