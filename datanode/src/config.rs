@@ -18,6 +18,10 @@ pub const DEFAULT_RESERVED_FREE_BYTES: u64 = 1024 * 1024 * 1024;
 /// Default `scrub_bandwidth_bytes_per_sec`: 10 MiB/s.
 pub const DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC: u64 = 10 * 1024 * 1024;
 /// Default `scrub_interval`: 7 days.
+/// `max_shard_streams` when not configured.
+pub const DEFAULT_MAX_SHARD_STREAMS: usize = 4096;
+/// `max_streams_per_connection` when not configured.
+pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 1024;
 pub const DEFAULT_SCRUB_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Configuration of one datanode. Durations are humantime strings in TOML
@@ -105,6 +109,15 @@ pub struct Config {
     /// machine's hostname (see [`Config::host_label`]). Same limits as
     /// `zone`.
     pub host: Option<String>,
+    /// Most PutShard and GetShard streams open at once over all
+    /// connections (default 4096). One more is refused at once with
+    /// `RESOURCE_EXHAUSTED` ("datanode busy"), which the gateway handles as
+    /// a failed shard of a busy node (writes and reads use the other shards).
+    pub max_shard_streams: usize,
+    /// Most concurrent gRPC streams (requests) per connection, e.g. per
+    /// gateway (default 1024): HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`,
+    /// and requests past it on one connection wait.
+    pub max_streams_per_connection: u32,
 }
 
 /// Longest `zone` / `host` label (bytes).
@@ -143,6 +156,8 @@ impl Default for Config {
             metrics_listen: None,
             zone: String::new(),
             host: None,
+            max_shard_streams: DEFAULT_MAX_SHARD_STREAMS,
+            max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
         }
     }
 }
@@ -180,6 +195,8 @@ pub enum ConfigError {
         "{field} label {value:?} is longer than {MAX_LABEL_LEN} bytes, empty or has control characters"
     )]
     BadLabel { field: &'static str, value: String },
+    #[error("`{0}` must be greater than zero")]
+    Zero(&'static str),
 }
 
 impl Config {
@@ -248,6 +265,12 @@ impl Config {
                 field: "host",
                 value: h.clone(),
             });
+        }
+        if self.max_shard_streams == 0 {
+            return Err(ConfigError::Zero("max_shard_streams"));
+        }
+        if self.max_streams_per_connection == 0 {
+            return Err(ConfigError::Zero("max_streams_per_connection"));
         }
         Ok(())
     }

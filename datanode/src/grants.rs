@@ -137,6 +137,17 @@ impl CreditHub {
         Ok(())
     }
 
+    /// The write budget shared among gateways, bytes.
+    pub(crate) fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Credit granted and not returned plus bytes received and not yet
+    /// fsynced: the part of the budget in use, bytes.
+    pub(crate) fn in_use(&self) -> u64 {
+        self.budget.saturating_sub(self.lock().ledger.available())
+    }
+
     /// Shard bytes of gateway `id` arrived.
     pub(crate) fn debit(&self, id: &str, bytes: u64) -> Debit {
         let mut state = self.lock();

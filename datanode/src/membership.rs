@@ -39,6 +39,8 @@ pub(crate) struct Membership<S> {
     /// Failure-domain labels (config `zone`, `host`).
     pub zone: String,
     pub host: String,
+    /// For the credit in use and the write budget reported to meta.
+    pub credits: Arc<crate::grants::CreditHub>,
 }
 
 /// The heartbeat of node `id` at `addr` on disk `disk_id`, from a fresh
@@ -60,6 +62,7 @@ pub(crate) fn heartbeat_request(
         used_bytes,
         zone: String::new(),
         host: String::new(),
+        ..Default::default()
     }
 }
 
@@ -93,6 +96,11 @@ impl<S: ShardStore> Membership<S> {
                     );
                     req.zone.clone_from(&self.zone);
                     req.host.clone_from(&self.host);
+                    // Load, for `sluice admin status`.
+                    req.credit_in_use_bytes = self.credits.in_use();
+                    req.write_budget_bytes = self.credits.budget();
+                    req.rss_bytes = sluice_meta::process_rss();
+                    req.memory_budget_bytes = self.credits.budget();
                     if req.writable != was_writable {
                         if req.writable {
                             tracing::info!(

@@ -19,6 +19,9 @@ pub const DISK_GENERATION: &str = "sluice_datanode_disk_generation";
 /// Counter: PutShard streams refused because the data dir is below its
 /// free-space reserve.
 pub const RESERVE_REFUSALS_TOTAL: &str = "sluice_datanode_reserve_refusals_total";
+/// Counter: PutShard and GetShard streams refused because
+/// `max_shard_streams` were open.
+pub const BUSY_REFUSALS_TOTAL: &str = "sluice_datanode_busy_refusals_total";
 
 /// Histogram: seconds per incremental fsync of a shard being written (every
 /// `credit_fsync_bytes`, or when its stream goes idle; releases credit).
@@ -67,6 +70,11 @@ pub fn describe() {
         RESERVE_REFUSALS_TOTAL,
         metrics::Unit::Count,
         "PutShard streams refused below the free-space reserve"
+    );
+    metrics::describe_counter!(
+        BUSY_REFUSALS_TOTAL,
+        metrics::Unit::Count,
+        "Shard streams refused because max_shard_streams were open"
     );
     metrics::describe_histogram!(
         CREDIT_FSYNC_SECONDS,
@@ -143,4 +151,9 @@ pub(crate) fn set_disk_generation(node: &str, generation: u64) {
 
 pub(crate) fn add_reserve_refusal(node: &str) {
     metrics::counter!(RESERVE_REFUSALS_TOTAL, "node" => node.to_string()).increment(1);
+}
+
+/// Counts one shard stream refused for `max_shard_streams` ([`BUSY_REFUSALS_TOTAL`]).
+pub fn count_busy_refusal(node: &str) {
+    metrics::counter!(BUSY_REFUSALS_TOTAL, "node" => node.to_string()).increment(1);
 }

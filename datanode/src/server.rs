@@ -104,6 +104,7 @@ pub async fn run(
         write_budget: config.write_budget(),
         credit_fsync_bytes: config.credit_fsync_bytes,
         credit_fsync_idle: config.credit_fsync_idle,
+        max_shard_streams: config.max_shard_streams,
     };
     let gc_meta = MetaClient::with_timeouts(
         config.meta_endpoints.clone(),
@@ -147,6 +148,7 @@ pub async fn run(
         store,
         zone: config.zone.clone(),
         host: config.host_label(),
+        credits: service.credit_hub(),
     };
     tasks.spawn(membership.run(cancel.clone()));
 
@@ -170,6 +172,10 @@ pub async fn run(
         .initial_connection_window_size(receive_window(options.write_budget))
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        // Streams per connection: refused past it by HTTP/2, and requests
+        // past it wait in the connection's concurrency limit.
+        .max_concurrent_streams(config.max_streams_per_connection)
+        .concurrency_limit_per_connection(config.max_streams_per_connection as usize)
         .add_service(service.into_server())
         .serve_with_incoming_shutdown(incoming, stop_accepting.clone().cancelled_owned());
 

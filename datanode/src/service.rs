@@ -50,7 +50,7 @@ use sluice_proto::datanode::{
     NodeStatusRequest, NodeStatusResponse, PutShardRequest, PutShardResponse, ShardBlock,
     ShardInfo,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -89,6 +89,9 @@ pub(crate) struct ServiceOptions {
     pub(crate) credit_fsync_bytes: u64,
     /// …or after this long without a block.
     pub(crate) credit_fsync_idle: Duration,
+    /// Most PutShard and GetShard streams open at once, all connections
+    /// together; one more is refused with `RESOURCE_EXHAUSTED`.
+    pub(crate) max_shard_streams: usize,
 }
 
 /// Serves one datanode's shards.
@@ -108,6 +111,9 @@ pub(crate) struct DatanodeService<S> {
     locks: BlobLocks,
     /// Free space against `reserved_free_bytes`.
     space: Arc<DiskSpace>,
+    /// One permit per open PutShard or GetShard stream
+    /// (`max_shard_streams` in all).
+    shard_streams: Arc<Semaphore>,
 }
 
 impl<S: ShardStore> DatanodeService<S> {
@@ -131,6 +137,7 @@ impl<S: ShardStore> DatanodeService<S> {
             tasks,
             locks,
             space,
+            shard_streams: Arc::new(Semaphore::new(options.max_shard_streams.max(1))),
         };
         service.publish_stats();
         service
@@ -140,6 +147,26 @@ impl<S: ShardStore> DatanodeService<S> {
         DatanodeServer::new(self)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// A permit for one more shard stream, or `RESOURCE_EXHAUSTED` when
+    /// `max_shard_streams` are open (the gateway treats it like any failed
+    /// shard stream of a busy node: it writes or reads the other shards).
+    fn shard_stream_permit(&self) -> Result<OwnedSemaphorePermit, Status> {
+        Arc::clone(&self.shard_streams)
+            .try_acquire_owned()
+            .map_err(|_| {
+                metrics::count_busy_refusal(&self.node_label);
+                Status::resource_exhausted(format!(
+                    "datanode {} busy: {} shard streams open (max_shard_streams)",
+                    self.options.node_id, self.options.max_shard_streams
+                ))
+            })
+    }
+
+    /// The credit hub (shared with the heartbeat, which reports its use).
+    pub(crate) fn credit_hub(&self) -> Arc<CreditHub> {
+        Arc::clone(&self.credits)
     }
 
     fn publish_stats(&self) {
@@ -313,6 +340,7 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
         &self,
         request: Request<Streaming<PutShardRequest>>,
     ) -> Result<Response<PutShardResponse>, Status> {
+        let _stream = self.shard_stream_permit()?;
         let result = tokio::select! {
             () = self.cancel.cancelled() => Err(RequestError::ShuttingDown.into()),
             r = self.put(request.into_inner()) => r,
@@ -329,6 +357,7 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
         &self,
         request: Request<GetShardRequest>,
     ) -> Result<Response<Self::GetShardStream>, Status> {
+        let stream = self.shard_stream_permit()?;
         let req = request.into_inner();
         let key = ShardKey::new(req.blob_id, req.shard_index)?;
         let mut reader = self
@@ -347,6 +376,7 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
             self.options.node_id,
         );
         self.tasks.spawn(async move {
+            let _stream = stream;
             loop {
                 let next = tokio::select! {
                     () = cancel.cancelled() => Some(Err(Status::from(RequestError::ShuttingDown))),

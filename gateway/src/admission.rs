@@ -41,9 +41,15 @@
 //!     being cut into stripes (a slice of an earlier read buffer, at most as
 //!     large); HTTP/2 client connections: their receive windows
 //!     (`HTTP2_CONNECTION_WINDOW_BYTES`, 1 MiB). See `crate::server`.
+//!     Connections served at once ≤ `max_connections` (default 1024);
+//!     HTTP/2 is off unless `http2 = true`. Connections that have not sent
+//!     their first byte yet ≤ `max_pending_connections` (default 4096),
+//!     each a socket and a small task without buffers (see
+//!     `crate::listener`).
 //!   - per request with a signed `aws-chunked` body: one chunk, which s3s
 //!     holds whole to check its signature (clients that sign chunks send
-//!     64-128 KiB). Unsigned chunks are re-framed to at most 64 KiB
+//!     64-128 KiB); a larger chunk than `max_aws_chunk_bytes` (default
+//!     16 MiB) is refused before its data is read. Unsigned chunks are re-framed to at most 64 KiB
 //!     (`crate::aws_chunked`).
 //!   - per open `GetShard` stream: unread read-ahead, at most
 //!     `STREAM_WINDOW_BYTES` (256 KiB; see `crate::datanodes`).

@@ -324,7 +324,10 @@ impl BlobStore {
             }
         }
         let epochs = WriteEpochs::start(
-            Arc::new(MetaEpochService::new(meta.clone(), gateway_id.clone())),
+            Arc::new(
+                MetaEpochService::new(meta.clone(), gateway_id.clone())
+                    .with_memory_budget(config.buffer_budget.saturating_add(config.read_budget)),
+            ),
             EpochConfig {
                 rotation: config.epoch_rotation,
                 start_deadline: START_DEADLINE.saturating_sub(started.elapsed()),

@@ -58,8 +58,47 @@ pub struct Config {
     pub datanode_refresh_interval: Duration,
     /// Depth, in shard blocks, of the bounded channel feeding each shard stream (default 4).
     pub shard_channel_depth: usize,
-    /// Most S3 connections served at once; further clients wait in the TCP backlog (default 1024).
+    /// Most S3 connections served at once (default 1024). A connection takes
+    /// a slot once the first byte of its first request arrived; until then
+    /// it is pending (see `max_pending_connections`). A connection that has
+    /// sent bytes waits for a free slot before it is read further.
     pub max_connections: usize,
+    /// Most accepted connections that have not sent a byte yet (default
+    /// 4096; each costs a socket and a small task, no buffers). Past it the
+    /// gateway stops accepting (new clients wait in the TCP backlog) until
+    /// one sends or is closed after `header_read_timeout`.
+    pub max_pending_connections: usize,
+    /// How long a request head may take: from accepting a connection to the
+    /// first byte of its first request, and from the first byte of any
+    /// request head to the whole head (default 10 s). Then the connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// How long a keep-alive connection may sit with no request in progress
+    /// before the next request's first byte (default 60 s).
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// While the gateway waits for a request body, at least
+    /// `body_min_bytes` must arrive per `body_timeout` of waiting, or the
+    /// request fails with `400 RequestTimeout` and releases its buffers
+    /// (default 30 s; like nginx's `client_body_timeout`).
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// See `body_timeout` (integer or bytesize string, default 16 KiB).
+    #[serde(with = "byte_size_u64")]
+    pub body_min_bytes: u64,
+    /// Idle time of an S3 connection before TCP keepalive probes start
+    /// (default 60 s); `"0s"` turns TCP keepalive off.
+    #[serde(with = "humantime_serde")]
+    pub tcp_keepalive: Duration,
+    /// Serve HTTP/2 (h2c) to S3 clients as well as HTTP/1.1 (default false).
+    /// Each HTTP/2 connection may then hold its receive window
+    /// (`HTTP2_CONNECTION_WINDOW_BYTES`, 1 MiB) outside the budgets.
+    pub http2: bool,
+    /// Largest signed `aws-chunked` chunk accepted (default 16 MiB). s3s
+    /// holds a signed chunk whole to check its signature; a larger one is
+    /// refused with `400 InvalidRequest` before its data is read.
+    #[serde(with = "byte_size_u64")]
+    pub max_aws_chunk_bytes: u64,
     /// Most background deletions in flight of blobs this gateway wrote but
     /// whose commit meta refused (released blobs are deleted by meta, not
     /// here); a request that discards one while all are busy waits for a
@@ -151,7 +190,15 @@ impl Default for Config {
             write_quorum: None,
             datanode_refresh_interval: Duration::from_secs(2),
             shard_channel_depth: 4,
-            max_connections: 1024,
+            max_connections: crate::listener::DEFAULT_MAX_CONNECTIONS,
+            max_pending_connections: crate::listener::DEFAULT_MAX_PENDING_CONNECTIONS,
+            header_read_timeout: crate::listener::DEFAULT_HEADER_READ_TIMEOUT,
+            idle_timeout: crate::listener::DEFAULT_IDLE_TIMEOUT,
+            body_timeout: crate::listener::DEFAULT_BODY_TIMEOUT,
+            body_min_bytes: crate::listener::DEFAULT_BODY_MIN_BYTES,
+            tcp_keepalive: crate::listener::DEFAULT_TCP_KEEPALIVE,
+            http2: false,
+            max_aws_chunk_bytes: crate::listener::DEFAULT_MAX_AWS_CHUNK_BYTES,
             max_background_deletes: 64,
             shutdown_grace: Duration::from_secs(30),
             metrics_listen: None,
@@ -227,6 +274,15 @@ impl Config {
             ("block_size", self.block_size as usize),
             ("shard_channel_depth", self.shard_channel_depth),
             ("max_connections", self.max_connections),
+            ("max_pending_connections", self.max_pending_connections),
+            (
+                "body_min_bytes",
+                usize::try_from(self.body_min_bytes).unwrap_or(usize::MAX),
+            ),
+            (
+                "max_aws_chunk_bytes",
+                usize::try_from(self.max_aws_chunk_bytes).unwrap_or(usize::MAX),
+            ),
             ("max_background_deletes", self.max_background_deletes),
             ("max_inflight_requests", self.max_inflight_requests),
             ("heal_concurrency", self.heal_concurrency),
@@ -243,6 +299,9 @@ impl Config {
             ("heal_interval", self.heal_interval),
             ("audit_interval", self.audit_interval),
             ("node_down_after", self.node_down_after),
+            ("header_read_timeout", self.header_read_timeout),
+            ("idle_timeout", self.idle_timeout),
+            ("body_timeout", self.body_timeout),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::Zero(name));
@@ -293,6 +352,27 @@ impl Config {
     /// (the k data blocks plus the m parity blocks encoded from them).
     pub fn stripe_charge(&self) -> u64 {
         u64::from(self.data_shards.saturating_add(self.parity_shards)) * u64::from(self.block_size)
+    }
+
+    /// The S3 listener's limits.
+    pub fn listener_limits(&self) -> crate::listener::ListenerLimits {
+        crate::listener::ListenerLimits {
+            max_connections: self.max_connections,
+            max_pending_connections: self.max_pending_connections,
+            header_read_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
+            tcp_keepalive: (!self.tcp_keepalive.is_zero()).then_some(self.tcp_keepalive),
+            http2: self.http2,
+        }
+    }
+
+    /// The limits on request bodies.
+    pub fn body_limits(&self) -> crate::listener::BodyLimits {
+        crate::listener::BodyLimits {
+            body_timeout: self.body_timeout,
+            body_min_bytes: self.body_min_bytes,
+            max_aws_chunk_bytes: self.max_aws_chunk_bytes,
+        }
     }
 
     /// The write quorum in effect: the configured one, else `k + 1`.

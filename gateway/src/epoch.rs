@@ -65,6 +65,9 @@ pub trait EpochService: Send + Sync + 'static {
 pub struct MetaEpochService {
     meta: MetaClient,
     gateway_id: String,
+    /// Sum of this gateway's memory budgets, reported with each renewal
+    /// together with the process's RSS (`sluice admin status`).
+    memory_budget: u64,
 }
 
 impl MetaEpochService {
@@ -73,7 +76,14 @@ impl MetaEpochService {
         MetaEpochService {
             meta,
             gateway_id: gateway_id.into(),
+            memory_budget: 0,
         }
+    }
+
+    /// Reports `budget` (bytes) and the process's RSS with each renewal.
+    pub fn with_memory_budget(mut self, budget: u64) -> Self {
+        self.memory_budget = budget;
+        self
     }
 }
 
@@ -84,7 +94,9 @@ impl EpochService for MetaEpochService {
     }
 
     async fn renew(&self, epoch: u64) -> Result<(), MetaError> {
-        self.meta.renew_epoch(epoch).await
+        self.meta
+            .renew_epoch_reporting(epoch, sluice_meta::process_rss(), self.memory_budget)
+            .await
     }
 }
 

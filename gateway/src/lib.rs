@@ -16,6 +16,9 @@
 //! * [`config`] — [`Config`] (TOML) and its validation.
 //! * [`server`] — [`run`]: admission, the s3s service over hyper, request
 //!   ids, graceful shutdown.
+//! * [`health`] — `/health/live` and `/health/ready`.
+//! * [`listener`] — S3 listener hardening: pending connections and slots,
+//!   header, idle and body timeouts, the signed aws-chunked chunk cap.
 //! * [`admission`] — the in-flight limit and the FIFO byte budgets (pure, RAII guards).
 //! * [`credit`] — the datanode credit streams (the gateway side of the protocol).
 //! * [`metrics`] — Prometheus metric names.
@@ -32,7 +35,9 @@ pub mod datanodes;
 pub mod epoch;
 pub mod erasure;
 pub mod heal;
+pub mod health;
 pub mod layout;
+pub mod listener;
 pub mod metrics;
 pub mod placement;
 pub mod s3;

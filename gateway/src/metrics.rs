@@ -23,6 +23,9 @@ pub const SLOWDOWN_TOTAL: &str = "sluice_gateway_slowdown_total";
 /// when s3s could not route the request): seconds from the request head
 /// to the end of the response body.
 pub const REQUEST_DURATION_SECONDS: &str = "sluice_gateway_request_duration_seconds";
+/// Counter: S3 connections closed because they sent nothing within
+/// `header_read_timeout` of being accepted.
+pub const SILENT_CONNECTIONS_TOTAL: &str = "sluice_gateway_silent_connections_total";
 /// Gauge: requests admitted and not finished.
 pub const INFLIGHT_REQUESTS: &str = "sluice_gateway_inflight_requests";
 /// Gauge, label `datanode`: credit granted by that datanode and not yet spent.
@@ -70,6 +73,11 @@ impl SlowDownReason {
 /// Counts one `503 SlowDown` answered for `reason`.
 pub fn count_slowdown(reason: SlowDownReason) {
     metrics::counter!(SLOWDOWN_TOTAL, "reason" => reason.as_str()).increment(1);
+}
+
+/// Counts one connection closed for sending nothing ([`SILENT_CONNECTIONS_TOTAL`]).
+pub fn count_silent_connection() {
+    metrics::counter!(SILENT_CONNECTIONS_TOTAL).increment(1);
 }
 
 /// Records one request of S3 operation `op` that took `seconds`.
@@ -121,6 +129,11 @@ pub fn describe() {
         READ_BUFFER_WAITING_REQUESTS,
         Unit::Count,
         "Reads waiting for a read buffer"
+    );
+    metrics::describe_counter!(
+        SILENT_CONNECTIONS_TOTAL,
+        Unit::Count,
+        "S3 connections closed for sending nothing within the header timeout"
     );
     metrics::describe_counter!(
         SLOWDOWN_TOTAL,

@@ -41,6 +41,10 @@ use crate::admission::{GatewayStats, InflightGuard, InflightLimiter};
 use crate::aws_chunked::{self, Rechunked};
 use crate::blob::{BlobError, BlobStore, BlobStoreConfig};
 use crate::config::{Config, ConfigError, DEFAULT_MAX_INFLIGHT_REQUESTS};
+use crate::health::{self, GatewayHealth};
+use crate::listener::{
+    self, ActiveRequest, BodyLimits, ChunkCap, ConnActivity, ListenerLimits, MinRateBody, WatchedIo,
+};
 use crate::metrics::{self, SlowDownReason};
 use crate::s3::Gateway;
 use crate::s3::bucket::BucketNameRules;
@@ -90,6 +94,10 @@ impl RequestId {
 pub struct SluiceService {
     inner: S3Service,
     limiter: Arc<InflightLimiter>,
+    body_limits: BodyLimits,
+    /// Answers unsigned `GET /health/live|ready` (see [`crate::health`]);
+    /// `None`: those paths are ordinary S3 requests.
+    health: Option<Arc<GatewayHealth>>,
 }
 
 /// Where the s3s access hook puts the name of the S3 operation it routed a
@@ -149,14 +157,61 @@ pub fn s3_service_with_limiter(
     SluiceService {
         inner: builder.build(),
         limiter,
+        body_limits: BodyLimits::default(),
+        health: None,
     }
 }
 
 impl SluiceService {
+    /// This service with request bodies held to `limits`.
+    pub fn with_body_limits(mut self, limits: BodyLimits) -> Self {
+        self.body_limits = limits;
+        self
+    }
+
+    /// This service answering health checks from `health`.
+    pub fn with_health(mut self, health: Arc<GatewayHealth>) -> Self {
+        self.health = Some(health);
+        self
+    }
+
+    /// The answer to an unsigned `GET`/`HEAD` of a health path, if `req` is one.
+    async fn health_check<B>(&self, req: &Request<B>) -> Option<HttpResponse> {
+        let health = self.health.as_ref()?;
+        if !matches!(*req.method(), http::Method::GET | http::Method::HEAD)
+            || req.headers().contains_key(http::header::AUTHORIZATION)
+            || req
+                .uri()
+                .query()
+                .is_some_and(|q| q.contains("X-Amz-Signature") || q.contains("Signature="))
+        {
+            return None;
+        }
+        let answer = match req.uri().path() {
+            health::LIVE_PATH => health.live(),
+            health::READY_PATH => health.ready().await,
+            _ => return None,
+        };
+        let mut resp = HttpResponse::new(if *req.method() == http::Method::HEAD {
+            s3s::Body::empty()
+        } else {
+            s3s::Body::from(format!("{}\n", answer.reason))
+        });
+        *resp.status_mut() = answer.status();
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        Some(resp)
+    }
+
     /// Serves one request (any body type s3s accepts). Past
     /// `max_inflight_requests` it answers `503 SlowDown` at once, without
     /// touching the body.
     pub async fn call(&self, req: Request<s3s::Body>) -> Result<HttpResponse, HttpError> {
+        if let Some(resp) = self.health_check(&req).await {
+            return Ok(resp);
+        }
         let started = Instant::now();
         let request_id = RequestId::new();
         let resource = req.uri().path().to_string();
@@ -168,11 +223,25 @@ impl SluiceService {
         };
         let span = tracing::info_span!("s3", request_id = %request_id.0, method = %req.method(), path = %resource);
         let op = OpName::default();
-        // Unsigned aws-chunked bodies are re-framed into small chunks, or
-        // s3s would hold each client-sized chunk (a whole part, for some
-        // SDKs) before the write budget is asked for it.
-        let mut req = if aws_chunked::is_unsigned_chunked(req.headers()) {
-            req.map(|body| s3s::Body::http_body(Rechunked::new(body)))
+        // A body must keep arriving (`body_timeout`). Unsigned aws-chunked
+        // bodies are re-framed into small chunks, or s3s would hold each
+        // client-sized chunk (a whole part, for some SDKs) before the write
+        // budget is asked for it; signed chunks, which s3s must hold whole,
+        // are refused past `max_aws_chunk_bytes`.
+        let mut req = if has_body(&req) {
+            let limits = self.body_limits;
+            let unsigned = aws_chunked::is_unsigned_chunked(req.headers());
+            let signed = listener::is_signed_chunked(req.headers());
+            req.map(|body| {
+                let body = MinRateBody::new(body, limits.body_timeout, limits.body_min_bytes);
+                if unsigned {
+                    s3s::Body::http_body(Rechunked::new(body))
+                } else if signed {
+                    s3s::Body::http_body(ChunkCap::new(body, limits.max_aws_chunk_bytes))
+                } else {
+                    s3s::Body::http_body(body)
+                }
+            })
         } else {
             req
         };
@@ -266,17 +335,22 @@ fn inflight_slow_down<B>(req: &Request<B>, request_id: &str, resource: &str) -> 
     if let Ok(v) = HeaderValue::from_str(request_id) {
         headers.insert("x-amz-request-id", v);
     }
-    let has_body = req.headers().contains_key(http::header::TRANSFER_ENCODING)
+    if has_body(req) && req.version() < http::Version::HTTP_2 {
+        headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+/// Whether `req` announces a body: `Transfer-Encoding`, or a
+/// `Content-Length` above zero.
+fn has_body<B>(req: &Request<B>) -> bool {
+    req.headers().contains_key(http::header::TRANSFER_ENCODING)
         || req
             .headers()
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|n| n > 0);
-    if has_body && req.version() < http::Version::HTTP_2 {
-        headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    resp
+            .is_some_and(|n| n > 0)
 }
 
 impl hyper::service::Service<Request<Incoming>> for SluiceService {
@@ -442,6 +516,7 @@ pub async fn run_with_meta(
             blobs.epochs().clone(),
         )
     });
+    let meta_for_health = meta.clone();
     let gateway = Gateway::new(
         meta,
         blobs.clone(),
@@ -449,24 +524,35 @@ pub async fn run_with_meta(
         config.max_background_deletes,
     );
     let limiter = InflightLimiter::new(config.max_inflight_requests, stats);
+    let health = Arc::new(GatewayHealth::new(
+        meta_for_health,
+        config.effective_write_quorum() as usize,
+    ));
     let service = s3_service_with_limiter(
         gateway.clone(),
         &config.access_key,
         &config.secret_key,
         limiter,
-    );
+    )
+    .with_body_limits(config.body_limits())
+    .with_health(health);
     match listener.local_addr() {
         Ok(addr) => tracing::info!(%addr, region = %config.region, "S3 gateway listening"),
         Err(e) => tracing::warn!(error = %e, "S3 gateway listening on an unknown address"),
     }
-    serve(
-        listener,
-        service,
-        shutdown,
-        config.max_connections,
-        config.shutdown_grace,
-    )
-    .await;
+    let limits = config.listener_limits();
+    tracing::info!(
+        max_connections = limits.max_connections,
+        max_pending_connections = limits.max_pending_connections,
+        header_read_timeout = ?limits.header_read_timeout,
+        idle_timeout = ?limits.idle_timeout,
+        body_timeout = ?config.body_timeout,
+        body_min_bytes = config.body_min_bytes,
+        max_aws_chunk_bytes = config.max_aws_chunk_bytes,
+        http2 = limits.http2,
+        "S3 listener limits"
+    );
+    serve(listener, service, shutdown, limits, config.shutdown_grace).await;
     gateway.drain().await;
     if let Some(heal) = heal {
         heal.stop().await;
@@ -476,37 +562,105 @@ pub async fn run_with_meta(
     Ok(())
 }
 
-/// Accepts connections until `shutdown`, at most `max_connections` at once,
-/// then shuts every connection down gracefully, aborting those still open
-/// after `grace`.
+/// The service of one client connection: [`SluiceService`], counting
+/// requests in progress for the connection's header and idle timeouts.
+#[derive(Clone)]
+struct ConnService {
+    inner: SluiceService,
+    activity: Arc<ConnActivity>,
+}
+
+impl hyper::service::Service<Request<Incoming>> for ConnService {
+    type Response = HttpResponse;
+    type Error = HttpError;
+    type Future = BoxFuture<'static, Result<HttpResponse, HttpError>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let service = self.inner.clone();
+        let active = self.activity.request_started();
+        Box::pin(async move {
+            let mut resp = service.call(req.map(s3s::Body::from)).await?;
+            let body = std::mem::take(resp.body_mut());
+            *resp.body_mut() = s3s::Body::http_body(ActiveBody {
+                inner: body,
+                _active: active,
+            });
+            Ok(resp)
+        })
+    }
+}
+
+/// A response body that keeps its connection's request counted as in
+/// progress until hyper drops it (sent, or the client went away).
+struct ActiveBody {
+    inner: s3s::Body,
+    _active: ActiveRequest,
+}
+
+impl hyper::body::Body for ActiveBody {
+    type Data = Bytes;
+    type Error = StdError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, StdError>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Accepts connections until `shutdown` within `limits` (see
+/// [`crate::listener`]), then shuts every connection down gracefully,
+/// aborting those still open after `grace`.
+///
+/// Bounds: at most `max_pending_connections` connections wait for their
+/// first byte and at most `max_connections` are served; the task set holds
+/// one task per open connection, so at most the sum of both.
 async fn serve(
     listener: TcpListener,
     service: SluiceService,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    max_connections: usize,
+    limits: ListenerLimits,
     grace: Duration,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
+        // Head and idle timeouts are the connection task's (hyper's header
+        // timer would also cut idle keep-alive connections).
+        .header_read_timeout(None)
         .max_buf_size(HTTP1_MAX_BUF_BYTES);
     builder
         .http2()
         .timer(TokioTimer::new())
         .initial_stream_window_size(HTTP2_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(HTTP2_CONNECTION_WINDOW_BYTES);
-    let slots = Arc::new(Semaphore::new(max_connections.max(1)));
+    let builder = Arc::new(if limits.http2 {
+        builder
+    } else {
+        builder.http1_only()
+    });
+    let pending = Arc::new(Semaphore::new(limits.max_pending_connections.max(1)));
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections: JoinSet<()> = JoinSet::new();
     tokio::pin!(shutdown);
 
     loop {
         while connections.try_join_next().is_some() {}
-        let slot = tokio::select! {
+        let waiting = tokio::select! {
             () = &mut shutdown => break,
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
+            permit = pending.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
                 Err(_) => break,
             },
         };
@@ -524,15 +678,53 @@ async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "setting TCP_NODELAY");
         }
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), service.clone())
-            .into_owned();
+        if let Some(idle) = limits.tcp_keepalive
+            && let Err(e) = listener::set_tcp_keepalive(&stream, idle)
+        {
+            tracing::debug!(error = %e, "setting TCP keepalive");
+        }
         let mut stop = stop_rx.clone();
+        let (builder, slots, service) = (Arc::clone(&builder), Arc::clone(&slots), service.clone());
         connections.spawn(async move {
-            let _slot = slot;
+            // Pending: the first byte must come within the header timeout.
+            let alive = tokio::select! {
+                alive = tokio::time::timeout(limits.header_read_timeout, listener::first_byte(&stream)) => alive,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            match alive {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(_) => {
+                    metrics::count_silent_connection();
+                    tracing::debug!(%peer, "S3 connection sent nothing within the header timeout; closed");
+                    return;
+                }
+            }
+            let _slot = tokio::select! {
+                slot = slots.acquire_owned() => match slot {
+                    Ok(slot) => slot,
+                    Err(_) => return,
+                },
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            drop(waiting);
+            let activity = ConnActivity::new_with_head();
+            let io = TokioIo::new(WatchedIo::new(stream, Arc::clone(&activity)));
+            let conn = builder.serve_connection(
+                io,
+                ConnService {
+                    inner: service,
+                    activity: Arc::clone(&activity),
+                },
+            );
             tokio::pin!(conn);
             let mut stopping = false;
             loop {
+                let deadline = activity
+                    .deadline(limits.header_read_timeout, limits.idle_timeout)
+                    .unwrap_or_else(|| {
+                        Instant::now() + limits.header_read_timeout.min(limits.idle_timeout)
+                    });
                 tokio::select! {
                     result = conn.as_mut() => {
                         if let Err(e) = result {
@@ -543,6 +735,15 @@ async fn serve(
                     _ = stop.wait_for(|s| *s), if !stopping => {
                         stopping = true;
                         conn.as_mut().graceful_shutdown();
+                    }
+                    () = tokio::time::sleep_until(deadline.into()) => {
+                        let expired = activity
+                            .deadline(limits.header_read_timeout, limits.idle_timeout)
+                            .is_some_and(|d| d <= Instant::now());
+                        if expired {
+                            tracing::debug!(%peer, "S3 connection idle or its request head too slow; closed");
+                            break;
+                        }
                     }
                 }
             }

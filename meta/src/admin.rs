@@ -12,11 +12,14 @@
 mod datanodes;
 pub(crate) mod members;
 
+pub(crate) mod status;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_proto::admin as apb;
 use sluice_proto::admin::admin_server::Admin;
+use sluice_proto::admin::{StatusRequest, StatusResponse};
 use tonic::{Request, Response, Status};
 
 use crate::liveness::Liveness;
@@ -32,6 +35,10 @@ pub(crate) struct AdminService<K: KvStore> {
     pub(crate) liveness: Arc<Liveness>,
     /// Meta membership changes (one at a time per node).
     pub(crate) members: Arc<members::Members>,
+    /// Loads reported by datanodes and gateways (`status`).
+    pub(crate) loads: Arc<status::Loads>,
+    /// This node's memory budgets (the sled cache), for `status`.
+    pub(crate) memory_budget: u64,
 }
 
 fn catch_up(ms: Option<u64>) -> Option<Duration> {
@@ -109,5 +116,22 @@ impl<K: KvStore + 'static> Admin for AdminService<K> {
         Ok(Response::new(
             self.remove_datanode_admin(request.into_inner()).await?,
         ))
+    }
+
+    // ---- ops
+    async fn status(
+        &self,
+        _request: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, tonic::Status> {
+        status::status(status::StatusSources {
+            node_id: self.node_id,
+            raft: &self.raft,
+            kv: self.kv.as_ref(),
+            liveness: &self.liveness,
+            loads: &self.loads,
+            memory_budget: self.memory_budget,
+        })
+        .await
+        .map(Response::new)
     }
 }

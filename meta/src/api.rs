@@ -30,6 +30,8 @@ pub(crate) struct MetaService<K: KvStore> {
     /// How long a released blob's shards stay readable before Collectable
     /// lets datanodes delete them (`docs/durability.md` §4).
     pub(crate) delete_delay: Duration,
+    /// Loads datanodes and gateways report, for `sluice admin status`.
+    pub(crate) loads: Arc<crate::admin::status::Loads>,
 }
 
 /// `true` when a registration of (addr, disk_id) under the id of `recorded`
@@ -375,6 +377,7 @@ impl<K: KvStore> Meta for MetaService<K> {
                 .await?,
             )?;
         }
+        self.loads.datanode(r.id, &r);
         self.liveness.beat_with(
             r.id,
             Capacity {
@@ -449,10 +452,16 @@ impl<K: KvStore> Meta for MetaService<K> {
         &self,
         request: Request<pb::RenewEpochRequest>,
     ) -> Result<Response<pb::RenewEpochResponse>, Status> {
-        let applied = self
-            .write(Command::RenewEpoch(request.into_inner()))
-            .await?;
+        let mut r = request.into_inner();
+        // Memory figures stay in leader memory, out of the Raft log.
+        let (rss, budget) = (r.rss_bytes, r.memory_budget_bytes);
+        (r.rss_bytes, r.memory_budget_bytes) = (0, 0);
+        let epoch = r.epoch;
+        let applied = self.write(Command::RenewEpoch(r)).await?;
         done("RenewEpoch", &applied)?;
+        if rss > 0 || budget > 0 {
+            self.loads.gateway(epoch, rss, budget);
+        }
         Ok(Response::new(pb::RenewEpochResponse {}))
     }
 

@@ -585,9 +585,22 @@ impl MetaClient {
 
     /// Renews write epoch `epoch`; `EpochClosed` when it was closed.
     pub async fn renew_epoch(&self, epoch: u64) -> Result<(), MetaError> {
+        self.renew_epoch_reporting(epoch, 0, 0).await
+    }
+
+    /// [`MetaClient::renew_epoch`], reporting this gateway's RSS and the sum
+    /// of its memory budgets (kept in leader memory for `sluice admin status`).
+    pub async fn renew_epoch_reporting(
+        &self,
+        epoch: u64,
+        rss_bytes: u64,
+        memory_budget_bytes: u64,
+    ) -> Result<(), MetaError> {
         let req = pb::RenewEpochRequest {
             epoch,
             op_id: new_op_id(),
+            rss_bytes,
+            memory_budget_bytes,
         };
         self.call("RenewEpoch", |mut c| {
             let req = req.clone();

@@ -36,6 +36,7 @@
 //! see [`reclaimer`].
 
 mod admin;
+pub use admin::status::process_rss;
 mod api;
 pub mod client;
 pub mod config;

@@ -136,6 +136,7 @@ pub async fn run(
         .run(),
     );
 
+    let loads = Arc::new(crate::admin::status::Loads::default());
     let admin = AdminService {
         node_id: config.node_id,
         raft: raft.clone(),
@@ -145,6 +146,8 @@ pub async fn run(
             config.node_id,
             raft.clone(),
         )),
+        loads: Arc::clone(&loads),
+        memory_budget: config.sled_cache_bytes,
     };
     let meta = MetaService {
         node_id: config.node_id,
@@ -154,6 +157,7 @@ pub async fn run(
         // Collectable and the reclaimer must agree on when a released
         // blob's shards may go.
         delete_delay: config.delete_delay,
+        loads,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()

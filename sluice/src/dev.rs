@@ -190,12 +190,18 @@ pub async fn run(
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding metrics on {addr}"))?;
+            // Readiness of the whole dev cluster: the gateway's.
+            let ready = crate::health::gateway(
+                gateway_config.meta_endpoints.clone(),
+                gateway_config.effective_write_quorum() as usize,
+            );
             Some(telemetry::MetricsServer::start(
                 listener,
                 handle,
                 crate::ALLOCATOR,
                 &limit,
                 &budgets,
+                ready,
             )?)
         }
     };

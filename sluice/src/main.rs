@@ -22,11 +22,14 @@
 //! * [`admin`]: `sluice admin` (operate a running cluster).
 //! * [`dev`]: `sluice dev`.
 //! * [`budget`]: the memory limit and the budget defaults derived from it.
-//! * [`telemetry`]: the Prometheus recorder, process gauges and `/metrics`.
+//! * [`telemetry`]: the Prometheus recorder, process gauges, `/metrics`
+//!   and `/health/live|ready`.
+//! * [`health`]: each role's readiness probe.
 
 mod admin;
 mod budget;
 mod dev;
+mod health;
 mod malloc;
 mod telemetry;
 
@@ -124,7 +127,9 @@ fn main() -> anyhow::Result<()> {
                 let config: sluice_meta::Config = load_config(&config)?;
                 let limit = budget::detect_memory_limit();
                 let budgets = budget::meta_budgets(&config);
-                let _metrics = start_process(config.metrics_listen, &limit, &budgets).await?;
+                let ready = health::meta(config.listen, config.node_id);
+                let _metrics =
+                    start_process(config.metrics_listen, &limit, &budgets, ready).await?;
                 let listener = bind(config.listen).await?;
                 sluice_meta::run(config, listener, shutdown_signal()).await?;
             }
@@ -133,7 +138,9 @@ fn main() -> anyhow::Result<()> {
                 let limit = budget::detect_memory_limit();
                 let budgets =
                     budget::apply_datanode(&mut config, budget::DATANODE_WRITE, limit.bytes);
-                let _metrics = start_process(config.metrics_listen, &limit, &budgets).await?;
+                let ready = health::datanode(config.meta_endpoints.clone(), config.node_id);
+                let _metrics =
+                    start_process(config.metrics_listen, &limit, &budgets, ready).await?;
                 let listener = bind(config.listen).await?;
                 sluice_datanode::run(config, listener, shutdown_signal()).await?;
             }
@@ -142,7 +149,12 @@ fn main() -> anyhow::Result<()> {
                 let limit = budget::detect_memory_limit();
                 let budgets =
                     budget::apply_gateway(&mut config, budget::GATEWAY_BUFFER, limit.bytes);
-                let _metrics = start_process(config.metrics_listen, &limit, &budgets).await?;
+                let ready = health::gateway(
+                    config.meta_endpoints.clone(),
+                    config.effective_write_quorum() as usize,
+                );
+                let _metrics =
+                    start_process(config.metrics_listen, &limit, &budgets, ready).await?;
                 let listener = bind(config.listen).await?;
                 sluice_gateway::run(config, listener, shutdown_signal()).await?;
             }
@@ -155,12 +167,13 @@ fn main() -> anyhow::Result<()> {
 
 /// Logs the allocator, memory limit and every effective budget, then, if
 /// `metrics_listen` is set, installs the Prometheus recorder and serves
-/// `/metrics` there (until the returned server is dropped). Call it before
-/// starting any role.
+/// `/metrics` and `/health/live|ready` (readiness from `ready`) there
+/// (until the returned server is dropped). Call it before starting any role.
 async fn start_process(
     metrics_listen: Option<std::net::SocketAddr>,
     limit: &budget::MemoryLimit,
     budgets: &[budget::Budget],
+    ready: telemetry::ReadyProbe,
 ) -> anyhow::Result<Option<telemetry::MetricsServer>> {
     log_memory(limit, budgets);
     let Some(addr) = metrics_listen else {
@@ -170,8 +183,9 @@ async fn start_process(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding metrics on {addr}"))?;
-    let server = telemetry::MetricsServer::start(listener, handle, ALLOCATOR, limit, budgets)?;
-    tracing::info!(addr = %server.local_addr(), "serving Prometheus metrics on /metrics");
+    let server =
+        telemetry::MetricsServer::start(listener, handle, ALLOCATOR, limit, budgets, ready)?;
+    tracing::info!(addr = %server.local_addr(), "serving /metrics, /health/live and /health/ready");
     Ok(Some(server))
 }
 

@@ -1,4 +1,11 @@
-//! Prometheus metrics of a `sluice` process.
+//! Prometheus metrics and health checks of a `sluice` process.
+//!
+//! The listener of `metrics_listen` serves `GET /metrics`, `GET
+//! /health/live` (200 while the process runs) and `GET /health/ready`
+//! (the role's readiness, see [`crate::health`]): 200 or 503 with a
+//! one-line reason. Health shares the metrics listener, so a role has
+//! health checks on it exactly when `metrics_listen` is set (the gateway
+//! also answers both on its S3 port, unauthenticated).
 //!
 //! The role libraries record through the `metrics` facade; this module
 //! installs the process's one recorder (a Prometheus exporter), keeps the
@@ -37,7 +44,10 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+use sluice_gateway::health::{Health, LIVE_PATH, READY_PATH};
+
 use crate::budget::{Budget, MemoryLimit};
+pub use crate::health::ReadyProbe;
 
 /// Gauge: resident set size of this process, bytes.
 pub const RESIDENT_MEMORY_BYTES: &str = "sluice_process_resident_memory_bytes";
@@ -97,6 +107,7 @@ impl MetricsServer {
         allocator: &'static str,
         limit: &MemoryLimit,
         budgets: &[Budget],
+        ready: ReadyProbe,
     ) -> anyhow::Result<MetricsServer> {
         let local_addr = listener.local_addr()?;
         describe();
@@ -109,7 +120,7 @@ impl MetricsServer {
         }
         sample_rss();
         let sampler = tokio::spawn(sample_and_upkeep(handle.clone()));
-        let server = tokio::spawn(serve(listener, handle));
+        let server = tokio::spawn(serve(listener, handle, ready));
         Ok(MetricsServer {
             local_addr,
             tasks: vec![sampler, server],
@@ -185,7 +196,7 @@ pub fn parse_vm_rss(text: &str) -> Option<u64> {
 /// Accepts scrape connections, at most [`MAX_SCRAPE_CONNECTIONS`] at once,
 /// each closed after one request or [`SCRAPE_TIMEOUT`]. Runs until aborted;
 /// connection tasks end by themselves within the timeout.
-async fn serve(listener: TcpListener, handle: PrometheusHandle) {
+async fn serve(listener: TcpListener, handle: PrometheusHandle, ready: ReadyProbe) {
     let permits = Arc::new(Semaphore::new(MAX_SCRAPE_CONNECTIONS));
     loop {
         let Ok(permit) = permits.clone().acquire_owned().await else {
@@ -200,11 +211,25 @@ async fn serve(listener: TcpListener, handle: PrometheusHandle) {
                 continue;
             }
         };
-        let handle = handle.clone();
+        let (handle, ready) = (handle.clone(), Arc::clone(&ready));
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let response = respond(req.method(), req.uri().path(), &handle);
-                async move { Ok::<_, Infallible>(response) }
+                let (method, path) = (req.method().clone(), req.uri().path().to_string());
+                let (handle, ready) = (handle.clone(), Arc::clone(&ready));
+                async move {
+                    let health = match (&method, path.as_str()) {
+                        (&Method::GET | &Method::HEAD, LIVE_PATH) => {
+                            Some(Health::ok("live: process up"))
+                        }
+                        (&Method::GET | &Method::HEAD, READY_PATH) => Some(ready().await),
+                        _ => None,
+                    };
+                    let response = match health {
+                        Some(h) => health_response(&h),
+                        None => respond(&method, &path, &handle),
+                    };
+                    Ok::<_, Infallible>(response)
+                }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .keep_alive(false)
@@ -217,6 +242,17 @@ async fn serve(listener: TcpListener, handle: PrometheusHandle) {
             drop(permit);
         });
     }
+}
+
+/// A health answer: 200 or 503, the reason as one line of text.
+fn health_response(health: &Health) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(format!("{}\n", health.reason))));
+    *response.status_mut() = health.status();
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
 }
 
 /// `GET /metrics` renders the exposition; other paths 404, other methods 405.
@@ -287,7 +323,21 @@ mod tests {
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let server = tokio::spawn(serve(listener, handle));
+        let server = tokio::spawn(serve(
+            listener,
+            handle,
+            crate::health::fixed(Health::failing("not ready: test")),
+        ));
+
+        let live = request(addr, "GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(live.starts_with("HTTP/1.1 200 OK\r\n"), "{live}");
+        assert!(live.ends_with("\r\n\r\nlive: process up\n"), "{live}");
+        let ready = request(addr, "GET /health/ready HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(
+            ready.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{ready}"
+        );
+        assert!(ready.ends_with("\r\n\r\nnot ready: test\n"), "{ready}");
 
         let ok = request(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
@@ -325,7 +375,11 @@ mod tests {
         let recorder = builder().expect("builder").build_recorder();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let server = tokio::spawn(serve(listener, recorder.handle()));
+        let server = tokio::spawn(serve(
+            listener,
+            recorder.handle(),
+            crate::health::fixed(Health::ok("ready")),
+        ));
         let scrapes = (0..MAX_SCRAPE_CONNECTIONS * 3)
             .map(|_| request(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
         for response in futures::future::join_all(scrapes).await {

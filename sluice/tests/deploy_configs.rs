@@ -84,3 +84,21 @@ fn metrics_listen_examples() {
     assert_eq!(gateway.metrics_listen, addr("0.0.0.0:9090"));
     gateway.validate().expect("gateway.toml with metrics valid");
 }
+
+/// The S3 listener and datanode stream bounds in the examples are the defaults.
+#[test]
+fn listener_and_stream_bounds_are_the_defaults() {
+    let gateway: sluice_gateway::Config = toml::from_str(&deploy("gateway.toml")).unwrap();
+    let defaults = sluice_gateway::Config::default();
+    assert_eq!(gateway.listener_limits(), defaults.listener_limits());
+    assert_eq!(gateway.body_limits(), defaults.body_limits());
+    assert_eq!(gateway.max_aws_chunk_bytes, 16 * 1024 * 1024);
+    assert!(!gateway.http2);
+    let datanode: sluice_datanode::Config = toml::from_str(&deploy("datanode.toml")).unwrap();
+    let defaults = sluice_datanode::Config::default();
+    assert_eq!(datanode.max_shard_streams, defaults.max_shard_streams);
+    assert_eq!(
+        datanode.max_streams_per_connection,
+        defaults.max_streams_per_connection
+    );
+}

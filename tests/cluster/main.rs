@@ -22,16 +22,23 @@
 //! * `tiny_budgets` — flow control on 4 MiB budgets: 32 concurrent
 //!   multipart uploads complete within the gateway's buffer budget;
 //!   `max_inflight_requests` and `stall_timeout` answer `503 SlowDown`.
+//! * `admin_status` — `sluice.admin.Admin/Status` on a 3-voter cluster:
+//!   voters, datanode states (one stopped), gateway epochs and memory.
+//! * `listener` — S3 listener hardening (2,000 silent connections, a
+//!   stalled body, an oversized signed aws-chunked chunk) and the health
+//!   checks on the S3 port.
 //! * this file — S3 helpers shared by the tests (data, ETags, uploads, reads,
 //!   error assertions).
 //!
 //! Random data comes from a seed printed by each test; set
 //! `SLUICE_TEST_SEED` to replay one.
 
+mod admin_status;
 mod durability;
 mod fixtures;
 mod membership;
 mod meta_membership;
+mod listener;
 mod s3_errors;
 mod s3_listing;
 mod scenario;

@@ -149,6 +149,7 @@ impl Harness {
             write_budget: 1 << 20,
             credit_fsync_bytes: 64 * 1024,
             credit_fsync_idle: Duration::from_millis(5),
+            max_shard_streams: crate::config::DEFAULT_MAX_SHARD_STREAMS,
         };
         let service = DatanodeService::new(
             store.clone(),

@@ -243,6 +243,23 @@ pub fn body_error(io: &std::io::Error) -> S3Error {
         return blob_error_ref(source);
     }
     let text = error_chain(io);
+    // Raised by `crate::listener` below s3s; recognised by their text
+    // because s3s's aws-chunked decoder wraps them.
+    if text.contains("RequestBodyTimeout:") {
+        tracing::info!(error = %text, "request body made too little progress");
+        return custom(
+            "RequestTimeout",
+            StatusCode::BAD_REQUEST,
+            "Your socket connection to the server was not read from or written to within the timeout period.",
+        );
+    }
+    if let Some(at) = text.find("ChunkTooLarge: ") {
+        let message = text[at + "ChunkTooLarge: ".len()..]
+            .split(": ")
+            .next()
+            .unwrap_or("an aws-chunked chunk is too large");
+        return S3Error::with_message(S3ErrorCode::InvalidRequest, message.to_string());
+    }
     if text.contains("SignatureMismatch") {
         return S3Error::with_message(
             S3ErrorCode::SignatureDoesNotMatch,

@@ -8,9 +8,11 @@
 //! * `mod.rs`: the subcommand tree, [`AdminConn`] and [`connect`].
 //! * `meta.rs`: `sluice admin meta list|add|remove|replace` (meta voters).
 //! * [`datanodes`]: `sluice admin datanode list|drain|undrain|remove`.
+//! * `status.rs`: `sluice admin status [--json]`.
 
 mod datanodes;
 pub mod meta;
+pub mod status;
 
 use std::time::Duration;
 
@@ -49,6 +51,10 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: datanodes::DatanodeCommand,
     },
+    // ---- ops
+    /// The cluster at a glance: meta voters, datanodes, gateways, degraded
+    /// blobs and heal progress, memory against budgets.
+    Status(status::StatusArgs),
 }
 
 /// Total time a `sluice admin` call keeps retrying across meta nodes
@@ -73,5 +79,6 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
     match command {
         AdminCommand::Meta { conn, command } => meta::run(&conn, command).await,
         AdminCommand::Datanode { conn, command } => datanodes::run(&conn, command).await,
+        AdminCommand::Status(args) => status::run(args).await,
     }
 }

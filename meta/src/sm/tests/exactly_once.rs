@@ -341,6 +341,7 @@ fn epochs_open_renew_close_and_never_reopen() {
         Command::RenewEpoch(pb::RenewEpochRequest {
             epoch,
             op_id: String::new(),
+            ..Default::default()
         })
     };
     let Applied::Epoch(e1) = at(&kv, 1000, open("e-a")) else {

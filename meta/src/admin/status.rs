@@ -1,0 +1,365 @@
+//! `Status` (`sluice admin status`): the cluster at a glance, answered by
+//! the leader from its Raft metrics, the registry, liveness, open write
+//! epochs, the degraded index, heal intents, and the loads datanodes and
+//! gateways report ([`Loads`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use openraft::ServerState;
+use sluice_proto::admin as apb;
+use sluice_proto::error::not_leader;
+use sluice_proto::meta::meta_client::MetaClient as MetaRpcClient;
+use sluice_proto::meta::{self as pb};
+use tonic::Status;
+
+use crate::liveness::Liveness;
+use crate::raft::MetaRaft;
+use crate::sm;
+use crate::store::{KvStore, Space};
+
+/// Most degraded blobs counted per Status call (the index is scanned in
+/// pages up to this; more is reported as "at least").
+pub const DEGRADED_COUNT_LIMIT: usize = 100_000;
+/// Most heal intents counted per Status call.
+pub const HEAL_COUNT_LIMIT: usize = 100_000;
+/// Keys read per page while counting.
+const COUNT_PAGE: usize = 4096;
+/// How long the leader waits for each voter's own ClusterStatus.
+const VOTER_TIMEOUT: Duration = Duration::from_secs(1);
+/// Most open epochs listed per Status call.
+const EPOCH_LIMIT: usize = 10_000;
+/// Gateway load entries (one per renewed epoch) kept at most; the oldest
+/// are dropped past it.
+pub const MAX_GATEWAY_LOADS: usize = 4096;
+/// A gateway load entry not refreshed for this long is dropped.
+const GATEWAY_LOAD_TTL: Duration = Duration::from_secs(3600);
+
+/// Memory a process reported.
+#[derive(Debug, Clone, Copy)]
+struct Reported {
+    rss: u64,
+    budget: u64,
+    /// Leader wall clock of the report, ms since the Unix epoch.
+    ms: i64,
+    at: Instant,
+}
+
+impl Reported {
+    fn now(rss: u64, budget: u64) -> Self {
+        Reported {
+            rss,
+            budget,
+            ms: now_ms(),
+            at: Instant::now(),
+        }
+    }
+
+    fn to_proto(self) -> apb::ProcessMemory {
+        apb::ProcessMemory {
+            rss_bytes: self.rss,
+            budget_bytes: self.budget,
+            reported_ms: self.ms,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct DatanodeLoad {
+    credit_in_use: u64,
+    write_budget: u64,
+    memory: Reported,
+}
+
+#[derive(Debug, Default)]
+struct LoadState {
+    /// Datanode id -> its last heartbeat's load. Only registered ids are
+    /// recorded (the heartbeat handler registers first), so bounded by the
+    /// registry.
+    datanodes: HashMap<u64, DatanodeLoad>,
+    /// Write epoch -> the memory its gateway reported with its last
+    /// renewal; at most [`MAX_GATEWAY_LOADS`] entries.
+    gateways: HashMap<u64, Reported>,
+}
+
+/// Loads reported with datanode heartbeats and gateway epoch renewals,
+/// kept in this node's memory (never in the Raft log; a new leader learns
+/// them within one heartbeat or renewal).
+#[derive(Debug, Default)]
+pub(crate) struct Loads {
+    state: Mutex<LoadState>,
+}
+
+impl Loads {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LoadState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records the load of registered datanode `id` (from its heartbeat).
+    pub(crate) fn datanode(&self, id: u64, r: &pb::HeartbeatRequest) {
+        self.lock().datanodes.insert(
+            id,
+            DatanodeLoad {
+                credit_in_use: r.credit_in_use_bytes,
+                write_budget: r.write_budget_bytes,
+                memory: Reported::now(r.rss_bytes, r.memory_budget_bytes),
+            },
+        );
+    }
+
+    /// Records the memory of the gateway renewing `epoch`.
+    pub(crate) fn gateway(&self, epoch: u64, rss: u64, budget: u64) {
+        let mut s = self.lock();
+        s.gateways.retain(|_, r| r.at.elapsed() < GATEWAY_LOAD_TTL);
+        if s.gateways.len() >= MAX_GATEWAY_LOADS
+            && !s.gateways.contains_key(&epoch)
+            && let Some(oldest) = s.gateways.iter().min_by_key(|(_, r)| r.at).map(|(e, _)| *e)
+        {
+            s.gateways.remove(&oldest);
+        }
+        s.gateways.insert(epoch, Reported::now(rss, budget));
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Resident set size of this process (`VmRSS` of `/proc/self/status`), bytes; 0 when unknown.
+pub fn process_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
+            let mut fields = line["VmRSS:".len()..].split_whitespace();
+            let kib: u64 = fields.next()?.parse().ok()?;
+            (fields.next() == Some("kB")).then_some(kib.saturating_mul(1024))
+        })
+        .unwrap_or(0)
+}
+
+/// Keys of `space` counted up to `limit`; `(count, capped)`.
+fn count_keys<K: KvStore>(kv: &K, space: Space, limit: usize) -> Result<(u64, bool), Status> {
+    let mut count = 0usize;
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let start = match &after {
+            Some(k) => Bound::Excluded(k.as_slice()),
+            None => Bound::Unbounded,
+        };
+        let page = kv
+            .scan(space, start, Bound::Unbounded, COUNT_PAGE)
+            .map_err(|e| Status::internal(format!("reading {space:?}: {e}")))?;
+        count += page.len();
+        if count >= limit {
+            return Ok((limit as u64, true));
+        }
+        match page.last() {
+            Some((k, _)) if page.len() == COUNT_PAGE => after = Some(k.clone()),
+            _ => return Ok((count as u64, false)),
+        }
+    }
+}
+
+/// What `Status` needs of the meta node.
+pub(crate) struct StatusSources<'a, K: KvStore> {
+    pub(crate) node_id: u64,
+    pub(crate) raft: &'a MetaRaft,
+    pub(crate) kv: &'a K,
+    pub(crate) liveness: &'a Liveness,
+    pub(crate) loads: &'a Loads,
+    /// This node's memory budgets (the sled cache).
+    pub(crate) memory_budget: u64,
+}
+
+/// A voter's own view, from its `ClusterStatus`.
+async fn ask_voter(addr: String) -> Option<pb::ClusterStatusResponse> {
+    let endpoint = tonic::transport::Endpoint::from_shared(addr).ok()?;
+    let call = async {
+        let channel = endpoint
+            .connect_timeout(VOTER_TIMEOUT)
+            .connect()
+            .await
+            .ok()?;
+        MetaRpcClient::new(channel)
+            .cluster_status(pb::ClusterStatusRequest {})
+            .await
+            .ok()
+            .map(tonic::Response::into_inner)
+    };
+    tokio::time::timeout(VOTER_TIMEOUT, call)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The `Status` answer (on the leader; `NOT_LEADER` elsewhere).
+pub(crate) async fn status<K: KvStore>(
+    src: StatusSources<'_, K>,
+) -> Result<apb::StatusResponse, Status> {
+    let (term, applied, last_log, replication, voters) = {
+        let metrics = src.raft.metrics();
+        let m = metrics.borrow();
+        if !(m.state == ServerState::Leader && m.current_leader == Some(src.node_id)) {
+            let addr = m
+                .current_leader
+                .and_then(|id| m.membership_config.membership().get_node(&id))
+                .map(|n| n.addr.clone());
+            return Err(not_leader(m.current_leader, addr));
+        }
+        let membership = m.membership_config.membership();
+        let voters: Vec<(u64, String)> = membership
+            .voter_ids()
+            .map(|id| {
+                let addr = membership
+                    .get_node(&id)
+                    .map(|n| n.addr.clone())
+                    .unwrap_or_default();
+                (id, addr)
+            })
+            .collect();
+        let replication: BTreeMap<u64, u64> = m
+            .replication
+            .as_ref()
+            .map(|r| {
+                r.iter()
+                    .filter_map(|(id, log)| log.map(|l| (*id, l.index)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (
+            m.current_term,
+            m.last_applied.map_or(0, |l| l.index),
+            m.last_log_index.unwrap_or(0),
+            replication,
+            voters,
+        )
+    };
+
+    // Each voter's own term and applied index, asked in parallel.
+    let views =
+        futures::future::join_all(voters.iter().map(|(_, addr)| ask_voter(addr.clone()))).await;
+    let mut matched: Vec<u64> = Vec::with_capacity(voters.len());
+    let mut voter_status = Vec::with_capacity(voters.len());
+    for ((id, addr), view) in voters.iter().zip(views) {
+        let is_leader = *id == src.node_id;
+        let matched_index = if is_leader {
+            Some(last_log)
+        } else {
+            replication.get(id).copied()
+        };
+        matched.push(matched_index.unwrap_or(0));
+        voter_status.push(apb::MetaVoterStatus {
+            id: *id,
+            addr: addr.clone(),
+            leader: is_leader,
+            reachable: view.is_some(),
+            term: view.as_ref().map_or(0, |v| v.term),
+            applied_index: view.as_ref().map_or(0, |v| v.last_applied_index),
+            matched_index,
+        });
+    }
+    // The highest index a majority holds.
+    matched.sort_unstable_by(|a, b| b.cmp(a));
+    let commit_index = matched.get(matched.len() / 2).copied().unwrap_or(0);
+
+    let registry = sm::list_datanodes(src.kv).map_err(|e| Status::internal(e.to_string()))?;
+    let loads = src.loads.lock();
+    let datanodes = registry
+        .into_iter()
+        .map(|d| {
+            let l = src.liveness.status(d.id);
+            let load = loads.datanodes.get(&d.id);
+            let state = if !l.live {
+                "down"
+            } else if !l.capacity.writable {
+                "full"
+            } else {
+                "up"
+            };
+            apb::DatanodeStatus {
+                id: d.id,
+                addr: d.addr,
+                state: state.to_string(),
+                live: l.live,
+                last_heartbeat_ms: l.last_heartbeat_ms,
+                writable: l.capacity.writable,
+                free_bytes: l.capacity.free_bytes,
+                used_bytes: l.capacity.used_bytes,
+                credit_in_use_bytes: load.map_or(0, |x| x.credit_in_use),
+                write_budget_bytes: load.map_or(0, |x| x.write_budget),
+                memory: load.map(|x| x.memory.to_proto()),
+                disk_generation: d.disk_generation,
+                zone: String::new(),
+                host: String::new(),
+            }
+        })
+        .collect();
+
+    // Gateways: open write epochs grouped by the gateway that opened them.
+    let open = sm::epochs::list_open(src.kv, None, EPOCH_LIMIT)
+        .map_err(|e| Status::internal(e.to_string()))?;
+    let mut gateways: BTreeMap<String, apb::GatewayStatus> = BTreeMap::new();
+    for (epoch, record) in open {
+        let g = gateways
+            .entry(record.gateway_id.clone())
+            .or_insert_with(|| apb::GatewayStatus {
+                gateway_id: record.gateway_id.clone(),
+                ..Default::default()
+            });
+        g.open_epochs.push(epoch);
+        g.last_renewed_ms = g.last_renewed_ms.max(record.renewed_ms);
+        if let Some(r) = loads.gateways.get(&epoch)
+            && g.memory.as_ref().is_none_or(|m| m.reported_ms < r.ms)
+        {
+            g.memory = Some(r.to_proto());
+        }
+    }
+    drop(loads);
+
+    let (degraded_blobs, degraded_capped) =
+        count_keys(src.kv, Space::Degraded, DEGRADED_COUNT_LIMIT)?;
+    let (heals, _) = count_keys(src.kv, Space::HealIntents, HEAL_COUNT_LIMIT)?;
+    Ok(apb::StatusResponse {
+        leader_id: src.node_id,
+        term,
+        commit_index,
+        applied_index: applied,
+        voters: voter_status,
+        datanodes,
+        gateways: gateways.into_values().collect(),
+        degraded_blobs,
+        degraded_capped,
+        degraded_limit: DEGRADED_COUNT_LIMIT as u64,
+        // Two keys per intent (by shard and by epoch; see `sm::heal`).
+        heals_in_progress: heals / 2,
+        leader_memory: Some(Reported::now(process_rss(), src.memory_budget).to_proto()),
+        now_ms: now_ms(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateway_loads_are_bounded() {
+        let loads = Loads::default();
+        for epoch in 0..(MAX_GATEWAY_LOADS as u64 + 10) {
+            loads.gateway(epoch, 1, 2);
+        }
+        let s = loads.lock();
+        assert_eq!(s.gateways.len(), MAX_GATEWAY_LOADS);
+        assert!(s.gateways.contains_key(&(MAX_GATEWAY_LOADS as u64 + 9)));
+    }
+
+    #[test]
+    fn rss_of_this_process() {
+        assert!(process_rss() > 0);
+    }
+}
