@@ -361,3 +361,44 @@ async fn a_commit_waits_for_its_blob_lock() {
     pending.await.unwrap().unwrap();
     assert_eq!(h.store.stats().shards, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_streams_past_max_shard_streams_are_refused_as_busy() {
+    let h = Harness::start(Fault::NoSpaceAfter(u64::MAX), 1 << 30).await;
+    let mut c = h.client().await;
+    // Every stream slot taken (as by that many open streams).
+    let held: Vec<_> = (0..crate::config::DEFAULT_MAX_SHARD_STREAMS)
+        .map(|_| h.service.shard_stream_permit().expect("a free slot"))
+        .collect();
+    let err = put(&mut c, "e1.a", "", BLOCK).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert_eq!(
+        err.message(),
+        "datanode 1 busy: 4096 shard streams open (max_shard_streams)"
+    );
+    let get = sluice_proto::datanode::GetShardRequest {
+        blob_id: "e1.a".into(),
+        shard_index: 0,
+        first_block: 0,
+        block_count: 1,
+    };
+    let err = c.get_shard(get.clone()).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert_eq!(h.store.stats().shards, 0);
+    // Slots free again: the same requests are served.
+    drop(held);
+    put(&mut c, "e1.a", "", BLOCK).await.unwrap();
+    let mut stream = c.get_shard(get).await.expect("GetShard").into_inner();
+    assert!(stream.message().await.expect("a block").is_some());
+    // Ended streams gave their slots back.
+    drop(stream);
+    let free = tokio::time::timeout(Duration::from_secs(5), async {
+        while h.service.shard_streams.available_permits()
+            != crate::config::DEFAULT_MAX_SHARD_STREAMS
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(free.is_ok(), "shard stream slots not returned");
+}
