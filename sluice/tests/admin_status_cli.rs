@@ -1,0 +1,152 @@
+//! End to end: `sluice dev` started as a process, then `sluice admin status
+//! --json` and the health checks on its metrics listener, as an operator
+//! would use them.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ACCESS_KEY: &str = "SLUICESTATUSKEY";
+const SECRET_KEY: &str = "status-secret-key-0123456789abcdef";
+
+/// Finds `count` consecutive free loopback ports.
+fn free_port_range(count: u16) -> u16 {
+    for attempt in 0..200u32 {
+        let base = 20_000 + ((std::process::id() * 6007 + attempt * 104_729) % 40_000) as u16;
+        let listeners: Vec<_> = (0..count)
+            .map(|i| TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], base + i))))
+            .collect();
+        if listeners.iter().all(Result::is_ok) {
+            return base;
+        }
+    }
+    panic!("no free port range found");
+}
+
+/// Kills the child if the test fails before stopping it.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `GET path` on `addr`: (status, body).
+fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Result<T, String>) -> T {
+    let started = Instant::now();
+    loop {
+        match probe() {
+            Ok(v) => return v,
+            Err(state) if started.elapsed() > Duration::from_secs(90) => {
+                panic!("timed out waiting for {what}; last state: {state}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(250)),
+        }
+    }
+}
+
+#[test]
+fn admin_status_json_and_health_against_sluice_dev() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = free_port_range(10);
+    let (s3_port, grpc_base, metrics_port) = (base, base + 1, base + 9);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["dev", "--data-dir"])
+        .arg(dir.path())
+        .args(["--listen", &format!("127.0.0.1:{s3_port}")])
+        .args(["--grpc-port-base", &grpc_base.to_string()])
+        .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
+        .env("SLUICE_ACCESS_KEY", ACCESS_KEY)
+        .env("SLUICE_SECRET_KEY", SECRET_KEY)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start sluice dev");
+    let stdout = child.stdout.take().expect("stdout");
+    let guard = Guard(child);
+    let mut lines = BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
+        if line.expect("banner").starts_with("Press Ctrl-C") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+
+    let metrics = SocketAddr::from(([127, 0, 0, 1], metrics_port));
+    let s3 = SocketAddr::from(([127, 0, 0, 1], s3_port));
+    assert_eq!(get(metrics, "/health/live").expect("live").0, 200);
+    assert_eq!(get(s3, "/health/live").expect("live on S3").0, 200);
+    let body = wait_for("ready on the metrics listener", || {
+        match get(metrics, "/health/ready") {
+            Ok((200, body)) => Ok(body),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    assert!(
+        body.starts_with("ready: meta leader reachable, 6 writable datanodes"),
+        "{body}"
+    );
+
+    let meta = format!("http://127.0.0.1:{grpc_base}");
+    let status: serde_json::Value = wait_for("status with every datanode up", || {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["admin", "status", "--json", "--meta", &meta])
+            .env("RUST_LOG", "error")
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        let json: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        let datanodes = json["datanodes"].as_array().cloned().unwrap_or_default();
+        if datanodes.len() == 6 && datanodes.iter().all(|d| d["state"] == "up") {
+            Ok(json)
+        } else {
+            Err(json.to_string())
+        }
+    });
+    assert_eq!(status["leader_id"], 1);
+    assert_eq!(status["voters"].as_array().expect("voters").len(), 1);
+    assert_eq!(status["voters"][0]["leader"], true);
+    assert!(status["applied_index"].as_u64().expect("applied") > 0);
+    let ids: Vec<u64> = status["datanodes"]
+        .as_array()
+        .expect("datanodes")
+        .iter()
+        .map(|d| d["id"].as_u64().expect("id"))
+        .collect();
+    assert_eq!(ids, vec![1, 2, 3, 4, 5, 6]);
+
+    // The human table names every datanode.
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["admin", "status", "--meta", &meta])
+        .output()
+        .expect("run sluice admin status");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(text.starts_with("meta: leader 1, term "), "{text}");
+    assert_eq!(text.matches(" up ").count(), 6, "{text}");
+    drop(guard);
+}
