@@ -36,9 +36,9 @@
 mod admin_status;
 mod durability;
 mod fixtures;
+mod listener;
 mod membership;
 mod meta_membership;
-mod listener;
 mod s3_errors;
 mod s3_listing;
 mod scenario;

@@ -277,12 +277,14 @@ pub(crate) async fn status<K: KvStore>(
             let load = loads.datanodes.get(&d.id);
             let state = if !l.live {
                 "down"
+            } else if d.draining {
+                "draining"
             } else if !l.capacity.writable {
                 "full"
             } else {
                 "up"
             };
-            apb::DatanodeStatus {
+            apb::StatusDatanode {
                 id: d.id,
                 addr: d.addr,
                 state: state.to_string(),
@@ -295,8 +297,8 @@ pub(crate) async fn status<K: KvStore>(
                 write_budget_bytes: load.map_or(0, |x| x.write_budget),
                 memory: load.map(|x| x.memory.to_proto()),
                 disk_generation: d.disk_generation,
-                zone: String::new(),
-                host: String::new(),
+                zone: d.zone,
+                host: d.host,
             }
         })
         .collect();

@@ -364,7 +364,7 @@ pub fn render(s: &StatusResponse) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_proto::admin::{DatanodeStatus, GatewayStatus, MetaVoterStatus};
+    use sluice_proto::admin::{GatewayStatus, MetaVoterStatus, StatusDatanode};
 
     fn sample() -> StatusResponse {
         StatusResponse {
@@ -393,7 +393,7 @@ mod tests {
                 },
             ],
             datanodes: vec![
-                DatanodeStatus {
+                StatusDatanode {
                     id: 7,
                     addr: "http://d7:7101".into(),
                     state: "down".into(),
@@ -403,7 +403,7 @@ mod tests {
                     used_bytes: 3 << 30,
                     ..Default::default()
                 },
-                DatanodeStatus {
+                StatusDatanode {
                     id: 8,
                     addr: "http://d8:7101".into(),
                     state: "up".into(),
