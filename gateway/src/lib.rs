@@ -16,6 +16,9 @@
 //! * [`config`] — [`Config`] (TOML) and its validation.
 //! * [`server`] — [`run`]: admission, the s3s service over hyper, request
 //!   ids, graceful shutdown.
+//! * [`access`] — access keys (root key + keys in meta, cached) and
+//!   per-bucket authorization (s3s `S3Auth` / `S3Access`).
+//! * [`tls`] — HTTPS on the S3 listener (rustls, SIGHUP reload).
 //! * [`admission`] — the in-flight limit and the FIFO byte budgets (pure, RAII guards).
 //! * [`credit`] — the datanode credit streams (the gateway side of the protocol).
 //! * [`metrics`] — Prometheus metric names.
@@ -23,6 +26,7 @@
 //! * [`blob`] — the data path: write, read and delete erasure-coded blobs.
 //! * [`placement`], [`layout`], [`erasure`], [`datanodes`] — rendezvous
 //!   placement, stripe arithmetic, Reed–Solomon coding, the live datanode set.
+pub mod access;
 pub mod admission;
 pub mod aws_chunked;
 pub mod blob;
@@ -37,6 +41,7 @@ pub mod metrics;
 pub mod placement;
 pub mod s3;
 pub mod server;
+pub mod tls;
 
 pub use admission::GatewayStats;
 pub use config::{Config, ConfigError};

@@ -16,7 +16,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -26,17 +26,16 @@ use http::{HeaderValue, Request, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use s3s::access::{S3Access, S3AccessContext};
-use s3s::auth::SimpleAuth;
 use s3s::config::{S3Config, StaticConfigProvider};
 use s3s::service::{S3Service, S3ServiceBuilder};
-use s3s::{HttpError, HttpResponse, S3Error, S3ErrorCode, S3Result, StdError};
+use s3s::{HttpError, HttpResponse, S3ErrorCode, StdError};
 use sluice_meta::MetaClient;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use crate::access::{AccessKeys, KeyAccess, KeyAuth, OpName};
 use crate::admission::{GatewayStats, InflightGuard, InflightLimiter};
 use crate::aws_chunked::{self, Rechunked};
 use crate::blob::{BlobError, BlobStore, BlobStoreConfig};
@@ -45,6 +44,7 @@ use crate::metrics::{self, SlowDownReason};
 use crate::s3::Gateway;
 use crate::s3::bucket::BucketNameRules;
 use crate::s3::error::{RETRY_AFTER_SECONDS, standard_message};
+use crate::tls::{S3TlsAcceptor, TlsError};
 
 /// Largest read buffer of an HTTP/1 client connection (bytes). A request
 /// body arrives in chunks of at most this size, and a chunk handed to the
@@ -71,6 +71,8 @@ pub enum Error {
     Config(#[from] ConfigError),
     #[error("starting the data path: {0}")]
     BlobStore(#[source] BlobError),
+    #[error("loading the S3 TLS certificate: {0}")]
+    Tls(#[from] TlsError),
 }
 
 /// The id of one S3 request, as sent in `x-amz-request-id` and error
@@ -92,54 +94,30 @@ pub struct SluiceService {
     limiter: Arc<InflightLimiter>,
 }
 
-/// Where the s3s access hook puts the name of the S3 operation it routed a
-/// request to (e.g. `UploadPart`), for the duration histogram.
-#[derive(Clone, Default)]
-struct OpName(Arc<OnceLock<String>>);
-
-/// The s3s access check: records the operation name, then denies anonymous
-/// requests as s3s's default check does.
-struct RecordOperation;
-
-#[async_trait::async_trait]
-impl S3Access for RecordOperation {
-    async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        let name = cx.s3_op().name().to_string();
-        if let Some(slot) = cx.extensions_mut().get::<OpName>() {
-            let _ = slot.0.set(name);
-        }
-        match cx.credentials() {
-            Some(_) => Ok(()),
-            None => Err(S3Error::with_message(
-                S3ErrorCode::AccessDenied,
-                "Signature is required",
-            )),
-        }
-    }
-}
-
 /// Builds the S3 service for `gateway`: SigV4 (header, presigned and
-/// aws-chunked) with the configured key pair, Sluice's bucket-name rules,
-/// and admission of at most [`DEFAULT_MAX_INFLIGHT_REQUESTS`] requests.
+/// aws-chunked) with the configured root key pair plus the access keys
+/// stored in meta, per-bucket authorization ([`crate::access`]), Sluice's
+/// bucket-name rules, and admission of at most
+/// [`DEFAULT_MAX_INFLIGHT_REQUESTS`] requests.
 pub fn s3_service(gateway: Gateway, access_key: &str, secret_key: &str) -> SluiceService {
+    let keys = AccessKeys::new(access_key, secret_key, Some(gateway.meta.clone()));
     s3_service_with_limiter(
         gateway,
-        access_key,
-        secret_key,
+        keys,
         InflightLimiter::new(DEFAULT_MAX_INFLIGHT_REQUESTS, GatewayStats::new()),
     )
 }
 
-/// [`s3_service`] admitting requests through `limiter`.
+/// [`s3_service`] authenticating with `keys` and admitting requests
+/// through `limiter`.
 pub fn s3_service_with_limiter(
     gateway: Gateway,
-    access_key: &str,
-    secret_key: &str,
+    keys: Arc<AccessKeys>,
     limiter: Arc<InflightLimiter>,
 ) -> SluiceService {
     let mut builder = S3ServiceBuilder::new(gateway);
-    builder.set_auth(SimpleAuth::from_single(access_key, secret_key));
-    builder.set_access(RecordOperation);
+    builder.set_auth(KeyAuth(Arc::clone(&keys)));
+    builder.set_access(KeyAccess(keys));
     builder.set_validation(BucketNameRules);
     let mut s3_config = S3Config::default();
     s3_config.xml_max_body_size = XML_MAX_BODY;
@@ -405,6 +383,17 @@ pub async fn run_with_meta(
     meta: MetaClient,
 ) -> Result<(), Error> {
     config.validate()?;
+    // The certificate loads before anything starts: a bad file is a
+    // startup error, not a gateway that refuses every handshake.
+    let tls = match &config.s3_tls {
+        Some(t) => Some(S3TlsAcceptor::load(&t.cert_file, &t.key_file)?),
+        None => {
+            tracing::warn!(
+                "s3_plaintext = true: S3 is served over plain HTTP; credentials and data cross the network unencrypted"
+            );
+            None
+        }
+    };
     metrics::describe();
     let blob_config = BlobStoreConfig {
         data_shards: config.data_shards as usize,
@@ -449,24 +438,41 @@ pub async fn run_with_meta(
         config.max_background_deletes,
     );
     let limiter = InflightLimiter::new(config.max_inflight_requests, stats);
-    let service = s3_service_with_limiter(
-        gateway.clone(),
+    let keys = AccessKeys::new(
         &config.access_key,
         &config.secret_key,
-        limiter,
+        Some(gateway.meta.clone()),
     );
+    let service = s3_service_with_limiter(gateway.clone(), keys, limiter);
+    let scheme = if tls.is_some() { "https" } else { "http" };
     match listener.local_addr() {
-        Ok(addr) => tracing::info!(%addr, region = %config.region, "S3 gateway listening"),
+        Ok(addr) => {
+            tracing::info!(%addr, scheme, region = %config.region, "S3 gateway listening");
+        }
         Err(e) => tracing::warn!(error = %e, "S3 gateway listening on an unknown address"),
     }
+    let sighup = match &tls {
+        Some(t) => match t.reload_on_sighup() {
+            Ok(task) => Some(task),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGHUP; the S3 certificate will not reload");
+                None
+            }
+        },
+        None => None,
+    };
     serve(
         listener,
         service,
+        tls,
         shutdown,
         config.max_connections,
         config.shutdown_grace,
     )
     .await;
+    if let Some(task) = sighup {
+        task.abort();
+    }
     gateway.drain().await;
     if let Some(heal) = heal {
         heal.stop().await;
@@ -476,12 +482,14 @@ pub async fn run_with_meta(
     Ok(())
 }
 
-/// Accepts connections until `shutdown`, at most `max_connections` at once,
-/// then shuts every connection down gracefully, aborting those still open
-/// after `grace`.
+/// Accepts connections until `shutdown`, at most `max_connections` at once
+/// (over TLS when `tls` is set: the handshake runs in the connection's
+/// task, within [`crate::tls::HANDSHAKE_TIMEOUT`]), then shuts every
+/// connection down gracefully, aborting those still open after `grace`.
 async fn serve(
     listener: TcpListener,
     service: SluiceService,
+    tls: Option<Arc<S3TlsAcceptor>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     max_connections: usize,
     grace: Duration,
@@ -496,6 +504,7 @@ async fn serve(
         .timer(TokioTimer::new())
         .initial_stream_window_size(HTTP2_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(HTTP2_CONNECTION_WINDOW_BYTES);
+    let builder = Arc::new(builder);
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections: JoinSet<()> = JoinSet::new();
@@ -524,27 +533,20 @@ async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "setting TCP_NODELAY");
         }
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), service.clone())
-            .into_owned();
-        let mut stop = stop_rx.clone();
+        let stop = stop_rx.clone();
+        let builder = Arc::clone(&builder);
+        let service = service.clone();
+        let tls = tls.clone();
         connections.spawn(async move {
             let _slot = slot;
-            tokio::pin!(conn);
-            let mut stopping = false;
-            loop {
-                tokio::select! {
-                    result = conn.as_mut() => {
-                        if let Err(e) = result {
-                            tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
-                        }
-                        break;
+            match tls {
+                None => serve_connection(&builder, TokioIo::new(stream), service, stop, peer).await,
+                Some(tls) => match tls.accept(stream).await {
+                    Ok(stream) => {
+                        serve_connection(&builder, TokioIo::new(stream), service, stop, peer).await;
                     }
-                    _ = stop.wait_for(|s| *s), if !stopping => {
-                        stopping = true;
-                        conn.as_mut().graceful_shutdown();
-                    }
-                }
+                    Err(e) => tracing::debug!(%peer, error = %e, "S3 TLS handshake failed"),
+                },
             }
         });
     }
@@ -566,6 +568,36 @@ async fn serve(
         );
         connections.abort_all();
         while connections.join_next().await.is_some() {}
+    }
+}
+
+/// Serves one S3 connection (plain or TLS) until it ends; on `stop` it is
+/// shut down gracefully (open requests finish).
+async fn serve_connection<I>(
+    builder: &auto::Builder<TokioExecutor>,
+    io: I,
+    service: SluiceService,
+    mut stop: watch::Receiver<bool>,
+    peer: std::net::SocketAddr,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let conn = builder.serve_connection(io, service).into_owned();
+    tokio::pin!(conn);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
+                }
+                break;
+            }
+            _ = stop.wait_for(|s| *s), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
     }
 }
 
@@ -673,8 +705,7 @@ mod tests {
         let limiter = InflightLimiter::new(1, stats.clone());
         let service = s3_service_with_limiter(
             Gateway::new(meta, blobs, "us-east-1".into(), 4),
-            "AK",
-            "SK",
+            AccessKeys::new("AK", "SK", None),
             Arc::clone(&limiter),
         );
         let held = limiter.try_acquire().expect("the one slot");

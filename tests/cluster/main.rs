@@ -13,6 +13,8 @@
 //! * `durability` — heal, wiped disks, exactly-once commits, readers and
 //!   overwrites, write epochs fencing a paused gateway, full datanodes,
 //!   scrub (`docs/durability.md`).
+//! * `access` — S3 over HTTPS with a test CA, access keys and per-bucket
+//!   authorization, certificate reload on SIGHUP.
 //! * `tiny_budgets` — flow control on 4 MiB budgets: 32 concurrent
 //!   multipart uploads complete within the gateway's buffer budget;
 //!   `max_inflight_requests` and `stall_timeout` answer `503 SlowDown`.
@@ -22,6 +24,7 @@
 //! Random data comes from a seed printed by each test; set
 //! `SLUICE_TEST_SEED` to replay one.
 
+mod access;
 mod durability;
 mod fixtures;
 mod s3_errors;

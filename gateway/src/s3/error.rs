@@ -75,6 +75,7 @@ pub fn meta_code(code: ErrorCode) -> S3ErrorCode {
         // lease): retryable, the next attempt writes under a new epoch.
         ErrorCode::EpochClosed => S3ErrorCode::ServiceUnavailable,
         ErrorCode::PlacementChanged | ErrorCode::DuplicateDatanode => S3ErrorCode::InternalError,
+        ErrorCode::NoSuchAccessKey => S3ErrorCode::InvalidAccessKeyId,
         ErrorCode::Internal | ErrorCode::Unspecified => S3ErrorCode::InternalError,
     }
 }

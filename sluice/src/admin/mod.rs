@@ -6,12 +6,14 @@
 //!
 //! # Layout
 //! * `mod.rs`: the subcommand tree, [`AdminConn`] and [`connect`].
+//! * `keys.rs`: `sluice admin key ...` (S3 access keys).
+
+mod keys;
 
 use clap::{Args, Subcommand};
 use sluice_meta::MetaClient;
 
 /// How `sluice admin` reaches the meta cluster.
-#[allow(dead_code)] // used by the admin subcommands as they are added
 #[derive(Args, Debug, Clone)]
 pub struct AdminConn {
     /// Meta gRPC endpoints, comma-separated (any node; the leader is
@@ -27,10 +29,17 @@ pub struct AdminConn {
 
 /// `sluice admin <area> ...`.
 #[derive(Subcommand, Debug)]
-pub enum AdminCommand {}
+pub enum AdminCommand {
+    /// S3 access keys: create, list, delete, allow, deny.
+    Key {
+        #[command(flatten)]
+        conn: AdminConn,
+        #[command(subcommand)]
+        command: keys::KeyCommand,
+    },
+}
 
 /// A leader-following client for the admin service on `conn.meta`.
-#[allow(dead_code)] // used by the admin subcommands as they are added
 pub fn connect(conn: &AdminConn) -> anyhow::Result<MetaClient> {
     anyhow::ensure!(!conn.meta.is_empty(), "no meta endpoint given (--meta)");
     Ok(MetaClient::new(conn.meta.clone()))
@@ -38,5 +47,7 @@ pub fn connect(conn: &AdminConn) -> anyhow::Result<MetaClient> {
 
 /// Runs one `sluice admin` subcommand.
 pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
-    match command {}
+    match command {
+        AdminCommand::Key { conn, command } => keys::run(&conn, command).await,
+    }
 }
