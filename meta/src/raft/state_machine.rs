@@ -543,4 +543,49 @@ mod tests {
             Some(refs::part_locator("b", "m", "u1", 1))
         );
     }
+
+    #[tokio::test]
+    async fn snapshots_carry_access_keys() {
+        let mut source = populated().await;
+        source
+            .apply(vec![
+                entry(
+                    100,
+                    Command::CreateAccessKey(rpb::CreateAccessKey {
+                        id: "SK1".into(),
+                        name: "alice".into(),
+                        secret: "s3cret".into(),
+                        op_id: String::new(),
+                    }),
+                ),
+                entry(
+                    101,
+                    Command::SetKeyGrant(rpb::SetKeyGrant {
+                        id: "SK1".into(),
+                        bucket: "b".into(),
+                        read: true,
+                        allow: true,
+                        ..Default::default()
+                    }),
+                ),
+            ])
+            .await
+            .unwrap();
+        let snap = snapshot(&mut source).await;
+        let kv = Arc::new(MemStore::new());
+        let mut target = StateMachine::new(kv.clone());
+        target
+            .install_snapshot(&snap.meta, snap.snapshot)
+            .await
+            .unwrap();
+        let key = sm::access::get_access_key(kv.as_ref(), "SK1")
+            .unwrap()
+            .expect("key installed");
+        assert_eq!(
+            (key.name.as_str(), key.secret.as_str()),
+            ("alice", "s3cret")
+        );
+        assert_eq!(key.grants.len(), 1);
+        assert!(key.grants[0].read && !key.grants[0].write);
+    }
 }
