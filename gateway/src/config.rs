@@ -39,8 +39,8 @@ pub struct Config {
     pub region: String,
     /// S3 access key id clients sign with. Required.
     pub access_key: String,
-    /// S3 secret access key. Required.
-    pub secret_key: String,
+    /// S3 secret access key. Required. Debug prints it redacted.
+    pub secret_key: Secret,
     /// gRPC endpoints of the meta nodes, e.g. `["http://127.0.0.1:7000"]`. Required.
     pub meta_endpoints: Vec<String>,
     /// `[s3_tls]`: serve S3 over HTTPS (TLS 1.2 and 1.3) with this PEM
@@ -132,6 +132,43 @@ pub struct Config {
     pub heal_concurrency: usize,
 }
 
+/// A secret string from the config: serialized as itself, shown as
+/// `<redacted>` by Debug so a logged config never carries it.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl Secret {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Secret {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Self {
+        Secret(s)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Self {
+        Secret(s.to_string())
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
 /// `[s3_tls]` of the gateway config: the S3 listener's certificate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -151,7 +188,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 9000)),
             region: "us-east-1".to_string(),
             access_key: String::new(),
-            secret_key: String::new(),
+            secret_key: Secret::default(),
             meta_endpoints: Vec::new(),
             s3_tls: None,
             s3_plaintext: false,
@@ -386,6 +423,21 @@ mod tests {
             s3_plaintext: true,
             ..Config::default()
         }
+    }
+
+    #[test]
+    fn debug_redacts_the_secret_key() {
+        let c = Config {
+            secret_key: "TOPSECRET".into(),
+            ..valid()
+        };
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("TOPSECRET") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+        let parsed: Config = toml::from_str("secret_key = \"TOPSECRET\"").unwrap();
+        assert_eq!(parsed.secret_key.as_str(), "TOPSECRET");
     }
 
     #[test]

@@ -440,7 +440,7 @@ pub async fn run_with_meta(
     let limiter = InflightLimiter::new(config.max_inflight_requests, stats);
     let keys = AccessKeys::new(
         &config.access_key,
-        &config.secret_key,
+        config.secret_key.as_str(),
         Some(gateway.meta.clone()),
     );
     let service = s3_service_with_limiter(gateway.clone(), keys, limiter);

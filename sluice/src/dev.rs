@@ -271,7 +271,7 @@ pub async fn run(
         listen: args.listen,
         region: args.region.clone(),
         access_key: access_key.clone(),
-        secret_key: secret_key.clone(),
+        secret_key: secret_key.clone().into(),
         meta_endpoints: vec![meta_endpoint],
         data_shards: 4,
         parity_shards: 2,

@@ -507,7 +507,7 @@ fn gateway_config(listen: SocketAddr, meta_endpoints: Vec<String>) -> sluice_gat
         listen,
         region: REGION.to_string(),
         access_key: ACCESS_KEY.to_string(),
-        secret_key: SECRET_KEY.to_string(),
+        secret_key: SECRET_KEY.into(),
         meta_endpoints,
         data_shards: 4,
         parity_shards: 2,
