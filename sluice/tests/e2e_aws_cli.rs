@@ -14,10 +14,17 @@ use sha2::{Digest, Sha256};
 const ACCESS_KEY: &str = "SLUICEE2ETESTKEY";
 const SECRET_KEY: &str = "e2e-secret-key-0123456789abcdef";
 
-/// Finds `count` consecutive free loopback ports.
+/// Finds `count` consecutive free loopback ports. Tests of this binary run
+/// in parallel in one process: each call starts at another offset, so two
+/// tests never probe (and then bind) the same range.
 fn free_port_range(count: u16) -> u16 {
-    for attempt in 0..200u32 {
-        let base = 20_000 + ((std::process::id() * 7919 + attempt * 104_729) % 40_000) as u16;
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let first = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 1000;
+    for attempt in first..first + 200 {
+        let spread = std::process::id()
+            .wrapping_mul(7919)
+            .wrapping_add(attempt.wrapping_mul(104_729));
+        let base = 20_000 + (spread % 40_000) as u16;
         let listeners: Vec<_> = (0..count)
             .map(|i| TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], base + i))))
             .collect();
