@@ -23,6 +23,14 @@ impl ProcTarget {
         PathBuf::from(format!("/proc/{}/status", self.pid))
     }
 
+    /// CPU time the process has used so far (user + system, all threads),
+    /// in seconds, from fields 14 and 15 of `/proc/PID/stat` (proc(5));
+    /// `None` when the process no longer exists or the file is malformed.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let text = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
+        parse_stat_cpu_ticks(&text).map(|ticks| ticks as f64 / clock_ticks_per_second())
+    }
+
     /// Current RSS in bytes; `Ok(None)` when the process no longer exists
     /// (or, like a kernel thread, has no `VmRSS` line).
     ///
@@ -88,6 +96,25 @@ pub fn parse_targets(spec: &str) -> Result<Vec<ProcTarget>, BenchError> {
     Ok(targets)
 }
 
+/// utime + stime (fields 14 and 15, clock ticks) of a `/proc/PID/stat`
+/// text. The command name (field 2) is in parentheses and may hold spaces,
+/// so fields are counted after its closing parenthesis.
+pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    // After the name: field 3 (state) is index 0, so field N is index N - 3.
+    let mut fields = after.split_whitespace().skip(14 - 3);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The unit of `/proc/PID/stat` CPU times: `sysconf(_SC_CLK_TCK)`, which
+/// is the kernel's `USER_HZ`, fixed at 100 on every Linux architecture this
+/// benchmark runs on (time(7)).
+fn clock_ticks_per_second() -> f64 {
+    100.0
+}
+
 /// The `VmRSS` value of a `/proc/PID/status` text, in bytes (the file
 /// reports kB = KiB). `None` when the line is missing or malformed.
 pub fn parse_vm_rss(status: &str) -> Option<u64> {
@@ -108,6 +135,14 @@ mod tests {
     const STATUS: &str = "Name:\tsluice\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\n\
         VmPeak:\t 1234568 kB\nVmSize:\t 1200000 kB\nVmHWM:\t  300000 kB\nVmRSS:\t  262144 kB\n\
         RssAnon:\t  200000 kB\nThreads:\t12\n";
+
+    #[test]
+    fn parses_cpu_ticks_after_a_name_with_spaces() {
+        let stat = "4242 (tokio (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 \
+                    250 75 0 0 20 0 12 0 1000 123456 789 18446744073709551615";
+        assert_eq!(parse_stat_cpu_ticks(stat), Some(325));
+        assert_eq!(parse_stat_cpu_ticks("4242 (x) S 1 2"), None);
+    }
 
     #[test]
     fn parses_vm_rss_in_bytes() {

@@ -94,6 +94,31 @@ pub struct Config {
     /// so `sluice dev`, which runs every role in one process, has its own
     /// `--metrics-listen` flag instead).
     pub metrics_listen: Option<SocketAddr>,
+    /// Failure-domain label: the zone (rack, room, availability zone) this
+    /// node is in. Default `""`: zones not configured. Placement never puts
+    /// more than m shards of a blob in one zone when the cluster has enough
+    /// zones (see the gateway's `placement` module). At most
+    /// [`MAX_LABEL_LEN`] bytes, no control characters.
+    pub zone: String,
+    /// Failure-domain label: the machine this node runs on; datanodes
+    /// sharing a disk or a machine must share it. Default (unset): the
+    /// machine's hostname (see [`Config::host_label`]). Same limits as
+    /// `zone`.
+    pub host: Option<String>,
+}
+
+/// Longest `zone` / `host` label (bytes).
+pub const MAX_LABEL_LEN: usize = 128;
+
+/// The machine's hostname (`/proc/sys/kernel/hostname`, else `$HOSTNAME`,
+/// else `"localhost"`).
+pub fn machine_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "localhost".to_string())
 }
 
 impl Default for Config {
@@ -116,6 +141,8 @@ impl Default for Config {
             scrub_bandwidth_bytes_per_sec: DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC,
             scrub_interval: DEFAULT_SCRUB_INTERVAL,
             metrics_listen: None,
+            zone: String::new(),
+            host: None,
         }
     }
 }
@@ -149,9 +176,19 @@ pub enum ConfigError {
     ZeroGcGrace,
     #[error("scrub_interval must be positive")]
     ZeroScrubInterval,
+    #[error(
+        "{field} label {value:?} is longer than {MAX_LABEL_LEN} bytes, empty or has control characters"
+    )]
+    BadLabel { field: &'static str, value: String },
 }
 
 impl Config {
+    /// The `host` label this node registers with: `host`, else the
+    /// machine's hostname.
+    pub fn host_label(&self) -> String {
+        self.host.clone().unwrap_or_else(machine_hostname)
+    }
+
     /// Checks every field; the first problem found is returned.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.node_id == 0 {
@@ -196,6 +233,21 @@ impl Config {
         }
         if self.scrub_interval.is_zero() {
             return Err(ConfigError::ZeroScrubInterval);
+        }
+        let bad = |v: &str| v.len() > MAX_LABEL_LEN || v.chars().any(char::is_control);
+        if bad(&self.zone) {
+            return Err(ConfigError::BadLabel {
+                field: "zone",
+                value: self.zone.clone(),
+            });
+        }
+        if let Some(h) = &self.host
+            && (h.is_empty() || bad(h))
+        {
+            return Err(ConfigError::BadLabel {
+                field: "host",
+                value: h.clone(),
+            });
         }
         Ok(())
     }
@@ -304,6 +356,35 @@ mod tests {
             DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC
         );
         assert_eq!(c.scrub_interval, DEFAULT_SCRUB_INTERVAL);
+    }
+
+    #[test]
+    fn failure_domain_labels() {
+        let c: Config = toml::from_str("zone = \"rack-a\"\nhost = \"s1\"").expect("parse");
+        assert_eq!(
+            (c.zone.as_str(), c.host_label()),
+            ("rack-a", "s1".to_string())
+        );
+        c.validate().expect("valid labels");
+        let d = Config::default();
+        assert_eq!(d.zone, "");
+        assert_eq!(d.host_label(), machine_hostname());
+        assert!(!d.host_label().is_empty());
+        for (zone, host) in [
+            ("a\nb", None),
+            ("", Some(String::new())),
+            ("", Some("x".repeat(MAX_LABEL_LEN + 1))),
+        ] {
+            let c = Config {
+                zone: zone.into(),
+                host,
+                ..Config::default()
+            };
+            assert!(
+                matches!(c.validate(), Err(ConfigError::BadLabel { .. })),
+                "{c:?}"
+            );
+        }
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub(crate) struct Membership<S> {
     pub space: Arc<DiskSpace>,
     /// For `used_bytes`.
     pub store: S,
+    /// Failure-domain labels (config `zone`, `host`).
+    pub zone: String,
+    pub host: String,
 }
 
 /// The heartbeat of node `id` at `addr` on disk `disk_id`, from a fresh
@@ -55,6 +58,8 @@ pub(crate) fn heartbeat_request(
         writable: reading.writable,
         free_bytes: reading.free_bytes,
         used_bytes,
+        zone: String::new(),
+        host: String::new(),
     }
 }
 
@@ -79,13 +84,15 @@ impl<S: ShardStore> Membership<S> {
             }
             let attempt = async {
                 if registered {
-                    let req = heartbeat_request(
+                    let mut req = heartbeat_request(
                         self.node_id,
                         &self.advertise_addr,
                         &self.disk_id,
                         &self.space,
                         self.store.stats().stored_bytes,
                     );
+                    req.zone.clone_from(&self.zone);
+                    req.host.clone_from(&self.host);
                     if req.writable != was_writable {
                         if req.writable {
                             tracing::info!(
@@ -106,7 +113,13 @@ impl<S: ShardStore> Membership<S> {
                     meta.heartbeat(req).await
                 } else {
                     let r = meta
-                        .register_datanode(self.node_id, &self.advertise_addr, &self.disk_id)
+                        .register_datanode_labelled(
+                            self.node_id,
+                            &self.advertise_addr,
+                            &self.disk_id,
+                            &self.zone,
+                            &self.host,
+                        )
                         .await?;
                     crate::metrics::set_disk_generation(
                         &self.node_id.to_string(),
@@ -183,6 +196,7 @@ mod tests {
                 writable: true,
                 free_bytes: 150,
                 used_bytes: 42,
+                ..Default::default()
             }
         );
         let full = DiskSpace::with_probe(

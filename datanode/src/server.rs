@@ -145,6 +145,8 @@ pub async fn run(
         disk_id: disk.disk_id.clone(),
         space,
         store,
+        zone: config.zone.clone(),
+        host: config.host_label(),
     };
     tasks.spawn(membership.run(cancel.clone()));
 

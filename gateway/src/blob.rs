@@ -608,23 +608,36 @@ impl BlobStore {
         }
     }
 
-    /// Picks k+m distinct datanodes for `key`: live writable ones by
-    /// rendezvous hashing, re-reading the datanode set from meta once if
-    /// too few are.
+    /// Picks k+m distinct datanodes for `key`: the ones accepting shards
+    /// (live, writable, not draining) by [`crate::placement::place`]
+    /// (weighted rendezvous across failure domains), re-reading the
+    /// datanode set from meta once if too few are.
     async fn place(&self, key: &str) -> Result<Vec<u64>, BlobError> {
-        let needed = self.inner.config.data_shards + self.inner.config.parity_shards;
-        if let Some(nodes) = crate::placement::pick(key, self.inner.pool.writable_ids(), needed) {
+        let (k, m) = (
+            self.inner.config.data_shards,
+            self.inner.config.parity_shards,
+        );
+        let needed = k + m;
+        let placed = |entries: &[DatanodeEntry]| {
+            let candidates: Vec<crate::placement::Candidate<'_>> = entries
+                .iter()
+                .filter(|e| e.accepts_shards())
+                .map(crate::placement::Candidate::from)
+                .collect();
+            crate::placement::place(key, &candidates, k, m)
+        };
+        if let Some(nodes) = placed(&self.inner.pool.entries()) {
             return Ok(nodes);
         }
         self.refresh_on_demand().await;
         let entries = self.inner.pool.entries();
+        if let Some(nodes) = placed(&entries) {
+            return Ok(nodes);
+        }
         let (writable, others): (Vec<&DatanodeEntry>, Vec<&DatanodeEntry>) =
             entries.iter().partition(|e| e.accepts_shards());
         let writable: Vec<u64> = writable.iter().map(|e| e.id).collect();
         let count = writable.len();
-        if let Some(nodes) = crate::placement::pick(key, writable.iter().copied(), needed) {
-            return Ok(nodes);
-        }
         // Fewer than k+m live writable: while the write quorum can still be
         // met, the writable nodes take the first shards (data first) and the
         // others (down, or live but full) the rest; their shards fail fast
@@ -789,6 +802,7 @@ mod tests {
                         live: live.contains(&id),
                         writable: true,
                         free_bytes: 1 << 30,
+                        ..DatanodeEntry::up(id, "")
                     })
                     .collect(),
             )
@@ -820,6 +834,7 @@ mod tests {
                         live: !down.contains(&id),
                         writable: !full.contains(&id),
                         free_bytes: if full.contains(&id) { 0 } else { 1 << 30 },
+                        ..DatanodeEntry::up(id, "")
                     })
                     .collect(),
             )

@@ -130,6 +130,14 @@ pub struct Config {
     pub node_down_after: Duration,
     /// Blobs healed at once, and heal stripes holding write budget at once (default 2).
     pub heal_concurrency: usize,
+    /// Shard bytes per second the rebalancer may write (integer or
+    /// bytesize string, default 8 MiB); 0 disables rebalancing. The
+    /// rebalancer runs inside the heal worker (`heal_enabled`) and moves
+    /// existing shards, one per blob per pass, toward the placement the
+    /// current datanode set gives (e.g. onto a new datanode); see
+    /// `crate::heal::mover`. Draining nodes are emptied at the heal rate.
+    #[serde(with = "byte_size_u64")]
+    pub rebalance_bandwidth_bytes_per_sec: u64,
 }
 
 /// A secret string from the config: serialized as itself, shown as
@@ -178,6 +186,8 @@ pub struct S3Tls {
     /// PEM private key (PKCS#8, PKCS#1 or SEC1); keep it mode 0600.
     pub key_file: PathBuf,
 }
+/// Default of `rebalance_bandwidth_bytes_per_sec`: 8 MiB/s.
+pub const DEFAULT_REBALANCE_BANDWIDTH_BYTES_PER_SEC: u64 = 8 * 1024 * 1024;
 
 /// Default of `heal_bandwidth_bytes_per_sec`: 32 MiB/s.
 pub const DEFAULT_HEAL_BANDWIDTH_BYTES_PER_SEC: u64 = 32 * 1024 * 1024;
@@ -214,6 +224,7 @@ impl Default for Config {
             audit_interval: Duration::from_secs(6 * 3600),
             node_down_after: Duration::from_secs(600),
             heal_concurrency: 2,
+            rebalance_bandwidth_bytes_per_sec: DEFAULT_REBALANCE_BANDWIDTH_BYTES_PER_SEC,
         }
     }
 }

@@ -69,10 +69,18 @@ pub struct DatanodeEntry {
     pub writable: bool,
     /// Free bytes of the node's data dir (statfs, last heartbeat).
     pub free_bytes: u64,
+    /// Failure-domain labels (see [`crate::placement`]); empty zone = none,
+    /// empty host = a host of its own.
+    pub zone: String,
+    pub host: String,
+    /// Marked draining by an admin: no new shards; its shards are moved
+    /// off (see [`crate::heal::mover`]).
+    pub draining: bool,
 }
 
 impl DatanodeEntry {
-    /// A live, writable node (free space unknown): for fixed sets in tests.
+    /// A live, writable node (free space unknown, no labels): for fixed
+    /// sets in tests.
     pub fn up(id: u64, addr: impl Into<String>) -> DatanodeEntry {
         DatanodeEntry {
             id,
@@ -80,12 +88,31 @@ impl DatanodeEntry {
             live: true,
             writable: true,
             free_bytes: 0,
+            zone: String::new(),
+            host: String::new(),
+            draining: false,
         }
     }
 
-    /// Whether new shards may be placed on this node: live and writable.
+    /// Whether new shards may be placed on this node: live, writable and
+    /// not draining.
     pub fn accepts_shards(&self) -> bool {
-        self.live && self.writable
+        self.live && self.writable && !self.draining
+    }
+}
+
+impl From<sluice_proto::meta::DatanodeInfo> for DatanodeEntry {
+    fn from(d: sluice_proto::meta::DatanodeInfo) -> Self {
+        DatanodeEntry {
+            id: d.id,
+            addr: d.addr,
+            live: d.live,
+            writable: d.writable,
+            free_bytes: d.free_bytes,
+            zone: d.zone,
+            host: d.host,
+            draining: d.draining,
+        }
     }
 }
 
@@ -94,6 +121,9 @@ struct Node {
     live: bool,
     writable: bool,
     free_bytes: u64,
+    zone: String,
+    host: String,
+    draining: bool,
     /// Created on first use (creating one spawns tonic's buffer task, so it
     /// needs a runtime); dropped when the address changes.
     channel: Option<Channel>,
@@ -130,6 +160,9 @@ impl Datanodes {
                     live: e.live,
                     writable: e.writable,
                     free_bytes: e.free_bytes,
+                    zone: e.zone,
+                    host: e.host,
+                    draining: e.draining,
                     channel,
                 },
             );
@@ -142,13 +175,7 @@ impl Datanodes {
     pub async fn refresh(&self, meta: &MetaClient) -> Result<usize, MetaError> {
         let infos = meta.list_datanodes().await?;
         let live = infos.iter().filter(|d| d.live).count();
-        self.replace(infos.into_iter().map(|d| DatanodeEntry {
-            id: d.id,
-            addr: d.addr,
-            live: d.live,
-            writable: d.writable,
-            free_bytes: d.free_bytes,
-        }));
+        self.replace(infos.into_iter().map(DatanodeEntry::from));
         Ok(live)
     }
 
@@ -161,12 +188,13 @@ impl Datanodes {
         }
     }
 
-    /// Ids of the datanodes that are live and writable.
+    /// Ids of the datanodes that accept new shards: live, writable and
+    /// not draining.
     pub fn writable_ids(&self) -> Vec<u64> {
         let nodes = self.nodes.lock().expect("datanode pool lock");
         nodes
             .iter()
-            .filter(|(_, n)| n.live && n.writable)
+            .filter(|(_, n)| n.live && n.writable && !n.draining)
             .map(|(id, _)| *id)
             .collect()
     }
@@ -192,6 +220,9 @@ impl Datanodes {
                 live: n.live,
                 writable: n.writable,
                 free_bytes: n.free_bytes,
+                zone: n.zone.clone(),
+                host: n.host.clone(),
+                draining: n.draining,
             })
             .collect();
         v.sort_by_key(|e| e.id);
@@ -249,6 +280,7 @@ mod tests {
             live,
             writable: true,
             free_bytes: 1 << 30,
+            ..DatanodeEntry::up(id, "")
         }
     }
 

@@ -54,6 +54,7 @@ fn views(ids: impl IntoIterator<Item = u64>, down: &[u64], full: &[u64]) -> Vec<
             id,
             live: !down.contains(&id),
             writable: !full.contains(&id),
+            ..NodeView::default()
         })
         .collect()
 }
@@ -597,6 +598,7 @@ async fn rebuild_moves_parity_off_a_down_node_and_a_lost_race_is_reported() -> R
                 live: n.id != 7,
                 writable: n.id != 7,
                 free_bytes: 0,
+                ..sluice_gateway::datanodes::DatanodeEntry::up(n.id, "")
             })
             .collect(),
     );
@@ -644,6 +646,7 @@ async fn rebuild_moves_parity_off_a_down_node_and_a_lost_race_is_reported() -> R
             live: n.id != down,
             writable: n.id != down,
             free_bytes: 0,
+            ..sluice_gateway::datanodes::DatanodeEntry::up(n.id, "")
         })
         .collect();
     store.set_datanodes(entries.clone());
@@ -685,6 +688,7 @@ fn views_from(entries: &[sluice_gateway::datanodes::DatanodeEntry]) -> Vec<NodeV
             id: e.id,
             live: e.live,
             writable: true,
+            ..NodeView::default()
         })
         .collect()
 }

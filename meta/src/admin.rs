@@ -4,12 +4,21 @@
 //! The trait impl stays thin: each area's logic lives in its own module.
 //! Like [`crate::api`], calls that change or read replicated state run on
 //! the leader, and a follower answers with `NOT_LEADER` and the leader hint.
+//!
+//! # Layout
+//! * [`members`] — meta voters: add, remove, replace, list.
+//! * [`datanodes`] — list, drain and remove datanodes.
+
+mod datanodes;
+pub(crate) mod members;
 
 mod keys;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use sluice_proto::admin::{self as apb, admin_server::Admin};
+use sluice_proto::admin as apb;
+use sluice_proto::admin::admin_server::Admin;
 use tonic::{Request, Response, Status};
 
 use crate::liveness::Liveness;
@@ -22,8 +31,13 @@ pub(crate) struct AdminService<K: KvStore> {
     pub(crate) node_id: u64,
     pub(crate) raft: MetaRaft,
     pub(crate) kv: Arc<K>,
-    #[allow(dead_code)]
     pub(crate) liveness: Arc<Liveness>,
+    /// Meta membership changes (one at a time per node).
+    pub(crate) members: Arc<members::Members>,
+}
+
+fn catch_up(ms: Option<u64>) -> Option<Duration> {
+    ms.map(Duration::from_millis)
 }
 
 #[tonic::async_trait]
@@ -72,5 +86,76 @@ impl<K: KvStore + 'static> Admin for AdminService<K> {
         keys::set_grant(&self.raft, self.kv.as_ref(), request.into_inner(), false)
             .await
             .map(Response::new)
+    }
+
+    // ---- metamembers
+    async fn add_voter(
+        &self,
+        request: Request<apb::AddVoterRequest>,
+    ) -> Result<Response<apb::MembershipResponse>, Status> {
+        let r = request.into_inner();
+        let out = self
+            .members
+            .add_voter(r.id, r.addr, catch_up(r.catch_up_timeout_ms))
+            .await?;
+        Ok(Response::new(out))
+    }
+
+    async fn remove_voter(
+        &self,
+        request: Request<apb::RemoveVoterRequest>,
+    ) -> Result<Response<apb::MembershipResponse>, Status> {
+        let out = self.members.remove_voter(request.into_inner().id).await?;
+        Ok(Response::new(out))
+    }
+
+    async fn replace_voter(
+        &self,
+        request: Request<apb::ReplaceVoterRequest>,
+    ) -> Result<Response<apb::MembershipResponse>, Status> {
+        let r = request.into_inner();
+        let out = self
+            .members
+            .replace_voter(
+                r.old_id,
+                r.new_id,
+                r.new_addr,
+                catch_up(r.catch_up_timeout_ms),
+            )
+            .await?;
+        Ok(Response::new(out))
+    }
+
+    async fn list_members(
+        &self,
+        _request: Request<apb::ListMembersRequest>,
+    ) -> Result<Response<apb::ListMembersResponse>, Status> {
+        Ok(Response::new(self.members.list().await?))
+    }
+
+    // ---- datanodes
+    async fn list_datanodes(
+        &self,
+        _request: Request<apb::ListDatanodesRequest>,
+    ) -> Result<Response<apb::ListDatanodesResponse>, Status> {
+        Ok(Response::new(self.list_datanodes_admin().await?))
+    }
+
+    async fn drain_datanode(
+        &self,
+        request: Request<apb::DrainDatanodeRequest>,
+    ) -> Result<Response<apb::DrainDatanodeResponse>, Status> {
+        Ok(Response::new(
+            self.drain_datanode_admin(request.into_inner()).await?,
+        ))
+    }
+
+    async fn remove_datanode(
+        &self,
+        request: Request<apb::RemoveDatanodeRequest>,
+    ) -> Result<Response<apb::RemoveDatanodeResponse>, Status> {
+        Ok(Response::new(
+            self.remove_datanode_admin(request.into_inner()).await?,
+        ))
     }
 }

@@ -359,7 +359,12 @@ impl<K: KvStore> Meta for MetaService<K> {
         let recorded = sm::get_datanode(self.kv.as_ref(), r.id).map_err(sm_status)?;
         let stale = match &recorded {
             None => true,
-            Some(d) => d.addr != r.addr || (!r.disk_id.is_empty() && d.disk_id != r.disk_id),
+            Some(d) => {
+                d.addr != r.addr
+                    || (!r.disk_id.is_empty() && d.disk_id != r.disk_id)
+                    || d.zone != r.zone
+                    || d.host != r.host
+            }
         };
         if stale {
             // Unknown datanode, a new address or a new disk: (re)register it
@@ -372,6 +377,8 @@ impl<K: KvStore> Meta for MetaService<K> {
                     addr: r.addr.clone(),
                     disk_id: r.disk_id.clone(),
                     op_id: String::new(),
+                    zone: r.zone.clone(),
+                    host: r.host.clone(),
                 }))
                 .await?,
             )?;

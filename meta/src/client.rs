@@ -86,7 +86,10 @@ struct Inner {
     /// Configured meta endpoints, e.g. `http://127.0.0.1:7001`.
     seeds: Vec<String>,
     /// One lazily connected channel per meta address; bounded by the number
-    /// of meta nodes (seeds plus leader hints, which name cluster members).
+    /// of distinct meta addresses seen: the seeds plus the leader hints,
+    /// which carry members' addresses from the Raft membership (so a node
+    /// added after this client started is reached through a hint, and a
+    /// removed seed that no longer answers is skipped for the next one).
     channels: Mutex<HashMap<String, Channel>>,
     /// The address believed to be the leader.
     current: Mutex<String>,
@@ -511,11 +514,27 @@ impl MetaClient {
         addr: &str,
         disk_id: &str,
     ) -> Result<pb::RegisterDatanodeResponse, MetaError> {
+        self.register_datanode_labelled(id, addr, disk_id, "", "")
+            .await
+    }
+
+    /// [`MetaClient::register_datanode`] with the node's failure-domain
+    /// labels (`zone` empty = zones not configured).
+    pub async fn register_datanode_labelled(
+        &self,
+        id: u64,
+        addr: &str,
+        disk_id: &str,
+        zone: &str,
+        host: &str,
+    ) -> Result<pb::RegisterDatanodeResponse, MetaError> {
         let req = pb::RegisterDatanodeRequest {
             id,
             addr: addr.into(),
             disk_id: disk_id.into(),
             op_id: new_op_id(),
+            zone: zone.into(),
+            host: host.into(),
         };
         self.call("RegisterDatanode", |mut c| {
             let req = req.clone();

@@ -29,8 +29,20 @@ pub struct Config {
     /// single-voter cluster of this node. The node with the lowest id
     /// initializes the cluster on first start. In TOML a table whose keys
     /// are the ids: `[voters]` / `1 = "http://10.0.0.1:7001"`. Default empty.
+    ///
+    /// Only the very first start reads it: from then on membership lives in
+    /// Raft (changed with `sluice admin meta add|remove|replace`), and a
+    /// restarted node ignores this table.
     #[serde(with = "voter_map")]
     pub voters: BTreeMap<u64, String>,
+    /// This node joins an existing cluster: on a start without Raft state it
+    /// never initializes a cluster and waits until the leader adds it
+    /// (`sluice admin meta add --id N --addr URL`); `voters` may then be
+    /// empty or name the other nodes. Default false. Set it for every node
+    /// added after the first start (and for a node whose data dir was
+    /// wiped): a fresh node with `join = false` and no `voters` would
+    /// initialize a cluster of its own.
+    pub join: bool,
     /// sled page cache size in bytes. Default 64 MiB.
     #[serde(with = "byte_size")]
     pub sled_cache_bytes: u64,
@@ -124,6 +136,7 @@ impl Default for Config {
             advertise_addr: "http://127.0.0.1:7001".to_string(),
             data_dir: PathBuf::from("data/meta"),
             voters: BTreeMap::new(),
+            join: false,
             sled_cache_bytes: 64 * 1024 * 1024,
             election_timeout_min: Duration::from_millis(1000),
             election_timeout_max: Duration::from_millis(2000),
@@ -201,7 +214,7 @@ impl Config {
                 addr: addr.clone(),
             });
         }
-        if !self.voters.is_empty() && !self.voters.contains_key(&self.node_id) {
+        if !self.join && !self.voters.is_empty() && !self.voters.contains_key(&self.node_id) {
             return Err(ConfigError::NotAVoter(self.node_id));
         }
         if !(self.heartbeat_interval < self.election_timeout_min
@@ -375,6 +388,15 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(bad.validate(), Err(ConfigError::NotAVoter(1)));
+        // A joining node need not be among the initial voters.
+        let joining = Config {
+            voters: BTreeMap::from([(5, "http://x:1".to_string())]),
+            join: true,
+            ..Config::default()
+        };
+        joining.validate().unwrap();
+        let parsed: Config = toml::from_str("node_id = 4\njoin = true").unwrap();
+        assert!(parsed.join);
         let bad = Config {
             election_timeout_min: Duration::from_millis(100),
             ..Config::default()

@@ -116,6 +116,12 @@ impl Liveness {
         }
     }
 
+    /// Drops what is known of datanode `id` (it was removed from the
+    /// registry), keeping the map bounded by the registry.
+    pub(crate) fn forget(&self, id: u64) {
+        self.lock().seen.remove(&id);
+    }
+
     /// Records a sign of life of a registered datanode without capacity
     /// figures (a registration): keeps the capacity of its last heartbeat.
     pub(crate) fn beat(&self, id: u64) {

@@ -40,7 +40,8 @@ fn ms(d: Duration) -> u64 {
 ///
 /// On first start the node with the lowest id among the initial voters
 /// (see [`Config::voters`]) initializes the cluster; a restarted node
-/// keeps its state and does not initialize again. On shutdown the Raft is
+/// keeps its state (membership included) and does not initialize again; a
+/// node with `join = true` never initializes and waits to be added. On shutdown the Raft is
 /// stopped, then the gRPC server, and the function returns only after the
 /// sled database is closed, so the same `data_dir` can be reopened at once.
 ///
@@ -140,6 +141,10 @@ pub async fn run(
         raft: raft.clone(),
         kv: kv.clone(),
         liveness: liveness.clone(),
+        members: Arc::new(crate::admin::members::Members::new(
+            config.node_id,
+            raft.clone(),
+        )),
     };
     let meta = MetaService {
         node_id: config.node_id,
@@ -245,11 +250,21 @@ async fn release_store(kv: Arc<SledStore>) {
     }
 }
 
-/// Initializes the cluster if this node has never been initialized and is
-/// the lowest-id initial voter.
+/// Initializes the cluster if this node has never been initialized, is not
+/// a joining node (`join = true`) and is the lowest-id initial voter. A node
+/// with Raft state keeps the membership stored in Raft and ignores
+/// `voters`.
 async fn bootstrap(raft: &MetaRaft, config: &Config) -> Result<(), Error> {
     if raft.is_initialized().await? {
         tracing::info!("raft state found, not initializing");
+        return Ok(());
+    }
+    if config.join {
+        tracing::info!(
+            node_id = config.node_id,
+            addr = %config.advertise_addr,
+            "no raft state and join = true: waiting to be added (sluice admin meta add)"
+        );
         return Ok(());
     }
     let voters = config.initial_voters();

@@ -112,6 +112,7 @@ async fn registry_capacity_and_heal_on_a_real_node() -> Result<()> {
             writable: false,
             free_bytes: 512 << 20,
             used_bytes: 9 << 30,
+            ..Default::default()
         })
         .await?;
     client
@@ -122,6 +123,7 @@ async fn registry_capacity_and_heal_on_a_real_node() -> Result<()> {
             writable: true,
             free_bytes: 100 << 30,
             used_bytes: 1 << 20,
+            ..Default::default()
         })
         .await?;
     let nodes = client.list_datanodes().await?;

@@ -40,8 +40,11 @@ fn status_from_detail(detail: ErrorDetail) -> tonic::Status {
         | ErrorCode::InvalidPartOrder
         | ErrorCode::EntityTooSmall
         | ErrorCode::EpochClosed
-        | ErrorCode::PlacementChanged => tonic::Code::FailedPrecondition,
+        | ErrorCode::PlacementChanged
+        | ErrorCode::MembershipChangeRefused => tonic::Code::FailedPrecondition,
         ErrorCode::DuplicateDatanode => tonic::Code::AlreadyExists,
+        ErrorCode::DatanodeInUse => tonic::Code::FailedPrecondition,
+        ErrorCode::NoSuchDatanode => tonic::Code::NotFound,
         ErrorCode::InvalidArgument => tonic::Code::InvalidArgument,
         ErrorCode::Internal | ErrorCode::Unspecified => tonic::Code::Internal,
     };

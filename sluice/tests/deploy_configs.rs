@@ -19,6 +19,22 @@ fn meta_example_parses() {
     assert_eq!(config.sled_cache_bytes, 64 * 1024 * 1024);
 }
 
+/// The commented `join` example is off by default; uncommented, a node
+/// outside the initial voters validates.
+#[test]
+fn meta_join_example() {
+    let meta: sluice_meta::Config = toml::from_str(&deploy("meta.toml")).unwrap();
+    assert!(!meta.join);
+    let text = deploy("meta.toml")
+        .replace("# join = true", "join = true")
+        .replace("node_id = 1", "node_id = 4");
+    let joining: sluice_meta::Config = toml::from_str(&text).expect("parse joining meta.toml");
+    assert!(joining.join);
+    joining
+        .validate()
+        .expect("a joining node need not be an initial voter");
+}
+
 #[test]
 fn datanode_example_parses() {
     let config: sluice_datanode::Config =

@@ -965,6 +965,30 @@ impl TestCluster {
         }
         self.wait_datanodes_live().await
     }
+
+    /// Starts a new meta node with the next id (`metas.len() + 1`) on a
+    /// port-0 listener and its own directory, with `join = true`: it does
+    /// not initialize a cluster and waits to be added as a member (see
+    /// `meta_membership`). `configure` runs after the fixture's settings.
+    /// Returns its index in `metas`.
+    pub async fn add_meta_node(
+        &mut self,
+        configure: Option<fn(&mut sluice_meta::Config)>,
+    ) -> Result<usize> {
+        let id = self.metas.len() as u64 + 1;
+        let listener = bind_any().await?;
+        let dir = self._root.path().join(format!("meta-{id}"));
+        std::fs::create_dir_all(&dir)?;
+        let mut config = meta_config_base(id, listener.local_addr()?, dir, BTreeMap::new());
+        config.join = true;
+        if let Some(f) = configure {
+            f(&mut config);
+        }
+        let mut node = Process::new(format!("meta-{id}"), config);
+        node.start_on(listener);
+        self.metas.push(node);
+        Ok(self.metas.len() - 1)
+    }
 }
 
 fn init_tracing() {
@@ -1243,6 +1267,29 @@ impl TestCluster {
             Ok(all)
         })
         .await
+    }
+
+    /// Starts one more datanode (id `datanodes.len() + 1`) on a fresh
+    /// directory, configured like the others and then by `f`; returns its
+    /// id once meta reports it live.
+    pub async fn add_datanode(
+        &mut self,
+        f: Option<fn(&mut sluice_datanode::Config)>,
+    ) -> Result<u64> {
+        let id = self.datanodes.len() as u64 + 1;
+        let listener = bind_any().await?;
+        let dir = self._root.path().join(format!("datanode-{id}"));
+        std::fs::create_dir_all(&dir)?;
+        let meta_endpoints: Vec<String> = self.metas.iter().map(|m| http(m.addr())).collect();
+        let mut config = datanode_config(id, listener.local_addr()?, dir, meta_endpoints);
+        if let Some(f) = f {
+            f(&mut config);
+        }
+        let mut node = Process::new(format!("datanode-{id}"), config);
+        node.start_on(listener);
+        self.datanodes.push(node);
+        self.wait_datanodes(&[id], &[]).await?;
+        Ok(id)
     }
 
     /// Removes everything in stopped datanode `index`'s data dir (a wiped or

@@ -15,6 +15,12 @@
 //!   scrub (`docs/durability.md`).
 //! * `access` — S3 over HTTPS with a test CA, access keys and per-bucket
 //!   authorization, certificate reload on SIGHUP.
+//! * `membership` — failure-domain placement (datanodes labelled on 3
+//!   hosts), drain, remove and rebalance onto a new datanode, through the
+//!   admin service.
+//! * `meta_membership` — meta voters added, removed (the leader too) and
+//!   replaced under a continuous write load; the refusals (last voter, no
+//!   live quorum, change in progress, unknown id, not the leader).
 //! * `tiny_budgets` — flow control on 4 MiB budgets: 32 concurrent
 //!   multipart uploads complete within the gateway's buffer budget;
 //!   `max_inflight_requests` and `stall_timeout` answer `503 SlowDown`.
@@ -27,6 +33,8 @@
 mod access;
 mod durability;
 mod fixtures;
+mod membership;
+mod meta_membership;
 mod s3_errors;
 mod s3_listing;
 mod scenario;

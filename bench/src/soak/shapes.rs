@@ -79,6 +79,11 @@ pub struct ShapeVerdict {
     pub checks: Vec<Check>,
     /// RSS figures per process.
     pub processes: Vec<ProcessFigures>,
+    /// CPU seconds (user + system) the cluster's processes used during
+    /// the load, all processes together (the load generator excluded).
+    pub server_cpu_s: f64,
+    /// `server_cpu_s` per GiB of UploadPart payload acknowledged.
+    pub server_cpu_s_per_gib: f64,
 }
 
 impl ShapeVerdict {
@@ -97,6 +102,10 @@ impl ShapeVerdict {
             self.uploads.completed,
             self.uploads.started,
         );
+        out.push_str(&format!(
+            ", server CPU {:.1} s = {:.2} s/GiB",
+            self.server_cpu_s, self.server_cpu_s_per_gib
+        ));
         if let Some(r) = &self.read_back {
             out.push_str(&format!(
                 ", read back {}/{} identical",
@@ -168,6 +177,7 @@ pub async fn run_shape(
         checksum: ChecksumMode::WhenSupported,
     };
     let log = (!load.delete_after).then(|| Arc::new(CompletedLog::default()));
+    let cpu_before = cluster_cpu_seconds(cluster);
     tracing::info!(
         shape = shape.as_str(),
         cluster = cluster.label,
@@ -190,6 +200,8 @@ pub async fn run_shape(
         },
     )
     .await?;
+    let server_cpu_s = (cluster_cpu_seconds(cluster) - cpu_before).max(0.0);
+    let payload_gib = (summary.parts * load.part_size) as f64 / (1u64 << 30) as f64;
 
     let csv_path = out_dir.join("samples.csv");
     let text = std::fs::read_to_string(&csv_path).map_err(|source| SoakError::Filesystem {
@@ -272,9 +284,31 @@ pub async fn run_shape(
         read_back_errors_by_code: read_tally.snapshot(),
         checks,
         processes: figures,
+        server_cpu_s,
+        server_cpu_s_per_gib: if payload_gib > 0.0 {
+            server_cpu_s / payload_gib
+        } else {
+            0.0
+        },
     };
     tracing::info!(shape = shape.as_str(), pass, "shape finished");
     Ok(verdict)
+}
+
+/// CPU seconds used so far by the cluster's processes, summed (a process
+/// that is gone counts 0, so a restart during a shape undercounts).
+fn cluster_cpu_seconds(cluster: &Cluster) -> f64 {
+    cluster
+        .processes
+        .iter()
+        .filter_map(|p| {
+            crate::rss::ProcTarget {
+                name: p.name.clone(),
+                pid: p.pid,
+            }
+            .cpu_seconds()
+        })
+        .sum()
 }
 
 /// The checks of `shape` (see the module docs of [`crate::soak`]); pure.

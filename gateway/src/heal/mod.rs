@@ -9,6 +9,8 @@
 //! * [`audit`] — the audit pass and [`audit::NodeWatch`] (when one is due).
 //! * [`rebuild`] — target choice and the rebuild of one blob.
 //! * [`rate`] — the bandwidth token bucket and the yield rule.
+//! * [`mover`] — drain and rebalance: moves shards off draining nodes and
+//!   toward the current placement, after each heal pass.
 //!
 //! # The loop
 //! Every `heal_interval`: read the datanode set; run an audit pass when
@@ -17,9 +19,11 @@
 //! `node_down_after`); then page the degraded blobs
 //! (`ListPlacements(degraded_only)`) and rebuild them, `heal_concurrency`
 //! at once. A blob that cannot be healed now stays degraded and is tried
-//! again on the next pass.
+//! again on the next pass. Then, when a node is draining or rebalancing is
+//! on, a move pass ([`mover`]).
 
 pub mod audit;
+pub mod mover;
 pub mod rate;
 pub mod rebuild;
 
@@ -145,6 +149,8 @@ pub struct HealConfig {
     pub concurrency: usize,
     /// Longest wait for a stripe buffer or a datanode's credit.
     pub stall_timeout: Duration,
+    /// Shard bytes per second rebalancing may write; 0 disables it.
+    pub rebalance_bandwidth_bytes_per_sec: u64,
 }
 
 impl HealConfig {
@@ -157,6 +163,7 @@ impl HealConfig {
             node_down_after: c.node_down_after,
             concurrency: c.heal_concurrency.max(1),
             stall_timeout: c.stall_timeout,
+            rebalance_bandwidth_bytes_per_sec: c.rebalance_bandwidth_bytes_per_sec,
         }
     }
 }
@@ -188,6 +195,10 @@ pub struct HealStatus {
     pub audit_passes: u64,
     pub audit_shards_checked: u64,
     pub audit_missing: u64,
+    /// Shards moved off draining nodes.
+    pub drained_shards: u64,
+    /// Shards moved by rebalance.
+    pub rebalanced_shards: u64,
 }
 
 /// The running heal worker of a gateway (garage's `Worker` shape: a name,
@@ -204,6 +215,8 @@ struct Shared {
     epochs: WriteEpochs,
     config: HealConfig,
     gate: HealGate,
+    /// Rate and stripe slot (one) of rebalance moves; `None` when off.
+    rebalance_gate: Option<HealGate>,
     status: Arc<Mutex<HealStatus>>,
 }
 
@@ -232,12 +245,21 @@ impl HealWorker {
             store.stats().clone(),
             config.stall_timeout,
         );
+        let rebalance_gate = (config.rebalance_bandwidth_bytes_per_sec > 0).then(|| {
+            HealGate::new(
+                config.rebalance_bandwidth_bytes_per_sec,
+                1,
+                store.stats().clone(),
+                config.stall_timeout,
+            )
+        });
         let shared = Arc::new(Shared {
             store,
             meta,
             epochs,
             config,
             gate,
+            rebalance_gate,
             status: Arc::clone(&status),
         });
         let task = tokio::spawn(run(shared, stop.clone()));
@@ -273,6 +295,7 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         return;
     }
     let mut watch = NodeWatch::default();
+    let mut movers = mover::MoveTrigger::default();
     let mut last_audit: Option<Instant> = None;
     let mut ticker = tokio::time::interval(shared.config.heal_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -301,6 +324,11 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                 last_audit = Some(Instant::now());
             }
             heal_pass(&shared, &infos).await;
+            let nodes: Vec<NodeView> = infos.iter().map(NodeView::from).collect();
+            if movers.due(&nodes, shared.rebalance_gate.is_some()) {
+                let busy = move_once(&shared, &nodes).await;
+                movers.done(busy);
+            }
         };
         tokio::select! {
             () = stop.cancelled() => break,
@@ -337,16 +365,46 @@ async fn audit_once(shared: &Shared, watch: &NodeWatch, infos: &[DatanodeInfo]) 
     shared.update(|s| s.state = HealState::Idle);
 }
 
+/// One move pass (drain, rebalance); `true` when it moved or failed to
+/// move anything (another pass is due).
+async fn move_once(shared: &Shared, nodes: &[NodeView]) -> bool {
+    let cx = |gate| RebuildContext {
+        store: &shared.store,
+        meta: shared.meta.as_ref(),
+        gate,
+        epochs: &shared.epochs,
+        credit_stall: shared.config.stall_timeout,
+    };
+    let drain = cx(&shared.gate);
+    let rebalance = shared.rebalance_gate.as_ref().map(cx);
+    match mover::move_pass(shared.meta.as_ref(), &drain, rebalance.as_ref(), nodes).await {
+        Ok(r) => {
+            let busy = r.drained_shards + r.rebalanced_shards + r.failed > 0;
+            shared.update(|s| {
+                s.drained_shards += r.drained_shards;
+                s.rebalanced_shards += r.rebalanced_shards;
+            });
+            if r.drained_shards + r.rebalanced_shards + r.failed > 0 {
+                tracing::info!(
+                    drained = r.drained_shards,
+                    rebalanced = r.rebalanced_shards,
+                    failed = r.failed,
+                    bytes = r.bytes,
+                    "move pass done"
+                );
+            }
+            busy
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "move pass failed");
+            true
+        }
+    }
+}
+
 /// One pass over the degraded list.
 async fn heal_pass(shared: &Shared, infos: &[DatanodeInfo]) {
-    let nodes: Vec<NodeView> = infos
-        .iter()
-        .map(|d| NodeView {
-            id: d.id,
-            live: d.live,
-            writable: d.writable,
-        })
-        .collect();
+    let nodes: Vec<NodeView> = infos.iter().map(NodeView::from).collect();
     let cx = RebuildContext {
         store: &shared.store,
         meta: shared.meta.as_ref(),

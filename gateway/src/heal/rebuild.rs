@@ -2,8 +2,13 @@
 //!
 //! 1. [`choose_targets`]: for every missing shard index `i`, the same node
 //!    `P.nodes[i]` when it is live and writable (in-place repair of a
-//!    wiped or corrupt shard), else a live writable node holding no shard
-//!    of the blob (rendezvous order seeded by blob id and index). The blob
+//!    wiped or corrupt shard), else a live writable node that is not
+//!    draining and holds no shard of the blob, chosen by
+//!    [`crate::placement::pick_one`]: weighted rendezvous order seeded by
+//!    blob id and index, within the same host/zone caps as placement
+//!    (best effort when the cluster is too small). [`choose_moves`] does
+//!    the same for shards moved off a draining or misplaced node (drain,
+//!    rebalance): those are still read as sources. The blob
 //!    is skipped (retried on a later pass) when a missing shard has no
 //!    target or fewer than k shards are healthy.
 //! 2. `BeginHeal` for every (index, target) under the epoch of an
@@ -51,13 +56,49 @@ use crate::layout::Layout;
 pub const HEAL_SHARD_CHANNEL_DEPTH: usize = 2;
 
 /// A datanode as the heal worker sees it (from `ListDatanodes`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeView {
     pub id: u64,
     /// Heartbeat seen within meta's liveness window.
     pub live: bool,
     /// Free space above its reserve and disk healthy.
     pub writable: bool,
+    /// Failure-domain labels and free bytes (see [`crate::placement`]).
+    pub zone: String,
+    pub host: String,
+    pub free_bytes: u64,
+    /// Marked draining: a source, never a target.
+    pub draining: bool,
+}
+
+impl NodeView {
+    /// A target for new shards: live, writable, not draining.
+    pub fn accepts_shards(&self) -> bool {
+        self.live && self.writable && !self.draining
+    }
+
+    fn candidate(&self) -> crate::placement::Candidate<'_> {
+        crate::placement::Candidate {
+            id: self.id,
+            zone: &self.zone,
+            host: &self.host,
+            free_bytes: self.free_bytes,
+        }
+    }
+}
+
+impl From<&sluice_proto::meta::DatanodeInfo> for NodeView {
+    fn from(d: &sluice_proto::meta::DatanodeInfo) -> Self {
+        NodeView {
+            id: d.id,
+            live: d.live,
+            writable: d.writable,
+            zone: d.zone.clone(),
+            host: d.host.clone(),
+            free_bytes: d.free_bytes,
+            draining: d.draining,
+        }
+    }
 }
 
 /// Why a blob is not healed on this pass (it stays degraded and is
@@ -171,7 +212,7 @@ pub fn choose_targets(p: &Placement, nodes: &[NodeView]) -> Result<Vec<(u32, u64
         return Err(Skip::NothingMissing);
     }
     let view = |id: u64| nodes.iter().find(|n| n.id == id);
-    let usable = |id: u64| view(id).is_some_and(|n| n.live && n.writable);
+    let usable = |id: u64| view(id).is_some_and(NodeView::accepts_shards);
     let healthy = (0..p.nodes.len() as u32)
         .filter(|i| !missing.contains(i))
         .filter(|&i| view(p.nodes[i as usize]).is_some_and(|n| n.live))
@@ -200,20 +241,107 @@ pub fn choose_targets(p: &Placement, nodes: &[NodeView]) -> Result<Vec<(u32, u64
         let target = match target {
             Some(t) => t,
             None => {
-                let eligible = nodes
-                    .iter()
-                    .filter(|n| n.live && n.writable)
-                    .map(|n| n.id)
-                    .filter(|id| !every.contains(id) && !taken.contains(id));
-                let key = format!("{}/{i}", p.blob_id);
-                let t = crate::placement::pick(&key, eligible, 1)
-                    .and_then(|v| v.first().copied())
+                let t = pick_target(p, i, &missing, &every, &taken, nodes)
                     .ok_or(Skip::NoTarget { index: i })?;
                 taken.insert(t);
                 t
             }
         };
         out.push((i, target));
+    }
+    Ok(out)
+}
+
+/// A new node for shard `i` of `p` by [`crate::placement::pick_one`]: not
+/// in `every` (the blob's nodes) nor `taken`, accepting shards, the
+/// domains counted over the shards that stay (indices not in `leaving`,
+/// plus those already `taken`).
+fn pick_target(
+    p: &Placement,
+    i: u32,
+    leaving: &BTreeSet<u32>,
+    every: &BTreeSet<u64>,
+    taken: &BTreeSet<u64>,
+    nodes: &[NodeView],
+) -> Option<u64> {
+    let view = |id: u64| nodes.iter().find(|n| n.id == id);
+    let unknown: Vec<NodeView> = p
+        .nodes
+        .iter()
+        .chain(taken.iter())
+        .filter(|id| view(**id).is_none())
+        .map(|&id| NodeView {
+            id,
+            ..NodeView::default()
+        })
+        .collect();
+    let label = |id: u64| {
+        view(id)
+            .or_else(|| unknown.iter().find(|n| n.id == id))
+            .map(NodeView::candidate)
+    };
+    let keeping: Vec<crate::placement::Candidate<'_>> = (0..p.nodes.len())
+        .filter(|j| !leaving.contains(&(*j as u32)))
+        .map(|j| p.nodes[j])
+        .chain(taken.iter().copied())
+        .filter_map(label)
+        .collect();
+    let eligible: Vec<crate::placement::Candidate<'_>> = nodes
+        .iter()
+        .filter(|n| n.accepts_shards() && !every.contains(&n.id) && !taken.contains(&n.id))
+        .map(NodeView::candidate)
+        .collect();
+    let key = format!("{}/{i}", p.blob_id);
+    crate::placement::pick_one(
+        &key,
+        &eligible,
+        &keeping,
+        p.data_shards as usize,
+        p.parity_shards as usize,
+    )
+}
+
+/// Targets for moving shards `moving` of `p` off their nodes (a draining
+/// node, or a node the current placement would not choose): one new node
+/// per index, as for a missing shard, in index order. Unlike
+/// [`choose_targets`] the moved shards stay readable sources and nothing
+/// else may be missing or down: a blob that needs heal is left to heal.
+pub fn choose_moves(
+    p: &Placement,
+    moving: &[u32],
+    nodes: &[NodeView],
+) -> Result<Vec<(u32, u64)>, Skip> {
+    let (k, m) = (p.data_shards as usize, p.parity_shards as usize);
+    if k == 0 || m == 0 || p.block_size == 0 || p.nodes.len() != k + m {
+        return Err(Skip::Malformed(format!(
+            "{k}+{m} shards, block size {}, {} nodes",
+            p.block_size,
+            p.nodes.len()
+        )));
+    }
+    let leaving: BTreeSet<u32> = moving
+        .iter()
+        .copied()
+        .filter(|&i| (i as usize) < p.nodes.len())
+        .collect();
+    if leaving.is_empty() {
+        return Err(Skip::NothingMissing);
+    }
+    let live = |id: u64| nodes.iter().any(|n| n.id == id && n.live);
+    let healthy = (0..p.nodes.len())
+        .filter(|&i| !p.missing.contains(&(i as u32)) && live(p.nodes[i]))
+        .count();
+    if healthy < k {
+        return Err(Skip::NotEnoughHealthy { healthy, needed: k });
+    }
+    let every: BTreeSet<u64> = p.nodes.iter().copied().collect();
+    let mut taken: BTreeSet<u64> = BTreeSet::new();
+    let mut out = Vec::with_capacity(leaving.len());
+    for &i in &leaving {
+        let t = pick_target(p, i, &leaving, &every, &taken, nodes)
+            .ok_or(Skip::NoTarget { index: i })?;
+        taken.insert(t);
+        out.push((i, t));
     }
     Ok(out)
 }
@@ -299,6 +427,19 @@ pub async fn rebuild_blob(
     nodes: &[NodeView],
 ) -> Result<Healed, HealError> {
     let targets = choose_targets(p, nodes)?;
+    rebuild_onto(cx, p, targets, nodes).await
+}
+
+/// Writes shard `i` of `p` onto `node` for every `(i, node)` of `targets`
+/// (missing shards rebuilt, moved ones copied or rebuilt from any k
+/// readable shards) and installs the new placement with the
+/// compare-and-set against `p`. [`rebuild_blob`] and the mover use it.
+pub async fn rebuild_onto(
+    cx: &RebuildContext<'_>,
+    p: &Placement,
+    targets: Vec<(u32, u64)>,
+    nodes: &[NodeView],
+) -> Result<Healed, HealError> {
     let codec = cx.store.heal_codec();
     let (k, m) = (p.data_shards as usize, p.parity_shards as usize);
     let codec = if (codec.data_shards(), codec.parity_shards()) == (k, m) {

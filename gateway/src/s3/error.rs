@@ -74,8 +74,12 @@ pub fn meta_code(code: ErrorCode) -> S3ErrorCode {
         // The gateway lost its write epoch (paused or cut off past its
         // lease): retryable, the next attempt writes under a new epoch.
         ErrorCode::EpochClosed => S3ErrorCode::ServiceUnavailable,
-        ErrorCode::PlacementChanged | ErrorCode::DuplicateDatanode => S3ErrorCode::InternalError,
         ErrorCode::NoSuchAccessKey => S3ErrorCode::InvalidAccessKeyId,
+        ErrorCode::PlacementChanged
+        | ErrorCode::DuplicateDatanode
+        | ErrorCode::MembershipChangeRefused
+        | ErrorCode::DatanodeInUse
+        | ErrorCode::NoSuchDatanode => S3ErrorCode::InternalError,
         ErrorCode::Internal | ErrorCode::Unspecified => S3ErrorCode::InternalError,
     }
 }

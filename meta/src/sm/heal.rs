@@ -219,8 +219,19 @@ pub(crate) fn report_missing<K: KvStore>(kv: &K, r: &pb::ReportMissingRequest) -
             ),
         );
     }
+    let (b, marked) = mark_missing(kv, r.node_id, &r.shards)?;
+    Ok((b, Applied::Marked(marked)))
+}
+
+/// Marks `shards` of `node_id` missing where their placement still puts
+/// that index on that node: the batch and how many were marked.
+pub(crate) fn mark_missing<K: KvStore>(
+    kv: &K,
+    node_id: u64,
+    shards: &[pb::ShardRef],
+) -> Result<(Batch, u32), SmError> {
     let mut by_blob: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-    for s in &r.shards {
+    for s in shards {
         by_blob.entry(&s.blob_id).or_default().insert(s.shard_index);
     }
     let mut records = PlacementRecords::default();
@@ -235,7 +246,7 @@ pub(crate) fn report_missing<K: KvStore>(kv: &K, r: &pb::ReportMissingRequest) -
         };
         let before = marked;
         for i in indices {
-            if places(placement, r.node_id, i) {
+            if places(placement, node_id, i) {
                 placement.missing.push(i);
                 marked += 1;
             }
@@ -252,7 +263,7 @@ pub(crate) fn report_missing<K: KvStore>(kv: &K, r: &pb::ReportMissingRequest) -
             mark_degraded(&mut b, p);
         }
     }
-    Ok((b, Applied::Marked(marked)))
+    Ok((b, marked))
 }
 
 /// BeginHeal: records the intent of writing shard `shard_index` of

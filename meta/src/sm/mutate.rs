@@ -74,6 +74,8 @@ pub fn apply_command_with<K: KvStore>(
         Command::CreateAccessKey(r) => access::create_access_key(kv, r, now_ms),
         Command::DeleteAccessKey(r) => access::delete_access_key(kv, r),
         Command::SetKeyGrant(r) => access::set_key_grant(kv, r),
+        Command::DrainDatanode(r) => registry::drain_datanode(kv, r),
+        Command::RemoveDatanode(r) => registry::remove_datanode(kv, r),
     }
     .and_then(|applied| {
         fence(kv, command)?;
@@ -124,6 +126,8 @@ fn op_id_of(command: &Command) -> &str {
         Command::CreateAccessKey(r) => &r.op_id,
         Command::DeleteAccessKey(r) => &r.op_id,
         Command::SetKeyGrant(r) => &r.op_id,
+        Command::DrainDatanode(r) => &r.op_id,
+        Command::RemoveDatanode(r) => &r.op_id,
         Command::CloseEpochs(_) | Command::CollectPending(_) | Command::ExpireSessions(_) => "",
     }
 }

@@ -785,6 +785,7 @@ fn register_datanode_upserts_address() {
 }
 
 mod access;
+mod datanodes;
 mod exactly_once;
 mod heal;
 mod refs;
