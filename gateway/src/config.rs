@@ -11,6 +11,7 @@
 //! * `credit_idle_timeout` — unused datanode credit is returned after this.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -38,10 +39,18 @@ pub struct Config {
     pub region: String,
     /// S3 access key id clients sign with. Required.
     pub access_key: String,
-    /// S3 secret access key. Required.
-    pub secret_key: String,
+    /// S3 secret access key. Required. Debug prints it redacted.
+    pub secret_key: Secret,
     /// gRPC endpoints of the meta nodes, e.g. `["http://127.0.0.1:7000"]`. Required.
     pub meta_endpoints: Vec<String>,
+    /// `[s3_tls]`: serve S3 over HTTPS (TLS 1.2 and 1.3) with this PEM
+    /// certificate chain and private key; SIGHUP reloads both (see
+    /// [`crate::tls`]). Exactly one of `s3_tls` and `s3_plaintext` must be
+    /// set.
+    pub s3_tls: Option<S3Tls>,
+    /// Serve S3 over plain HTTP (default false): an explicit opt-in for
+    /// development or a TLS-terminating proxy; logs a warning at start.
+    pub s3_plaintext: bool,
     /// Erasure data shards per stripe, k (default 4).
     pub data_shards: u32,
     /// Erasure parity shards per stripe, m (default 2, at least 1).
@@ -170,6 +179,52 @@ pub struct Config {
     pub rebalance_bandwidth_bytes_per_sec: u64,
 }
 
+/// A secret string from the config: serialized as itself, shown as
+/// `<redacted>` by Debug so a logged config never carries it.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl Secret {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Secret {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Self {
+        Secret(s)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Self {
+        Secret(s.to_string())
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// `[s3_tls]` of the gateway config: the S3 listener's certificate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Tls {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1); keep it mode 0600.
+    pub key_file: PathBuf,
+}
 /// Default of `rebalance_bandwidth_bytes_per_sec`: 8 MiB/s.
 pub const DEFAULT_REBALANCE_BANDWIDTH_BYTES_PER_SEC: u64 = 8 * 1024 * 1024;
 
@@ -182,8 +237,10 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 9000)),
             region: "us-east-1".to_string(),
             access_key: String::new(),
-            secret_key: String::new(),
+            secret_key: Secret::default(),
             meta_endpoints: Vec::new(),
+            s3_tls: None,
+            s3_plaintext: false,
             data_shards: 4,
             parity_shards: 2,
             block_size: 256 * 1024,
@@ -236,6 +293,11 @@ pub enum ConfigError {
     WriteQuorum { quorum: u32, min: u32, max: u32 },
     #[error("meta endpoint {0:?} is not an http:// or https:// URL")]
     MetaEndpoint(String),
+    /// Neither or both of `[s3_tls]` and `s3_plaintext = true`.
+    #[error(
+        "set exactly one of `[s3_tls]` (cert_file, key_file: HTTPS) and `s3_plaintext = true` (plain HTTP)"
+    )]
+    S3Transport,
     /// A buffer budget cannot hold one stripe ((k + m) * block_size bytes),
     /// or is larger than [`MAX_BUDGET_BYTES`].
     #[error("{name} = {budget} bytes is outside {min}..={max} (one stripe of (k+m)*block_size bytes at least)", max = MAX_BUDGET_BYTES)]
@@ -260,6 +322,17 @@ impl Config {
         }
         if self.meta_endpoints.is_empty() {
             return Err(ConfigError::Empty("meta_endpoints"));
+        }
+        if self.s3_tls.is_some() == self.s3_plaintext {
+            return Err(ConfigError::S3Transport);
+        }
+        if let Some(tls) = &self.s3_tls {
+            if tls.cert_file.as_os_str().is_empty() {
+                return Err(ConfigError::Empty("s3_tls.cert_file"));
+            }
+            if tls.key_file.as_os_str().is_empty() {
+                return Err(ConfigError::Empty("s3_tls.key_file"));
+            }
         }
         if let Some(bad) = self
             .meta_endpoints
@@ -438,8 +511,71 @@ mod tests {
             access_key: "AK".into(),
             secret_key: "SK".into(),
             meta_endpoints: vec!["http://127.0.0.1:7000".into()],
+            s3_plaintext: true,
             ..Config::default()
         }
+    }
+
+    #[test]
+    fn debug_redacts_the_secret_key() {
+        let c = Config {
+            secret_key: "TOPSECRET".into(),
+            ..valid()
+        };
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("TOPSECRET") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+        let parsed: Config = toml::from_str("secret_key = \"TOPSECRET\"").unwrap();
+        assert_eq!(parsed.secret_key.as_str(), "TOPSECRET");
+    }
+
+    #[test]
+    fn exactly_one_s3_transport_is_configured() {
+        let tls = Some(S3Tls {
+            cert_file: "/etc/sluice/s3.crt".into(),
+            key_file: "/etc/sluice/s3.key".into(),
+        });
+        let neither = Config {
+            s3_plaintext: false,
+            ..valid()
+        };
+        assert_eq!(neither.validate(), Err(ConfigError::S3Transport));
+        let both = Config {
+            s3_tls: tls.clone(),
+            ..valid()
+        };
+        assert_eq!(both.validate(), Err(ConfigError::S3Transport));
+        let https = Config {
+            s3_tls: tls,
+            s3_plaintext: false,
+            ..valid()
+        };
+        assert_eq!(https.validate(), Ok(()));
+        let text = toml::to_string(&https).expect("serialize");
+        let back: Config = toml::from_str(&text).expect("parse back");
+        assert_eq!(back, https);
+        let parsed: Config = toml::from_str(
+            "access_key = \"a\"\n[s3_tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n",
+        )
+        .expect("parse [s3_tls]");
+        assert_eq!(
+            parsed.s3_tls.map(|t| (t.cert_file, t.key_file)),
+            Some(("c.pem".into(), "k.pem".into()))
+        );
+        let empty = Config {
+            s3_tls: Some(S3Tls {
+                cert_file: "".into(),
+                key_file: "k".into(),
+            }),
+            s3_plaintext: false,
+            ..valid()
+        };
+        assert_eq!(
+            empty.validate(),
+            Err(ConfigError::Empty("s3_tls.cert_file"))
+        );
     }
 
     #[test]
@@ -452,6 +588,7 @@ mod tests {
             block_size = "128 KiB"
             write_quorum = 6
             datanode_refresh_interval = "500ms"
+            s3_plaintext = true
         "#;
         let config: Config = toml::from_str(text).expect("parse");
         assert_eq!(config.listen, "0.0.0.0:9100".parse::<SocketAddr>().unwrap());

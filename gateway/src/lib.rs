@@ -19,6 +19,9 @@
 //! * [`health`] — `/health/live` and `/health/ready`.
 //! * [`listener`] — S3 listener hardening: pending connections and slots,
 //!   header, idle and body timeouts, the signed aws-chunked chunk cap.
+//! * [`access`] — access keys (root key + keys in meta, cached) and
+//!   per-bucket authorization (s3s `S3Auth` / `S3Access`).
+//! * [`tls`] — HTTPS on the S3 listener (rustls, SIGHUP reload).
 //! * [`admission`] — the in-flight limit and the FIFO byte budgets (pure, RAII guards).
 //! * [`credit`] — the datanode credit streams (the gateway side of the protocol).
 //! * [`metrics`] — Prometheus metric names.
@@ -26,6 +29,7 @@
 //! * [`blob`] — the data path: write, read and delete erasure-coded blobs.
 //! * [`placement`], [`layout`], [`erasure`], [`datanodes`] — rendezvous
 //!   placement, stripe arithmetic, Reed–Solomon coding, the live datanode set.
+pub mod access;
 pub mod admission;
 pub mod aws_chunked;
 pub mod blob;
@@ -42,6 +46,7 @@ pub mod metrics;
 pub mod placement;
 pub mod s3;
 pub mod server;
+pub mod tls;
 
 pub use admission::GatewayStats;
 pub use config::{Config, ConfigError};

@@ -214,18 +214,18 @@ impl Drop for ActiveRequest {
 }
 
 /// A socket that reports reads to its [`ConnActivity`].
-pub struct WatchedIo {
-    inner: TcpStream,
+pub struct WatchedIo<S = TcpStream> {
+    inner: S,
     activity: Arc<ConnActivity>,
 }
 
-impl WatchedIo {
-    pub fn new(inner: TcpStream, activity: Arc<ConnActivity>) -> Self {
+impl<S> WatchedIo<S> {
+    pub fn new(inner: S, activity: Arc<ConnActivity>) -> Self {
         WatchedIo { inner, activity }
     }
 }
 
-impl AsyncRead for WatchedIo {
+impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -241,7 +241,7 @@ impl AsyncRead for WatchedIo {
     }
 }
 
-impl AsyncWrite for WatchedIo {
+impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -16,7 +16,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -26,17 +26,16 @@ use http::{HeaderValue, Request, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use s3s::access::{S3Access, S3AccessContext};
-use s3s::auth::SimpleAuth;
 use s3s::config::{S3Config, StaticConfigProvider};
 use s3s::service::{S3Service, S3ServiceBuilder};
-use s3s::{HttpError, HttpResponse, S3Error, S3ErrorCode, S3Result, StdError};
+use s3s::{HttpError, HttpResponse, S3ErrorCode, StdError};
 use sluice_meta::MetaClient;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use crate::access::{AccessKeys, KeyAccess, KeyAuth, OpName};
 use crate::admission::{GatewayStats, InflightGuard, InflightLimiter};
 use crate::aws_chunked::{self, Rechunked};
 use crate::blob::{BlobError, BlobStore, BlobStoreConfig};
@@ -49,6 +48,7 @@ use crate::metrics::{self, SlowDownReason};
 use crate::s3::Gateway;
 use crate::s3::bucket::BucketNameRules;
 use crate::s3::error::{RETRY_AFTER_SECONDS, standard_message};
+use crate::tls::{S3TlsAcceptor, TlsError};
 
 /// Largest read buffer of an HTTP/1 client connection (bytes). A request
 /// body arrives in chunks of at most this size, and a chunk handed to the
@@ -75,6 +75,8 @@ pub enum Error {
     Config(#[from] ConfigError),
     #[error("starting the data path: {0}")]
     BlobStore(#[source] BlobError),
+    #[error("loading the S3 TLS certificate: {0}")]
+    Tls(#[from] TlsError),
 }
 
 /// The id of one S3 request, as sent in `x-amz-request-id` and error
@@ -100,54 +102,30 @@ pub struct SluiceService {
     health: Option<Arc<GatewayHealth>>,
 }
 
-/// Where the s3s access hook puts the name of the S3 operation it routed a
-/// request to (e.g. `UploadPart`), for the duration histogram.
-#[derive(Clone, Default)]
-struct OpName(Arc<OnceLock<String>>);
-
-/// The s3s access check: records the operation name, then denies anonymous
-/// requests as s3s's default check does.
-struct RecordOperation;
-
-#[async_trait::async_trait]
-impl S3Access for RecordOperation {
-    async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        let name = cx.s3_op().name().to_string();
-        if let Some(slot) = cx.extensions_mut().get::<OpName>() {
-            let _ = slot.0.set(name);
-        }
-        match cx.credentials() {
-            Some(_) => Ok(()),
-            None => Err(S3Error::with_message(
-                S3ErrorCode::AccessDenied,
-                "Signature is required",
-            )),
-        }
-    }
-}
-
 /// Builds the S3 service for `gateway`: SigV4 (header, presigned and
-/// aws-chunked) with the configured key pair, Sluice's bucket-name rules,
-/// and admission of at most [`DEFAULT_MAX_INFLIGHT_REQUESTS`] requests.
+/// aws-chunked) with the configured root key pair plus the access keys
+/// stored in meta, per-bucket authorization ([`crate::access`]), Sluice's
+/// bucket-name rules, and admission of at most
+/// [`DEFAULT_MAX_INFLIGHT_REQUESTS`] requests.
 pub fn s3_service(gateway: Gateway, access_key: &str, secret_key: &str) -> SluiceService {
+    let keys = AccessKeys::new(access_key, secret_key, Some(gateway.meta.clone()));
     s3_service_with_limiter(
         gateway,
-        access_key,
-        secret_key,
+        keys,
         InflightLimiter::new(DEFAULT_MAX_INFLIGHT_REQUESTS, GatewayStats::new()),
     )
 }
 
-/// [`s3_service`] admitting requests through `limiter`.
+/// [`s3_service`] authenticating with `keys` and admitting requests
+/// through `limiter`.
 pub fn s3_service_with_limiter(
     gateway: Gateway,
-    access_key: &str,
-    secret_key: &str,
+    keys: Arc<AccessKeys>,
     limiter: Arc<InflightLimiter>,
 ) -> SluiceService {
     let mut builder = S3ServiceBuilder::new(gateway);
-    builder.set_auth(SimpleAuth::from_single(access_key, secret_key));
-    builder.set_access(RecordOperation);
+    builder.set_auth(KeyAuth(Arc::clone(&keys)));
+    builder.set_access(KeyAccess(keys));
     builder.set_validation(BucketNameRules);
     let mut s3_config = S3Config::default();
     s3_config.xml_max_body_size = XML_MAX_BODY;
@@ -479,6 +457,17 @@ pub async fn run_with_meta(
     meta: MetaClient,
 ) -> Result<(), Error> {
     config.validate()?;
+    // The certificate loads before anything starts: a bad file is a
+    // startup error, not a gateway that refuses every handshake.
+    let tls = match &config.s3_tls {
+        Some(t) => Some(S3TlsAcceptor::load(&t.cert_file, &t.key_file)?),
+        None => {
+            tracing::warn!(
+                "s3_plaintext = true: S3 is served over plain HTTP; credentials and data cross the network unencrypted"
+            );
+            None
+        }
+    };
     metrics::describe();
     let blob_config = BlobStoreConfig {
         data_shards: config.data_shards as usize,
@@ -528,16 +517,19 @@ pub async fn run_with_meta(
         meta_for_health,
         config.effective_write_quorum() as usize,
     ));
-    let service = s3_service_with_limiter(
-        gateway.clone(),
+    let keys = AccessKeys::new(
         &config.access_key,
-        &config.secret_key,
-        limiter,
-    )
-    .with_body_limits(config.body_limits())
-    .with_health(health);
+        config.secret_key.as_str(),
+        Some(gateway.meta.clone()),
+    );
+    let service = s3_service_with_limiter(gateway.clone(), keys, limiter)
+        .with_body_limits(config.body_limits())
+        .with_health(health);
+    let scheme = if tls.is_some() { "https" } else { "http" };
     match listener.local_addr() {
-        Ok(addr) => tracing::info!(%addr, region = %config.region, "S3 gateway listening"),
+        Ok(addr) => {
+            tracing::info!(%addr, scheme, region = %config.region, "S3 gateway listening");
+        }
         Err(e) => tracing::warn!(error = %e, "S3 gateway listening on an unknown address"),
     }
     let limits = config.listener_limits();
@@ -552,7 +544,28 @@ pub async fn run_with_meta(
         http2 = limits.http2,
         "S3 listener limits"
     );
-    serve(listener, service, shutdown, limits, config.shutdown_grace).await;
+    let sighup = match &tls {
+        Some(t) => match t.reload_on_sighup() {
+            Ok(task) => Some(task),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGHUP; the S3 certificate will not reload");
+                None
+            }
+        },
+        None => None,
+    };
+    serve(
+        listener,
+        service,
+        tls,
+        shutdown,
+        limits,
+        config.shutdown_grace,
+    )
+    .await;
+    if let Some(task) = sighup {
+        task.abort();
+    }
     gateway.drain().await;
     if let Some(heal) = heal {
         heal.stop().await;
@@ -560,6 +573,60 @@ pub async fn run_with_meta(
     blobs.shutdown().await;
     tracing::info!("S3 gateway stopped");
     Ok(())
+}
+
+/// Serves one accepted S3 connection (plain or TLS, wrapped in a
+/// [`WatchedIo`] that reports reads to `activity`) until it ends, its head
+/// or idle timeout passes, or `stop` asks for a graceful shutdown.
+async fn serve_connection<S>(
+    builder: &auto::Builder<TokioExecutor>,
+    io: WatchedIo<S>,
+    service: SluiceService,
+    activity: Arc<ConnActivity>,
+    mut stop: watch::Receiver<bool>,
+    peer: std::net::SocketAddr,
+    limits: ListenerLimits,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(io);
+    let conn = builder.serve_connection(
+        io,
+        ConnService {
+            inner: service,
+            activity: Arc::clone(&activity),
+        },
+    );
+    tokio::pin!(conn);
+    let mut stopping = false;
+    loop {
+        let deadline = activity
+            .deadline(limits.header_read_timeout, limits.idle_timeout)
+            .unwrap_or_else(|| {
+                Instant::now() + limits.header_read_timeout.min(limits.idle_timeout)
+            });
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
+                }
+                break;
+            }
+            _ = stop.wait_for(|s| *s), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            () = tokio::time::sleep_until(deadline.into()) => {
+                let expired = activity
+                    .deadline(limits.header_read_timeout, limits.idle_timeout)
+                    .is_some_and(|d| d <= Instant::now());
+                if expired {
+                    tracing::debug!(%peer, "S3 connection idle or its request head too slow; closed");
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// The service of one client connection: [`SluiceService`], counting
@@ -621,12 +688,17 @@ impl hyper::body::Body for ActiveBody {
 /// [`crate::listener`]), then shuts every connection down gracefully,
 /// aborting those still open after `grace`.
 ///
+/// Over TLS when `tls` is set: the handshake runs in the connection's task
+/// once the connection has sent its first byte and holds a slot, within
+/// [`crate::tls::HANDSHAKE_TIMEOUT`].
+///
 /// Bounds: at most `max_pending_connections` connections wait for their
 /// first byte and at most `max_connections` are served; the task set holds
 /// one task per open connection, so at most the sum of both.
 async fn serve(
     listener: TcpListener,
     service: SluiceService,
+    tls: Option<Arc<S3TlsAcceptor>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     limits: ListenerLimits,
     grace: Duration,
@@ -685,6 +757,7 @@ async fn serve(
         }
         let mut stop = stop_rx.clone();
         let (builder, slots, service) = (Arc::clone(&builder), Arc::clone(&slots), service.clone());
+        let tls = tls.clone();
         connections.spawn(async move {
             // Pending: the first byte must come within the header timeout.
             let alive = tokio::select! {
@@ -709,43 +782,18 @@ async fn serve(
             };
             drop(waiting);
             let activity = ConnActivity::new_with_head();
-            let io = TokioIo::new(WatchedIo::new(stream, Arc::clone(&activity)));
-            let conn = builder.serve_connection(
-                io,
-                ConnService {
-                    inner: service,
-                    activity: Arc::clone(&activity),
-                },
-            );
-            tokio::pin!(conn);
-            let mut stopping = false;
-            loop {
-                let deadline = activity
-                    .deadline(limits.header_read_timeout, limits.idle_timeout)
-                    .unwrap_or_else(|| {
-                        Instant::now() + limits.header_read_timeout.min(limits.idle_timeout)
-                    });
-                tokio::select! {
-                    result = conn.as_mut() => {
-                        if let Err(e) = result {
-                            tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
-                        }
-                        break;
-                    }
-                    _ = stop.wait_for(|s| *s), if !stopping => {
-                        stopping = true;
-                        conn.as_mut().graceful_shutdown();
-                    }
-                    () = tokio::time::sleep_until(deadline.into()) => {
-                        let expired = activity
-                            .deadline(limits.header_read_timeout, limits.idle_timeout)
-                            .is_some_and(|d| d <= Instant::now());
-                        if expired {
-                            tracing::debug!(%peer, "S3 connection idle or its request head too slow; closed");
-                            break;
-                        }
-                    }
+            match tls {
+                None => {
+                    let io = WatchedIo::new(stream, Arc::clone(&activity));
+                    serve_connection(&builder, io, service, activity, stop, peer, limits).await;
                 }
+                Some(tls) => match tls.accept(stream).await {
+                    Ok(stream) => {
+                        let io = WatchedIo::new(stream, Arc::clone(&activity));
+                        serve_connection(&builder, io, service, activity, stop, peer, limits).await;
+                    }
+                    Err(e) => tracing::debug!(%peer, error = %e, "S3 TLS handshake failed"),
+                },
             }
         });
     }
@@ -874,8 +922,7 @@ mod tests {
         let limiter = InflightLimiter::new(1, stats.clone());
         let service = s3_service_with_limiter(
             Gateway::new(meta, blobs, "us-east-1".into(), 4),
-            "AK",
-            "SK",
+            AccessKeys::new("AK", "SK", None),
             Arc::clone(&limiter),
         );
         let held = limiter.try_acquire().expect("the one slot");

@@ -12,6 +12,7 @@
 mod datanodes;
 pub(crate) mod members;
 
+mod keys;
 pub(crate) mod status;
 
 use std::sync::Arc;
@@ -47,6 +48,52 @@ fn catch_up(ms: Option<u64>) -> Option<Duration> {
 
 #[tonic::async_trait]
 impl<K: KvStore + 'static> Admin for AdminService<K> {
+    // ---- s3auth
+    async fn create_key(
+        &self,
+        request: Request<apb::CreateKeyRequest>,
+    ) -> Result<Response<apb::CreateKeyResponse>, Status> {
+        keys::create_key(&self.raft, self.kv.as_ref(), request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn list_keys(
+        &self,
+        _request: Request<apb::ListKeysRequest>,
+    ) -> Result<Response<apb::ListKeysResponse>, Status> {
+        keys::list_keys(&self.raft, self.kv.as_ref())
+            .await
+            .map(Response::new)
+    }
+
+    async fn delete_key(
+        &self,
+        request: Request<apb::DeleteKeyRequest>,
+    ) -> Result<Response<apb::DeleteKeyResponse>, Status> {
+        keys::delete_key(&self.raft, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn allow_key(
+        &self,
+        request: Request<apb::KeyGrantRequest>,
+    ) -> Result<Response<apb::KeyGrantResponse>, Status> {
+        keys::set_grant(&self.raft, self.kv.as_ref(), request.into_inner(), true)
+            .await
+            .map(Response::new)
+    }
+
+    async fn deny_key(
+        &self,
+        request: Request<apb::KeyGrantRequest>,
+    ) -> Result<Response<apb::KeyGrantResponse>, Status> {
+        keys::set_grant(&self.raft, self.kv.as_ref(), request.into_inner(), false)
+            .await
+            .map(Response::new)
+    }
+
     // ---- metamembers
     async fn add_voter(
         &self,

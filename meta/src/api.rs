@@ -56,7 +56,7 @@ fn forward(f: ForwardToLeader<u64, BasicNode>) -> Status {
     not_leader(f.leader_id, f.leader_node.map(|n| n.addr))
 }
 
-fn sm_status(e: SmError) -> Status {
+pub(crate) fn sm_status(e: SmError) -> Status {
     match e {
         SmError::Refused { code, message } => status(code, message),
         other => {
@@ -66,7 +66,7 @@ fn sm_status(e: SmError) -> Status {
     }
 }
 
-fn unexpected(what: &str, applied: &Applied) -> Status {
+pub(crate) fn unexpected(what: &str, applied: &Applied) -> Status {
     status(
         ErrorCode::Internal,
         format!("{what} applied as {applied:?}"),
@@ -87,43 +87,51 @@ fn done(what: &str, applied: &Applied) -> Result<(), Status> {
     }
 }
 
-impl<K: KvStore> MetaService<K> {
-    /// Proposes `command`, stamped with this leader's clock
-    /// (`leader_now_ms`), and waits for it to be applied. A retried op id
-    /// gets its first outcome (refusals included) from the session table.
-    async fn write(&self, command: Command) -> Result<Applied, Status> {
-        let cmd = MetaCommand {
-            leader_now_ms: crate::sm::wall_clock_ms(),
-            command: Some(command),
-        };
-        match self.raft.client_write(cmd).await {
-            Ok(resp) => match resp.data {
-                Applied::Refused { code, message } => Err(status(code, message)),
-                applied => Ok(applied),
-            },
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(forward(f)),
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
-                Err(status(ErrorCode::Internal, e.to_string()))
-            }
-            Err(RaftError::Fatal(f)) => {
-                Err(Status::unavailable(format!("raft is not running: {f}")))
-            }
+/// Proposes `command`, stamped with this leader's clock
+/// (`leader_now_ms`), and waits for it to be applied. A retried op id gets
+/// its first outcome (refusals included) from the session table. Shared by
+/// the Meta and Admin services.
+pub(crate) async fn propose(raft: &MetaRaft, command: Command) -> Result<Applied, Status> {
+    let cmd = MetaCommand {
+        leader_now_ms: crate::sm::wall_clock_ms(),
+        command: Some(command),
+    };
+    match raft.client_write(cmd).await {
+        Ok(resp) => match resp.data {
+            Applied::Refused { code, message } => Err(status(code, message)),
+            applied => Ok(applied),
+        },
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(forward(f)),
+        Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+            Err(status(ErrorCode::Internal, e.to_string()))
         }
+        Err(RaftError::Fatal(f)) => Err(Status::unavailable(format!("raft is not running: {f}"))),
+    }
+}
+
+/// Returns once this node is the leader and has applied everything
+/// committed before the call; `NOT_LEADER` with the hint elsewhere.
+pub(crate) async fn linearizable(raft: &MetaRaft) -> Result<(), Status> {
+    match raft.ensure_linearizable().await {
+        Ok(_) => Ok(()),
+        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(forward(f)),
+        Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e))) => {
+            Err(Status::unavailable(format!("leader lost its quorum: {e}")))
+        }
+        Err(RaftError::Fatal(f)) => Err(Status::unavailable(format!("raft is not running: {f}"))),
+    }
+}
+
+impl<K: KvStore> MetaService<K> {
+    /// Proposes `command` (see [`propose`]).
+    async fn write(&self, command: Command) -> Result<Applied, Status> {
+        propose(&self.raft, command).await
     }
 
     /// Returns once this node is the leader and has applied everything
-    /// committed before the call.
+    /// committed before the call (see [`linearizable`]).
     async fn linearizable(&self) -> Result<(), Status> {
-        match self.raft.ensure_linearizable().await {
-            Ok(_) => Ok(()),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(forward(f)),
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e))) => {
-                Err(Status::unavailable(format!("leader lost its quorum: {e}")))
-            }
-            Err(RaftError::Fatal(f)) => {
-                Err(Status::unavailable(format!("raft is not running: {f}")))
-            }
-        }
+        linearizable(&self.raft).await
     }
 
     /// Refuses `DUPLICATE_DATANODE` when registering (addr, disk_id) as
@@ -525,5 +533,16 @@ impl<K: KvStore> Meta for MetaService<K> {
             last_applied_index: m.last_applied.map_or(0, |l| l.index),
             voters: membership.voter_ids().collect(),
         }))
+    }
+
+    /// s3auth: the gateway's lookup of an access key (secret and grants).
+    async fn get_access_key(
+        &self,
+        request: Request<pb::GetAccessKeyRequest>,
+    ) -> Result<Response<pb::GetAccessKeyResponse>, Status> {
+        self.linearizable().await?;
+        let key = sm::access::require_access_key(self.kv.as_ref(), &request.get_ref().id)
+            .map_err(sm_status)?;
+        Ok(Response::new(pb::GetAccessKeyResponse { key: Some(key) }))
     }
 }

@@ -246,10 +246,22 @@ impl MetaClient {
     }
 
     pub async fn create_bucket(&self, name: &str, now_ms: i64) -> Result<bool, MetaError> {
+        self.create_bucket_owned(name, now_ms, "").await
+    }
+
+    /// CreateBucket by access key `owner_key_id` (empty: the root key): a
+    /// new bucket gets an owner grant for that key.
+    pub async fn create_bucket_owned(
+        &self,
+        name: &str,
+        now_ms: i64,
+        owner_key_id: &str,
+    ) -> Result<bool, MetaError> {
         let req = pb::CreateBucketRequest {
             name: name.to_string(),
             now_ms,
             op_id: new_op_id(),
+            owner_key_id: owner_key_id.to_string(),
         };
         let r = self
             .call("CreateBucket", |mut c| {
@@ -286,6 +298,23 @@ impl MetaClient {
         })
         .await?;
         Ok(())
+    }
+
+    /// The access key `id` with its secret and grants; `None` when meta
+    /// has no such key.
+    pub async fn get_access_key(&self, id: &str) -> Result<Option<pb::AccessKey>, MetaError> {
+        let req = pb::GetAccessKeyRequest { id: id.to_string() };
+        let r = self
+            .call("GetAccessKey", |mut c| {
+                let req = req.clone();
+                async move { c.get_access_key(req).await }
+            })
+            .await;
+        match r {
+            Ok(r) => Ok(r.key),
+            Err(e) if e.code() == Some(ErrorCode::NoSuchAccessKey) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     pub async fn list_buckets(&self) -> Result<Vec<pb::Bucket>, MetaError> {

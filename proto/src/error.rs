@@ -30,9 +30,10 @@ pub fn not_leader(leader_id: Option<u64>, leader_addr: Option<String>) -> tonic:
 fn status_from_detail(detail: ErrorDetail) -> tonic::Status {
     let code = match detail.code() {
         ErrorCode::NotLeader => tonic::Code::Unavailable,
-        ErrorCode::NoSuchBucket | ErrorCode::NoSuchKey | ErrorCode::NoSuchUpload => {
-            tonic::Code::NotFound
-        }
+        ErrorCode::NoSuchBucket
+        | ErrorCode::NoSuchKey
+        | ErrorCode::NoSuchUpload
+        | ErrorCode::NoSuchAccessKey => tonic::Code::NotFound,
         ErrorCode::BucketAlreadyOwnedByYou => tonic::Code::AlreadyExists,
         ErrorCode::BucketNotEmpty
         | ErrorCode::InvalidPart

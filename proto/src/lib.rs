@@ -7,6 +7,7 @@
 //! * `proto/raft.proto` — Raft RPCs between meta nodes.
 //! * `proto/admin.proto` — the admin API (`sluice admin`), served by meta.
 //! * [`error`] — encoding of [`meta::ErrorDetail`] in a `tonic::Status`.
+//! * `redact` — Debug of the messages holding a secret (redacted).
 //! * [`blob_id`] — blob ids and the write epoch they name.
 
 pub mod meta {
@@ -25,3 +26,4 @@ pub mod admin {
 }
 pub mod blob_id;
 pub mod error;
+mod redact;

@@ -7,6 +7,12 @@
 //! first start and kept, so a restart on the same directory keeps buckets,
 //! objects, open multipart uploads and keys.
 //!
+//! S3 is plain HTTP (`s3_plaintext`, set explicitly) unless `--https` is
+//! given: then the gateway serves HTTPS with a certificate for the listen
+//! address, `localhost` and 127.0.0.1, issued by a dev CA kept in
+//! `<data-dir>/s3-tls/` (`ca.crt` is what clients pass as `--ca-bundle`;
+//! key files are mode 0600). The credentials file is mode 0600 too.
+//!
 //! Memory: the process's memory limit is split among the roles (see
 //! [`crate::budget`]: each datanode limit/32 in 8..=256 MiB, the gateway
 //! limit/8 in 16..=512 MiB); every budget is printed in the banner. All
@@ -51,6 +57,10 @@ pub struct DevArgs {
     /// Address of the Prometheus endpoint (GET /metrics) of every role, or `off`.
     #[arg(long, default_value = "127.0.0.1:9090")]
     metrics_listen: MetricsListen,
+    /// Serve S3 over HTTPS with a certificate from a dev CA kept in
+    /// `<data-dir>/s3-tls/` (clients trust `ca.crt`, e.g. `aws --ca-bundle`).
+    #[arg(long)]
+    https: bool,
 }
 
 /// `--metrics-listen`: an address, or `off`.
@@ -85,6 +95,10 @@ struct Credentials {
 fn load_or_create_credentials(dir: &Path) -> anyhow::Result<Credentials> {
     let path = dir.join("credentials.toml");
     if path.exists() {
+        // Kept by an older version with the default mode: tighten it.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("chmod 0600 {}", path.display()))?;
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
         return toml::from_str(&text).with_context(|| format!("parsing {}", path.display()));
@@ -93,9 +107,87 @@ fn load_or_create_credentials(dir: &Path) -> anyhow::Result<Credentials> {
         access_key: format!("SLUICE{}", hex::encode_upper(rand::random::<[u8; 7]>())),
         secret_key: hex::encode(rand::random::<[u8; 20]>()),
     };
-    std::fs::write(&path, toml::to_string(&credentials)?)
-        .with_context(|| format!("writing {}", path.display()))?;
+    write_secret(&path, toml::to_string(&credentials)?.as_bytes())?;
     Ok(credentials)
+}
+
+/// Writes `bytes` to `path` as a file only its owner may read (mode 0600,
+/// also when it existed with a wider mode).
+fn write_secret(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(bytes)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// The files of `sluice dev --https`: the dev CA certificate clients
+/// trust, and the gateway's certificate and key.
+pub struct DevTls {
+    pub ca_cert: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Distinguished name of the dev CA.
+const DEV_CA_NAME: &str = "Sluice dev S3 CA";
+
+/// The dev CA's parameters (the same on every start, so a kept CA key
+/// signs certificates that chain to the kept `ca.crt`).
+fn dev_ca_params() -> anyhow::Result<rcgen::CertificateParams> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, DEV_CA_NAME);
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    Ok(params)
+}
+
+/// Creates (first start) or reuses the dev CA in `dir`, and issues the S3
+/// certificate for `hosts` (DNS names or IP addresses) on every start.
+pub fn dev_s3_tls(dir: &Path, hosts: &[String]) -> anyhow::Result<DevTls> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let ca_cert = dir.join("ca.crt");
+    let ca_key_path = dir.join("ca.key");
+    let ca_params = dev_ca_params()?;
+    let ca_key = if ca_cert.exists() && ca_key_path.exists() {
+        let pem = std::fs::read_to_string(&ca_key_path)
+            .with_context(|| format!("reading {}", ca_key_path.display()))?;
+        rcgen::KeyPair::from_pem(&pem)?
+    } else {
+        let key = rcgen::KeyPair::generate()?;
+        let cert = ca_params.self_signed(&key)?;
+        write_secret(&ca_key_path, key.serialize_pem().as_bytes())?;
+        std::fs::write(&ca_cert, cert.pem())
+            .with_context(|| format!("writing {}", ca_cert.display()))?;
+        key
+    };
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let leaf_key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(hosts.to_vec())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "sluice dev S3");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let leaf = params.signed_by(&leaf_key, &issuer)?;
+    let cert = dir.join("s3.crt");
+    let key = dir.join("s3.key");
+    std::fs::write(&cert, leaf.pem()).with_context(|| format!("writing {}", cert.display()))?;
+    write_secret(&key, leaf_key.serialize_pem().as_bytes())?;
+    Ok(DevTls { ca_cert, cert, key })
 }
 
 /// A role running as a task, with the error it ended with.
@@ -165,14 +257,29 @@ pub async fn run(
         ));
         datanode_configs.push(config);
     }
+    let tls = if args.https {
+        let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+        let ip = args.listen.ip();
+        if !ip.is_unspecified() && !hosts.contains(&ip.to_string()) {
+            hosts.push(ip.to_string());
+        }
+        Some(dev_s3_tls(&dir.join("s3-tls"), &hosts)?)
+    } else {
+        None
+    };
     let mut gateway_config = sluice_gateway::Config {
         listen: args.listen,
         region: args.region.clone(),
         access_key: access_key.clone(),
-        secret_key: secret_key.clone(),
+        secret_key: secret_key.clone().into(),
         meta_endpoints: vec![meta_endpoint],
         data_shards: 4,
         parity_shards: 2,
+        s3_tls: tls.as_ref().map(|t| sluice_gateway::config::S3Tls {
+            cert_file: t.cert.clone(),
+            key_file: t.key.clone(),
+        }),
+        s3_plaintext: tls.is_none(),
         ..Default::default()
     };
     budgets.extend(budget::apply_gateway(
@@ -229,7 +336,8 @@ pub async fn run(
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding S3 on {}", args.listen))?;
-    let endpoint = format!("http://{}", listener.local_addr()?);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = format!("{scheme}://{}", listener.local_addr()?);
     tasks.push(spawn_role(
         "gateway".into(),
         sluice_gateway::run(gateway_config, listener, shutdown_of(&stop_rx)),
@@ -241,6 +349,9 @@ pub async fn run(
     println!("  region:     {}", args.region);
     println!("  access key: {access_key}");
     println!("  secret key: {secret_key}");
+    if let Some(t) = &tls {
+        println!("  CA bundle:  {}", t.ca_cert.display());
+    }
     match &metrics {
         Some(m) => println!("  metrics:    http://{}/metrics", m.local_addr()),
         None => println!("  metrics:    off"),
@@ -254,8 +365,12 @@ pub async fn run(
     for b in &budgets {
         println!("    {b}");
     }
+    let ca_flag = tls
+        .as_ref()
+        .map(|t| format!(" --ca-bundle {}", t.ca_cert.display()))
+        .unwrap_or_default();
     println!(
-        "Try: AWS_ACCESS_KEY_ID={access_key} AWS_SECRET_ACCESS_KEY={secret_key} aws --endpoint-url {endpoint} --region {} s3 ls",
+        "Try: AWS_ACCESS_KEY_ID={access_key} AWS_SECRET_ACCESS_KEY={secret_key} aws --endpoint-url {endpoint}{ca_flag} --region {} s3 ls",
         args.region
     );
     println!("Press Ctrl-C to stop.");

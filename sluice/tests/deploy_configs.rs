@@ -51,6 +51,16 @@ fn gateway_example_parses() {
     config.validate().expect("gateway.toml valid");
     assert_eq!((config.data_shards, config.parity_shards), (4, 2));
     assert_eq!(config.effective_write_quorum(), 5);
+    // HTTPS by default; plaintext only instead of `[s3_tls]`.
+    let tls = config.s3_tls.expect("[s3_tls]");
+    assert_eq!(tls.cert_file, std::path::Path::new("/etc/sluice/s3.crt"));
+    assert!(!config.s3_plaintext);
+    let text = deploy("gateway.toml").replace("# s3_plaintext", "s3_plaintext");
+    let both: sluice_gateway::Config = toml::from_str(&text).unwrap();
+    assert!(both.validate().is_err(), "both transports set");
+    let (head, _) = text.split_once("\n[s3_tls]\n").unwrap();
+    let plain: sluice_gateway::Config = toml::from_str(head).unwrap();
+    plain.validate().expect("plaintext gateway.toml valid");
 }
 
 #[test]

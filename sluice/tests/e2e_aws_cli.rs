@@ -14,10 +14,17 @@ use sha2::{Digest, Sha256};
 const ACCESS_KEY: &str = "SLUICEE2ETESTKEY";
 const SECRET_KEY: &str = "e2e-secret-key-0123456789abcdef";
 
-/// Finds `count` consecutive free loopback ports.
+/// Finds `count` consecutive free loopback ports. Tests of this binary run
+/// in parallel in one process: each call starts at another offset, so two
+/// tests never probe (and then bind) the same range.
 fn free_port_range(count: u16) -> u16 {
-    for attempt in 0..200u32 {
-        let base = 20_000 + ((std::process::id() * 7919 + attempt * 104_729) % 40_000) as u16;
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let first = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 1000;
+    for attempt in first..first + 200 {
+        let spread = std::process::id()
+            .wrapping_mul(7919)
+            .wrapping_add(attempt.wrapping_mul(104_729));
+        let base = 20_000 + (spread % 40_000) as u16;
         let listeners: Vec<_> = (0..count)
             .map(|i| TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], base + i))))
             .collect();
@@ -32,16 +39,33 @@ struct Dev {
     child: Child,
     endpoint: String,
     metrics_url: String,
+    /// `--https`: the dev CA the banner names (`--ca-bundle`).
+    ca_bundle: Option<String>,
 }
 
 impl Dev {
     fn start(data_dir: &Path, s3_port: u16, grpc_base: u16, metrics_port: u16) -> Dev {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        Self::start_with(data_dir, s3_port, grpc_base, metrics_port, false)
+    }
+
+    fn start_with(
+        data_dir: &Path,
+        s3_port: u16,
+        grpc_base: u16,
+        metrics_port: u16,
+        https: bool,
+    ) -> Dev {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
             .args(["dev", "--data-dir"])
             .arg(data_dir)
             .args(["--listen", &format!("127.0.0.1:{s3_port}")])
             .args(["--grpc-port-base", &grpc_base.to_string()])
-            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")]);
+        if https {
+            command.arg("--https");
+        }
+        let mut child = command
             .env("SLUICE_ACCESS_KEY", ACCESS_KEY)
             .env("SLUICE_SECRET_KEY", SECRET_KEY)
             .env("RUST_LOG", "warn")
@@ -53,6 +77,7 @@ impl Dev {
         let stdout = child.stdout.take().expect("stdout");
         let mut endpoint = None;
         let mut metrics_url = None;
+        let mut ca_bundle = None;
         let mut lines = BufReader::new(stdout).lines();
         for line in lines.by_ref() {
             let line = line.expect("read banner");
@@ -62,6 +87,9 @@ impl Dev {
             }
             if let Some(m) = line.trim().strip_prefix("metrics:") {
                 metrics_url = Some(m.trim().to_string());
+            }
+            if let Some(c) = line.trim().strip_prefix("CA bundle:") {
+                ca_bundle = Some(c.trim().to_string());
             }
             if line.starts_with("Press Ctrl-C") {
                 break;
@@ -74,7 +102,13 @@ impl Dev {
             }
         });
         let endpoint = endpoint.expect("banner names the endpoint");
-        assert_eq!(endpoint, format!("http://127.0.0.1:{s3_port}"));
+        let scheme = if https { "https" } else { "http" };
+        assert_eq!(endpoint, format!("{scheme}://127.0.0.1:{s3_port}"));
+        assert_eq!(
+            ca_bundle.is_some(),
+            https,
+            "the banner names the CA iff --https"
+        );
         let metrics_url = metrics_url.expect("banner names the metrics endpoint");
         assert_eq!(
             metrics_url,
@@ -84,6 +118,7 @@ impl Dev {
             child,
             endpoint,
             metrics_url,
+            ca_bundle,
         }
     }
 
@@ -136,12 +171,20 @@ impl Drop for Dev {
 }
 
 fn aws(dev: &Dev, args: &[&str]) -> Output {
-    Command::new("aws")
+    aws_as(dev, (ACCESS_KEY, SECRET_KEY), args)
+}
+
+fn aws_as(dev: &Dev, (access_key, secret_key): (&str, &str), args: &[&str]) -> Output {
+    let mut command = Command::new("aws");
+    if let Some(ca) = &dev.ca_bundle {
+        command.arg("--ca-bundle").arg(ca);
+    }
+    command
         .arg("--endpoint-url")
         .arg(&dev.endpoint)
         .args(args)
-        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_ACCESS_KEY_ID", access_key)
+        .env("AWS_SECRET_ACCESS_KEY", secret_key)
         .env("AWS_DEFAULT_REGION", "us-east-1")
         .env("AWS_CONFIG_FILE", "/dev/null")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
@@ -504,5 +547,93 @@ fn aws_cli_against_sluice_dev() {
         ],
     ));
     assert_eq!(parts["Parts"][0]["Size"], 1024);
+    dev.stop();
+}
+
+/// `sluice dev --https`: the aws CLI with `--ca-bundle` of the dev CA;
+/// `sluice admin key` makes a second user who sees only what it is
+/// granted. Small objects only (runtime).
+#[test]
+fn aws_cli_over_https_with_access_keys() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir: PathBuf = tmp.path().join("data");
+    let base = free_port_range(9);
+    let (s3_port, grpc_base, metrics_port) = (base, base + 1, base + 8);
+    let dev = Dev::start_with(&data_dir, s3_port, grpc_base, metrics_port, true);
+    let ca = dev.ca_bundle.clone().unwrap();
+    assert!(Path::new(&ca).exists(), "CA bundle {ca}");
+    // Files holding secrets are mode 0600.
+    use std::os::unix::fs::PermissionsExt;
+    for secret in ["credentials.toml", "s3-tls/s3.key", "s3-tls/ca.key"] {
+        let mode = std::fs::metadata(data_dir.join(secret))
+            .unwrap_or_else(|e| panic!("{secret}: {e}"))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{secret} has mode {mode:o}");
+    }
+
+    let probe = tmp.path().join("probe.txt");
+    std::fs::write(&probe, b"hello sluice over https\n").unwrap();
+    wait_until_writable(&dev, "secure", &probe);
+    let ls = aws_ok(&dev, &["s3", "ls", "s3://secure/"]);
+    assert!(ls.contains("probe"), "ls: {ls}");
+
+    // A second user through the admin CLI.
+    let admin = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "admin",
+                "key",
+                "--meta",
+                &format!("http://127.0.0.1:{grpc_base}"),
+            ])
+            .args(args)
+            .output()
+            .expect("run sluice admin");
+        assert!(
+            out.status.success(),
+            "sluice admin key {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let created = json(&admin(&["create", "carol", "--json"]));
+    let id = created["id"].as_str().unwrap().to_string();
+    let secret = created["secret"].as_str().unwrap().to_string();
+    let carol = (id.as_str(), secret.as_str());
+    let listed = admin(&["list"]);
+    assert!(listed.contains(&id) && listed.contains("carol"), "{listed}");
+    assert!(!listed.contains(&secret), "list shows a secret");
+
+    // Carol sees no bucket and may not read the root key's bucket.
+    let ls = aws_as(&dev, carol, &["s3", "ls"]);
+    assert!(
+        ls.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ls.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&ls.stdout).contains("secure"));
+    let denied = aws_as(&dev, carol, &["s3", "ls", "s3://secure/"]);
+    assert!(!denied.status.success());
+    assert!(
+        String::from_utf8_lossy(&denied.stderr).contains("AccessDenied"),
+        "{}",
+        String::from_utf8_lossy(&denied.stderr)
+    );
+    // Granted read: listing works (the gateway's key cache holds 5 s).
+    admin(&["allow", &id, "--bucket", "secure", "--read"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = aws_as(&dev, carol, &["s3", "ls", "s3://secure/"]);
+        if out.status.success() {
+            assert!(String::from_utf8_lossy(&out.stdout).contains("probe"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "read grant not effective in 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     dev.stop();
 }

@@ -181,6 +181,9 @@ pub struct Setup {
     pub datanode: Option<fn(&mut sluice_datanode::Config)>,
     pub gateway: Option<fn(&mut sluice_gateway::Config)>,
     pub gateway_meta_faults: Option<Arc<dyn CallFaults>>,
+    /// Serve S3 over HTTPS with a certificate from a test CA
+    /// ([`TestCluster::s3_tls`]); clients built by the cluster trust it.
+    pub https: bool,
 }
 
 impl From<Overrides> for Setup {
@@ -190,8 +193,76 @@ impl From<Overrides> for Setup {
             datanode: o.datanode,
             gateway: o.gateway,
             gateway_meta_faults: None,
+            https: false,
         }
     }
+}
+
+/// A certificate authority made for one test (rcgen), issuing server
+/// certificates for 127.0.0.1 and localhost.
+pub struct TestCa {
+    pub cert_pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> Result<TestCa> {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = rcgen::KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        Ok(TestCa {
+            cert_pem: cert.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+        })
+    }
+
+    /// Writes a fresh server certificate and key (mode 0600) for 127.0.0.1
+    /// and localhost to `cert` and `key`.
+    pub fn issue(&self, cert: &Path, key: &Path) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let leaf_key = rcgen::KeyPair::generate()?;
+        let params =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
+        let leaf = params.signed_by(&leaf_key, &self.issuer)?;
+        std::fs::write(cert, leaf.pem())?;
+        std::fs::write(key, leaf_key.serialize_pem())?;
+        std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o600))?;
+        Ok(())
+    }
+}
+
+/// The S3 certificate of an HTTPS test cluster: the CA clients trust and
+/// the files the gateway serves (rewrite them and send SIGHUP to reload).
+pub struct S3TlsFiles {
+    pub ca: TestCa,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// An S3 HTTP client for the AWS SDK trusting only `ca_pem`.
+pub fn https_client(ca_pem: &str) -> aws_sdk_s3::config::SharedHttpClient {
+    use aws_smithy_http_client::tls;
+    let trust = tls::TrustStore::empty()
+        .with_native_roots(false)
+        .with_pem_certificate(ca_pem.as_bytes());
+    let context = tls::TlsContext::builder()
+        .with_trust_store(trust)
+        .build()
+        .expect("TLS context");
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::AwsLc,
+        ))
+        .tls_context(context)
+        .build_https()
 }
 
 // ---------------------------------------------------------------------------
@@ -257,6 +328,7 @@ pub fn durable_setup() -> Setup {
         datanode: Some(durable_datanode),
         gateway: Some(durable_gateway),
         gateway_meta_faults: None,
+        https: false,
     }
 }
 
@@ -369,6 +441,8 @@ pub struct TestCluster {
     pub datanodes: Vec<DataNode>,
     pub gateway: Gateway,
     meta: MetaClient,
+    /// Set when the gateway serves HTTPS ([`Setup::https`]).
+    pub s3_tls: Option<S3TlsFiles>,
 }
 
 fn http(addr: SocketAddr) -> String {
@@ -433,13 +507,14 @@ fn gateway_config(listen: SocketAddr, meta_endpoints: Vec<String>) -> sluice_gat
         listen,
         region: REGION.to_string(),
         access_key: ACCESS_KEY.to_string(),
-        secret_key: SECRET_KEY.to_string(),
+        secret_key: SECRET_KEY.into(),
         meta_endpoints,
         data_shards: 4,
         parity_shards: 2,
         block_size: 256 * 1024,
         datanode_refresh_interval: Duration::from_millis(300),
         shutdown_grace: Duration::from_secs(5),
+        s3_plaintext: true,
         ..Default::default()
     }
 }
@@ -593,6 +668,23 @@ impl TestCluster {
 
         let gw_listener = bind_any().await?;
         let mut gw_config = gateway_config(gw_listener.local_addr()?, meta_endpoints.clone());
+        let s3_tls = if setup.https {
+            let ca = TestCa::new("sluice test S3 CA")?;
+            let files = S3TlsFiles {
+                cert: root.path().join("s3.crt"),
+                key: root.path().join("s3.key"),
+                ca,
+            };
+            files.ca.issue(&files.cert, &files.key)?;
+            gw_config.s3_plaintext = false;
+            gw_config.s3_tls = Some(sluice_gateway::config::S3Tls {
+                cert_file: files.cert.clone(),
+                key_file: files.key.clone(),
+            });
+            Some(files)
+        } else {
+            None
+        };
         if let Some(f) = setup.gateway {
             f(&mut gw_config);
         }
@@ -616,6 +708,7 @@ impl TestCluster {
                 Duration::from_secs(5),
                 Duration::from_secs(2),
             ),
+            s3_tls,
         };
         cluster.wait_leader().await?;
         cluster.wait_datanodes_live().await?;
@@ -764,11 +857,39 @@ impl TestCluster {
         &self.gateway.config.stats
     }
 
-    /// An S3 client for the gateway with the given credentials.
+    /// The S3 endpoint: `https://` when the gateway serves TLS.
+    pub fn s3_endpoint(&self) -> String {
+        match &self.s3_tls {
+            Some(_) => format!("https://{}", self.gateway.addr()),
+            None => http(self.gateway.addr()),
+        }
+    }
+
+    /// An S3 client for the gateway with the given credentials (trusting
+    /// the test CA when the gateway serves HTTPS).
     pub fn s3_with(&self, access_key: &str, secret_key: &str) -> aws_sdk_s3::Client {
-        let config = aws_sdk_s3::Config::builder()
+        self.s3_trusting(
+            access_key,
+            secret_key,
+            self.s3_tls.as_ref().map(|t| t.ca.cert_pem.as_str()),
+        )
+    }
+
+    /// An S3 client with the given credentials trusting only `ca_pem` (the
+    /// SDK's default roots when `None`).
+    pub fn s3_trusting(
+        &self,
+        access_key: &str,
+        secret_key: &str,
+        ca_pem: Option<&str>,
+    ) -> aws_sdk_s3::Client {
+        let mut builder = aws_sdk_s3::Config::builder();
+        if let Some(ca) = ca_pem {
+            builder = builder.http_client(https_client(ca));
+        }
+        let config = builder
             .behavior_version(BehaviorVersion::latest())
-            .endpoint_url(http(self.gateway.addr()))
+            .endpoint_url(self.s3_endpoint())
             .region(Region::new(REGION))
             .credentials_provider(Credentials::new(
                 access_key,

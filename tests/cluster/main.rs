@@ -13,6 +13,8 @@
 //! * `durability` — heal, wiped disks, exactly-once commits, readers and
 //!   overwrites, write epochs fencing a paused gateway, full datanodes,
 //!   scrub (`docs/durability.md`).
+//! * `access` — S3 over HTTPS with a test CA, access keys and per-bucket
+//!   authorization, certificate reload on SIGHUP.
 //! * `membership` — failure-domain placement (datanodes labelled on 3
 //!   hosts), drain, remove and rebalance onto a new datanode, through the
 //!   admin service.
@@ -33,6 +35,7 @@
 //! Random data comes from a seed printed by each test; set
 //! `SLUICE_TEST_SEED` to replay one.
 
+mod access;
 mod admin_status;
 mod durability;
 mod fixtures;

@@ -142,6 +142,7 @@ async fn drain_remove_rebalance_across_hosts() -> Result<()> {
         datanode: Some(labelled),
         gateway: Some(gateway),
         gateway_meta_faults: None,
+        https: false,
     };
     let mut cluster = TestCluster::start_setup(1, 8, setup).await?;
     let s3 = cluster.s3();

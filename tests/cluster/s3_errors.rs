@@ -718,8 +718,7 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
         403,
         Some("SignatureDoesNotMatch"),
     )?;
-    // AWS answers InvalidAccessKeyId; s3s's SimpleAuth answers NotSignedUp.
-    // Either way the request must be refused with 403.
+    // An access key neither root nor stored in meta: 403 InvalidAccessKeyId, as AWS.
     expect_error::<_, ListBucketsError>(
         "ListBuckets with an unknown access key",
         c.s3_with("UNKNOWNACCESSKEY", "whatever")
@@ -727,7 +726,7 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
             .send()
             .await,
         403,
-        None,
+        Some("InvalidAccessKeyId"),
     )?;
     expect_error::<_, GetObjectError>(
         "GET of the forged PUT",

@@ -216,7 +216,13 @@ impl Cluster {
             planned.push((name, Role::Datanode, at, config));
         }
         let gw_at = place(count - 1, Role::Gateway, "gateway");
-        let gw = gateway_config(&gw_at, meta_port, &spec.access, extra.get(&Role::Gateway));
+        let mut gw = gateway_config(&gw_at, meta_port, &spec.access, extra.get(&Role::Gateway));
+        // The benchmark speaks plain HTTP to S3; a gateway that knows the
+        // key must be told so explicitly (it serves HTTPS otherwise).
+        if spec.accepted.lists(Role::Gateway, "s3_plaintext") {
+            gw.entry("s3_plaintext")
+                .or_insert(toml::Value::Boolean(true));
+        }
         let endpoint = format!("http://127.0.0.1:{}", gw_at.port);
         planned.push(("gateway".into(), Role::Gateway, gw_at, gw));
 

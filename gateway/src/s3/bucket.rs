@@ -8,6 +8,7 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::error::meta_error;
 use super::{Gateway, now_ms, owner, timestamp};
+use crate::access::Caller;
 
 /// Whether `name` is a valid general-purpose bucket name: 3 to 63
 /// characters of lowercase letters, digits, dots and hyphens, beginning and
@@ -70,6 +71,7 @@ pub(super) async fn create_bucket(
     gw: &Gateway,
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
+    let caller = req.extensions.get::<Caller>().cloned();
     let input = req.input;
     if !is_valid_bucket_name(&input.bucket) {
         return Err(invalid_bucket_name());
@@ -90,13 +92,24 @@ pub(super) async fn create_bucket(
             ),
         ));
     }
-    // Re-creating a bucket one already owns answers 200 (single owner).
+    // The creating access key becomes the bucket's owner (in meta, same
+    // entry). Re-creating a bucket one owns answers 200; a bucket owned by
+    // someone else is BucketAlreadyExists.
+    let owner = caller.as_ref().map_or("", Caller::owner_key_id);
     let created = gw
         .meta
-        .create_bucket(&input.bucket, now_ms())
+        .create_bucket_owned(&input.bucket, now_ms(), owner)
         .await
         .map_err(meta_error)?;
     tracing::debug!(bucket = %input.bucket, created, "create bucket");
+    if let Some(caller) = &caller {
+        if created {
+            // The cached grants predate the new owner grant.
+            caller.refresh();
+        } else if !caller.owns(&input.bucket) {
+            return Err(S3Error::new(S3ErrorCode::BucketAlreadyExists));
+        }
+    }
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{}", input.bucket)),
     }))
@@ -120,12 +133,15 @@ pub(super) async fn list_buckets(
     gw: &Gateway,
     req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
+    // Only the buckets the caller has a grant on (all for the root key).
+    let caller = req.extensions.get::<Caller>().cloned();
     let prefix = req.input.prefix.unwrap_or_default();
     let mut buckets = gw.meta.list_buckets().await.map_err(meta_error)?;
     buckets.sort_by(|a, b| a.name.cmp(&b.name));
     let buckets = buckets
         .into_iter()
         .filter(|b| b.name.starts_with(&prefix))
+        .filter(|b| caller.as_ref().is_none_or(|c| c.sees(&b.name)))
         .map(|b| Bucket {
             bucket_region: Some(gw.region.clone()),
             creation_date: Some(timestamp(b.created_at_ms)),

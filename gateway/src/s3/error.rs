@@ -74,6 +74,7 @@ pub fn meta_code(code: ErrorCode) -> S3ErrorCode {
         // The gateway lost its write epoch (paused or cut off past its
         // lease): retryable, the next attempt writes under a new epoch.
         ErrorCode::EpochClosed => S3ErrorCode::ServiceUnavailable,
+        ErrorCode::NoSuchAccessKey => S3ErrorCode::InvalidAccessKeyId,
         ErrorCode::PlacementChanged
         | ErrorCode::DuplicateDatanode
         | ErrorCode::MembershipChangeRefused

@@ -46,7 +46,7 @@ type AppliedState = (Option<LogId<u64>>, StoredMembership<u64, BasicNode>);
 /// The keyspaces a snapshot carries: every state machine space but
 /// `SmMeta` (sessions, epochs and pending deletions are replicated state:
 /// a node that installs a snapshot must fence and deduplicate the same way).
-const DATA_SPACES: [Space; 12] = [
+const DATA_SPACES: [Space; 13] = [
     Space::Buckets,
     Space::Objects,
     Space::Uploads,
@@ -59,6 +59,7 @@ const DATA_SPACES: [Space; 12] = [
     Space::Pending,
     Space::HealIntents,
     Space::Degraded,
+    Space::AccessKeys,
 ];
 
 /// The metadata state machine of one node.
@@ -541,5 +542,50 @@ mod tests {
             refs::locate(kv.as_ref(), "e1.b").unwrap(),
             Some(refs::part_locator("b", "m", "u1", 1))
         );
+    }
+
+    #[tokio::test]
+    async fn snapshots_carry_access_keys() {
+        let mut source = populated().await;
+        source
+            .apply(vec![
+                entry(
+                    100,
+                    Command::CreateAccessKey(rpb::CreateAccessKey {
+                        id: "SK1".into(),
+                        name: "alice".into(),
+                        secret: "s3cret".into(),
+                        op_id: String::new(),
+                    }),
+                ),
+                entry(
+                    101,
+                    Command::SetKeyGrant(rpb::SetKeyGrant {
+                        id: "SK1".into(),
+                        bucket: "b".into(),
+                        read: true,
+                        allow: true,
+                        ..Default::default()
+                    }),
+                ),
+            ])
+            .await
+            .unwrap();
+        let snap = snapshot(&mut source).await;
+        let kv = Arc::new(MemStore::new());
+        let mut target = StateMachine::new(kv.clone());
+        target
+            .install_snapshot(&snap.meta, snap.snapshot)
+            .await
+            .unwrap();
+        let key = sm::access::get_access_key(kv.as_ref(), "SK1")
+            .unwrap()
+            .expect("key installed");
+        assert_eq!(
+            (key.name.as_str(), key.secret.as_str()),
+            ("alice", "s3cret")
+        );
+        assert_eq!(key.grants.len(), 1);
+        assert!(key.grants[0].read && !key.grants[0].write);
     }
 }

@@ -66,3 +66,8 @@ pub fn epoch(epoch: u64) -> Vec<u8> {
 pub fn pending(blob_id: &str) -> Vec<u8> {
     blob_id.as_bytes().to_vec()
 }
+
+/// `AccessKeys`: the access key id.
+pub fn access_key(id: &str) -> Vec<u8> {
+    id.as_bytes().to_vec()
+}

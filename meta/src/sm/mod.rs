@@ -18,7 +18,9 @@
 //! * `stale` — [`stale_uploads`]: bounded pages of expired uploads for the
 //!   leader's sweeper.
 //! * [`keys`] — key encodings of the keyspaces.
+//! * [`access`] — access keys (S3 users) and their bucket grants.
 
+pub mod access;
 pub mod epochs;
 pub mod heal;
 pub mod keys;
@@ -74,6 +76,9 @@ pub enum Applied {
     Registered(pb::RegisterDatanodeResponse),
     /// ReportMissing: how many shards were marked missing.
     Marked(u32),
+    /// CreateAccessKey: the id of the stored key (the secret is read from
+    /// the record, so it is never in the session table).
+    KeyCreated(String),
     /// The mutation was refused for an S3-level reason; nothing changed.
     Refused { code: ErrorCode, message: String },
 }

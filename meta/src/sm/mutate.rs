@@ -12,7 +12,7 @@ use sluice_proto::raft::{MetaCommand, meta_command::Command};
 
 use super::refs::{object_refs, part_refs, update_index};
 use super::{
-    Applied, MAX_PART_NUMBER, SmError, epochs, get, heal, keys, pending, refuse, registry,
+    Applied, MAX_PART_NUMBER, SmError, access, epochs, get, heal, keys, pending, refuse, registry,
     require_bucket, sessions,
 };
 use crate::store::{Batch, KvStore, Space};
@@ -71,6 +71,9 @@ pub fn apply_command_with<K: KvStore>(
         Command::ReportMissing(r) => heal::report_missing(kv, r),
         Command::BeginHeal(r) => heal::begin_heal(kv, r),
         Command::UpdatePlacement(r) => heal::update_placement(kv, r),
+        Command::CreateAccessKey(r) => access::create_access_key(kv, r, now_ms),
+        Command::DeleteAccessKey(r) => access::delete_access_key(kv, r),
+        Command::SetKeyGrant(r) => access::set_key_grant(kv, r),
         Command::DrainDatanode(r) => registry::drain_datanode(kv, r),
         Command::RemoveDatanode(r) => registry::remove_datanode(kv, r),
     }
@@ -120,6 +123,9 @@ fn op_id_of(command: &Command) -> &str {
         Command::ReportMissing(r) => &r.op_id,
         Command::BeginHeal(r) => &r.op_id,
         Command::UpdatePlacement(r) => &r.op_id,
+        Command::CreateAccessKey(r) => &r.op_id,
+        Command::DeleteAccessKey(r) => &r.op_id,
+        Command::SetKeyGrant(r) => &r.op_id,
         Command::DrainDatanode(r) => &r.op_id,
         Command::RemoveDatanode(r) => &r.op_id,
         Command::CloseEpochs(_) | Command::CollectPending(_) | Command::ExpireSessions(_) => "",
@@ -229,6 +235,7 @@ fn create_bucket<K: KvStore>(kv: &K, r: &pb::CreateBucketRequest) -> Outcome {
         created_at_ms: r.now_ms,
     };
     b.put(Space::Buckets, key, bucket.encode_to_vec());
+    access::grant_owner(kv, &mut b, &r.owner_key_id, &r.name)?;
     Ok((b, Applied::Created(true)))
 }
 
@@ -249,6 +256,7 @@ fn delete_bucket<K: KvStore>(kv: &K, r: &pb::BucketRequest) -> Outcome {
     }
     let mut b = Batch::new();
     b.delete(Space::Buckets, keys::bucket(&r.name));
+    access::drop_bucket_grants(kv, &mut b, &r.name)?;
     Ok((b, Applied::Done))
 }
 

@@ -784,6 +784,7 @@ fn register_datanode_upserts_address() {
     );
 }
 
+mod access;
 mod datanodes;
 mod exactly_once;
 mod heal;

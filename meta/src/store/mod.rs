@@ -61,11 +61,14 @@ pub enum Space {
     /// Degraded blobs: blob id -> empty, for every committed placement with
     /// missing shards (see `sm::heal`).
     Degraded = 21,
+    /// Access keys: access key id -> `meta.AccessKey` (secret and bucket
+    /// grants; see `sm::access`).
+    AccessKeys = 30,
 }
 
 impl Space {
     /// The spaces that make up the state machine (and so its snapshot).
-    pub const STATE_MACHINE: [Space; 13] = [
+    pub const STATE_MACHINE: [Space; 14] = [
         Space::SmMeta,
         Space::Buckets,
         Space::Objects,
@@ -79,6 +82,7 @@ impl Space {
         Space::Pending,
         Space::HealIntents,
         Space::Degraded,
+        Space::AccessKeys,
     ];
 
     /// The prefix byte of this space.
@@ -105,6 +109,7 @@ impl Space {
             Space::Pending,
             Space::HealIntents,
             Space::Degraded,
+            Space::AccessKeys,
         ]
         .into_iter()
         .find(|s| s.id() == id)

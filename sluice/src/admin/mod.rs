@@ -6,11 +6,13 @@
 //!
 //! # Layout
 //! * `mod.rs`: the subcommand tree, [`AdminConn`] and [`connect`].
+//! * `keys.rs`: `sluice admin key ...` (S3 access keys).
 //! * `meta.rs`: `sluice admin meta list|add|remove|replace` (meta voters).
 //! * [`datanodes`]: `sluice admin datanode list|drain|undrain|remove`.
 //! * `status.rs`: `sluice admin status [--json]`.
 
 mod datanodes;
+mod keys;
 pub mod meta;
 pub mod status;
 
@@ -37,6 +39,13 @@ pub struct AdminConn {
 /// `sluice admin <area> ...`.
 #[derive(Subcommand, Debug)]
 pub enum AdminCommand {
+    /// S3 access keys: create, list, delete, allow, deny.
+    Key {
+        #[command(flatten)]
+        conn: AdminConn,
+        #[command(subcommand)]
+        command: keys::KeyCommand,
+    },
     /// Meta cluster membership: list, add, remove or replace voters.
     Meta {
         #[command(flatten)]
@@ -77,6 +86,7 @@ pub fn connect(conn: &AdminConn) -> anyhow::Result<MetaClient> {
 /// Runs one `sluice admin` subcommand.
 pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
     match command {
+        AdminCommand::Key { conn, command } => keys::run(&conn, command).await,
         AdminCommand::Meta { conn, command } => meta::run(&conn, command).await,
         AdminCommand::Datanode { conn, command } => datanodes::run(&conn, command).await,
         AdminCommand::Status(args) => status::run(args).await,

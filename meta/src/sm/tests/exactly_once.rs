@@ -276,6 +276,7 @@ fn eviction_keeps_the_table_at_its_max() {
             name: name.into(),
             now_ms: 1,
             op_id: op.into(),
+            ..Default::default()
         })
     };
     for i in 0..10i64 {
@@ -313,6 +314,7 @@ fn expire_sessions_is_bounded_and_ordered() {
                 name: format!("b{i}"),
                 now_ms: 1,
                 op_id: format!("op{i}"),
+                ..Default::default()
             }),
         );
     }
