@@ -94,6 +94,14 @@ pub struct Config {
     /// so `sluice dev`, which runs every role in one process, has its own
     /// `--metrics-listen` flag instead).
     pub metrics_listen: Option<SocketAddr>,
+    /// `[cluster_tls]`: this node's certificate (role `datanode`, id
+    /// `node_id`), key and the cluster CA, for mutual TLS on its server and
+    /// to meta. Exactly one of this and `insecure_cluster` is required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_tls: Option<sluice_auth::ClusterTls>,
+    /// Serve and dial cluster gRPC in plaintext, every caller allowed (a
+    /// warning is logged at start). Default false.
+    pub insecure_cluster: bool,
 }
 
 impl Default for Config {
@@ -116,6 +124,8 @@ impl Default for Config {
             scrub_bandwidth_bytes_per_sec: DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC,
             scrub_interval: DEFAULT_SCRUB_INTERVAL,
             metrics_listen: None,
+            cluster_tls: None,
+            insecure_cluster: false,
         }
     }
 }
@@ -149,6 +159,8 @@ pub enum ConfigError {
     ZeroGcGrace,
     #[error("scrub_interval must be positive")]
     ZeroScrubInterval,
+    #[error("cluster security: {0}")]
+    ClusterSecurity(String),
 }
 
 impl Config {
@@ -197,6 +209,13 @@ impl Config {
         if self.scrub_interval.is_zero() {
             return Err(ConfigError::ZeroScrubInterval);
         }
+        sluice_auth::validate_choice(
+            self.cluster_tls.as_ref(),
+            self.insecure_cluster,
+            sluice_auth::Role::Datanode,
+            Some(&self.node_id.to_string()),
+        )
+        .map_err(|e| ConfigError::ClusterSecurity(e.to_string()))?;
         Ok(())
     }
 

@@ -36,6 +36,8 @@ pub(crate) struct Membership<S> {
     pub space: Arc<DiskSpace>,
     /// For `used_bytes`.
     pub store: S,
+    /// How meta is dialed.
+    pub transport: sluice_auth::Transport,
 }
 
 /// The heartbeat of node `id` at `addr` on disk `disk_id`, from a fresh
@@ -66,7 +68,8 @@ impl<S: ShardStore> Membership<S> {
             self.heartbeat_interval.max(Duration::from_secs(1)),
             self.heartbeat_interval
                 .clamp(Duration::from_secs(1), Duration::from_secs(5)),
-        );
+        )
+        .with_transport(self.transport.clone());
         let mut ticker = tokio::time::interval(self.heartbeat_interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut registered = false;
@@ -147,7 +150,7 @@ impl<S: ShardStore> Membership<S> {
                     registered = false;
                     failures += 1;
                 }
-                Err(e @ MetaError::Unavailable(_)) => {
+                Err(e @ (MetaError::Unavailable(_) | MetaError::Denied(_))) => {
                     failures += 1;
                     if failures == 1 || failures.is_multiple_of(WARN_EVERY) {
                         tracing::warn!(node = self.node_id, failures, error = %e, "{what} with meta failed; retrying");

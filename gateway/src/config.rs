@@ -121,6 +121,15 @@ pub struct Config {
     pub node_down_after: Duration,
     /// Blobs healed at once, and heal stripes holding write budget at once (default 2).
     pub heal_concurrency: usize,
+    /// `[cluster_tls]`: this gateway's certificate (role `gateway`; each
+    /// gateway process needs its own id, which the datanodes use for its
+    /// credit), key and the cluster CA, for mutual TLS to meta and the
+    /// datanodes. Exactly one of this and `insecure_cluster` is required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_tls: Option<sluice_auth::ClusterTls>,
+    /// Dial meta and the datanodes in plaintext (a warning is logged at
+    /// start). Default false.
+    pub insecure_cluster: bool,
 }
 
 /// Default of `heal_bandwidth_bytes_per_sec`: 32 MiB/s.
@@ -156,6 +165,8 @@ impl Default for Config {
             audit_interval: Duration::from_secs(6 * 3600),
             node_down_after: Duration::from_secs(600),
             heal_concurrency: 2,
+            cluster_tls: None,
+            insecure_cluster: false,
         }
     }
 }
@@ -185,6 +196,8 @@ pub enum ConfigError {
         budget: u64,
         min: u64,
     },
+    #[error("cluster security: {0}")]
+    ClusterSecurity(String),
 }
 
 impl Config {
@@ -261,6 +274,13 @@ impl Config {
                 return Err(ConfigError::Budget { name, budget, min });
             }
         }
+        sluice_auth::validate_choice(
+            self.cluster_tls.as_ref(),
+            self.insecure_cluster,
+            sluice_auth::Role::Gateway,
+            None,
+        )
+        .map_err(|e| ConfigError::ClusterSecurity(e.to_string()))?;
         Ok(())
     }
 

@@ -128,6 +128,7 @@ impl<K: KvStore> MetaService<K> {
     /// datanode `id` would take the id of another live process (see
     /// [`claims_live_id`]). Checked before Raft, on the leader's liveness;
     /// elsewhere the registry alone decides.
+    /// (see [`speaks_for_itself`])
     fn refuse_duplicate(&self, id: u64, addr: &str, disk_id: &str) -> Result<(), Status> {
         if self.leader_only().is_err() {
             return Ok(());
@@ -331,6 +332,7 @@ impl<K: KvStore> Meta for MetaService<K> {
         &self,
         request: Request<pb::RegisterDatanodeRequest>,
     ) -> Result<Response<pb::RegisterDatanodeResponse>, Status> {
+        speaks_for_itself(&request, request.get_ref().id)?;
         let r = request.into_inner();
         let id = r.id;
         self.refuse_duplicate(id, &r.addr, &r.disk_id)?;
@@ -346,6 +348,7 @@ impl<K: KvStore> Meta for MetaService<K> {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        speaks_for_itself(&request, request.get_ref().id)?;
         self.leader_only()?;
         let r = request.into_inner();
         let recorded = sm::get_datanode(self.kv.as_ref(), r.id).map_err(sm_status)?;
@@ -509,5 +512,19 @@ impl<K: KvStore> Meta for MetaService<K> {
             last_applied_index: m.last_applied.map_or(0, |l| l.index),
             voters: membership.voter_ids().collect(),
         }))
+    }
+}
+
+/// Under mutual TLS a datanode registers and heartbeats only as itself:
+/// the caller's certificate must be `spiffe://sluice/datanode/<id>` for
+/// the request's `id` (the role is already checked by the policy layer).
+/// In insecure mode there is no identity and the call passes.
+fn speaks_for_itself<T>(request: &Request<T>, id: u64) -> Result<(), Status> {
+    match sluice_auth::caller(request) {
+        None => Ok(()),
+        Some(c) if c.role == sluice_auth::Role::Datanode && c.numeric_id() == Some(id) => Ok(()),
+        Some(c) => Err(Status::permission_denied(format!(
+            "{c} may not speak for datanode {id}"
+        ))),
     }
 }

@@ -110,6 +110,15 @@ pub struct Config {
     /// Timeout of one DeleteBlobs call (connect included). Default 10 s.
     #[serde(with = "humantime_serde")]
     pub reclaim_call_timeout: Duration,
+    /// `[cluster_tls]`: this node's certificate (role `meta`, id
+    /// `node_id`), key and the cluster CA, for mutual TLS on the Raft,
+    /// Meta and Admin services and to the datanodes. Exactly one of this
+    /// and `insecure_cluster` is required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_tls: Option<sluice_auth::ClusterTls>,
+    /// Serve and dial cluster gRPC in plaintext, every caller allowed (a
+    /// warning is logged at start). Default false.
+    pub insecure_cluster: bool,
 }
 
 /// MetaClient's retry deadline: no attempt is sent later than this after
@@ -144,6 +153,8 @@ impl Default for Config {
             delete_delay: Duration::from_secs(300),
             reclaim_concurrency: 4,
             reclaim_call_timeout: Duration::from_secs(10),
+            cluster_tls: None,
+            insecure_cluster: false,
         }
     }
 }
@@ -183,6 +194,8 @@ pub enum ConfigError {
     SessionExpiry { expiry: Duration, lease: Duration },
     #[error("{0} must be greater than 0")]
     Zero(&'static str),
+    #[error("cluster security: {0}")]
+    ClusterSecurity(String),
 }
 
 fn is_url(s: &str) -> bool {
@@ -245,6 +258,13 @@ impl Config {
         if self.reclaim_concurrency == 0 {
             return Err(ConfigError::Zero("reclaim_concurrency"));
         }
+        sluice_auth::validate_choice(
+            self.cluster_tls.as_ref(),
+            self.insecure_cluster,
+            sluice_auth::Role::Meta,
+            Some(&self.node_id.to_string()),
+        )
+        .map_err(|e| ConfigError::ClusterSecurity(e.to_string()))?;
         if self.session_expiry <= self.epoch_lease * 2 + CLIENT_RETRY_DEADLINE {
             return Err(ConfigError::SessionExpiry {
                 expiry: self.session_expiry,

@@ -7,6 +7,12 @@
 //! first start and kept, so a restart on the same directory keeps buckets,
 //! objects, open multipart uploads and keys.
 //!
+//! Cluster TLS: on first start it makes a CA and one certificate per node
+//! (meta 1, datanodes 1..=6, gateway `dev`) plus an operator certificate
+//! (admin `dev`) under `<data-dir>/tls/` (see `sluice_auth::pki`), reuses
+//! them on restart, runs every node with mutual TLS, and prints the
+//! `sluice admin` settings that use the admin certificate.
+//!
 //! Memory: the process's memory limit is split among the roles (see
 //! [`crate::budget`]: each datanode limit/32 in 8..=256 MiB, the gateway
 //! limit/8 in 16..=512 MiB); every budget is printed in the banner. All
@@ -98,6 +104,37 @@ fn load_or_create_credentials(dir: &Path) -> anyhow::Result<Credentials> {
     Ok(credentials)
 }
 
+/// The certificate files of every node of the dev cluster.
+struct DevTls {
+    meta: sluice_auth::ClusterTls,
+    datanodes: Vec<sluice_auth::ClusterTls>,
+    gateway: sluice_auth::ClusterTls,
+    admin: sluice_auth::ClusterTls,
+}
+
+/// Makes (first start) or reuses (restart) the dev cluster's CA and
+/// certificates in `dir`.
+fn dev_certificates(dir: &Path) -> anyhow::Result<DevTls> {
+    use sluice_auth::{Identity, Role};
+    let mut identities = vec![Identity::new(Role::Meta, "1")?];
+    for i in 1..=DATANODES {
+        identities.push(Identity::new(Role::Datanode, i.to_string())?);
+    }
+    identities.push(Identity::new(Role::Gateway, "dev")?);
+    identities.push(Identity::new(Role::Admin, "dev")?);
+    let mut files = sluice_auth::pki::ensure_dir(dir, &identities)
+        .with_context(|| format!("making the dev cluster's certificates in {}", dir.display()))?;
+    let admin = files.pop().expect("admin");
+    let gateway = files.pop().expect("gateway");
+    let meta = files.remove(0);
+    Ok(DevTls {
+        meta,
+        datanodes: files,
+        gateway,
+        admin,
+    })
+}
+
 /// A role running as a task, with the error it ended with.
 type RoleTask = (String, JoinHandle<anyhow::Result<()>>);
 
@@ -129,6 +166,8 @@ pub async fn run(
     let kept = load_or_create_credentials(&dir)?;
     let access_key = args.access_key.unwrap_or(kept.access_key);
     let secret_key = args.secret_key.unwrap_or(kept.secret_key);
+    let tls_dir = dir.join("tls");
+    let tls = dev_certificates(&tls_dir)?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let host = args.listen.ip();
@@ -138,12 +177,13 @@ pub async fn run(
 
     // Meta: a single voter.
     let meta_addr = SocketAddr::new(host, args.grpc_port_base);
-    let meta_endpoint = format!("http://{meta_addr}");
+    let meta_endpoint = format!("https://{meta_addr}");
     let meta_config = sluice_meta::Config {
         node_id: 1,
         listen: meta_addr,
         advertise_addr: meta_endpoint.clone(),
         data_dir: dir.join("meta-1"),
+        cluster_tls: Some(tls.meta.clone()),
         ..Default::default()
     };
     budgets.extend(budget::meta_budgets(&meta_config));
@@ -153,9 +193,10 @@ pub async fn run(
         let mut config = sluice_datanode::Config {
             node_id: i,
             listen: addr,
-            advertise_addr: format!("http://{addr}"),
+            advertise_addr: format!("https://{addr}"),
             data_dir: dir.join(format!("datanode-{i}")),
             meta_endpoints: vec![meta_endpoint.clone()],
+            cluster_tls: Some(tls.datanodes[(i - 1) as usize].clone()),
             ..Default::default()
         };
         budgets.extend(budget::apply_datanode(
@@ -170,9 +211,10 @@ pub async fn run(
         region: args.region.clone(),
         access_key: access_key.clone(),
         secret_key: secret_key.clone(),
-        meta_endpoints: vec![meta_endpoint],
+        meta_endpoints: vec![meta_endpoint.clone()],
         data_shards: 4,
         parity_shards: 2,
+        cluster_tls: Some(tls.gateway.clone()),
         ..Default::default()
     };
     budgets.extend(budget::apply_gateway(
@@ -240,6 +282,22 @@ pub async fn run(
         None => println!("  metrics:    off"),
     }
     println!("  allocator:  {}", crate::ALLOCATOR);
+    println!(
+        "  cluster:    mutual TLS; CA and certificates in {}",
+        tls_dir.display()
+    );
+    println!(
+        "  admin:      SLUICE_META={meta_endpoint} SLUICE_ADMIN_CA={} SLUICE_ADMIN_CERT={} SLUICE_ADMIN_KEY={} sluice admin ...",
+        tls.admin.ca_file.display(),
+        tls.admin.cert_file.display(),
+        tls.admin.key_file.display()
+    );
+    println!(
+        "              (or --meta {meta_endpoint} --ca {} --cert {} --key {})",
+        tls.admin.ca_file.display(),
+        tls.admin.cert_file.display(),
+        tls.admin.key_file.display()
+    );
     let total: u64 = budgets.iter().map(|b| b.bytes).sum();
     println!(
         "  memory:     limit {limit}; budgets {} in all:",

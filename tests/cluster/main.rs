@@ -24,6 +24,7 @@
 
 mod durability;
 mod fixtures;
+mod mtls;
 mod s3_errors;
 mod s3_listing;
 mod scenario;
