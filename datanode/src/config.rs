@@ -237,11 +237,25 @@ fn is_endpoint(s: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// `c` in plaintext (these tests are not about cluster TLS).
+    fn insecure(c: &Config) -> Config {
+        Config {
+            cluster_tls: None,
+            insecure_cluster: true,
+            ..c.clone()
+        }
+    }
+
     #[test]
     fn default_is_valid() {
-        Config::default()
+        insecure(&Config::default())
             .validate()
             .expect("default config validates");
+        // Cluster security is a choice: TLS or an explicit plaintext opt-in.
+        assert!(matches!(
+            Config::default().validate(),
+            Err(ConfigError::ClusterSecurity(_))
+        ));
     }
 
     #[test]
@@ -272,7 +286,7 @@ mod tests {
         assert_eq!(c.reserved_free_bytes, 1 << 30);
         assert_eq!(c.scrub_bandwidth_bytes_per_sec, 10 << 20);
         assert_eq!(c.scrub_interval, Duration::from_secs(7 * 24 * 3600));
-        c.validate().expect("valid");
+        insecure(&c).validate().expect("valid");
 
         let c: Config = toml::from_str(
             "reserved_free_bytes = 0\nscrub_bandwidth_bytes_per_sec = 0\nscrub_interval = \"50ms\"",
@@ -281,14 +295,15 @@ mod tests {
         assert_eq!(c.reserved_free_bytes, 0);
         assert_eq!(c.scrub_bandwidth_bytes_per_sec, 0);
         assert_eq!(c.scrub_interval, Duration::from_millis(50));
-        c.validate()
+        insecure(&c)
+            .validate()
             .expect("a zero reserve and disabled scrub are valid");
 
         let c: Config =
             toml::from_str("gc_interval = \"100ms\"\ngc_grace = \"2s\"").expect("parse gc fields");
         assert_eq!(c.gc_interval, Duration::from_millis(100));
         assert_eq!(c.gc_grace, Duration::from_secs(2));
-        c.validate().expect("valid");
+        insecure(&c).validate().expect("valid");
 
         let c: Config = toml::from_str(
             r#"
@@ -301,7 +316,7 @@ mod tests {
         assert_eq!(c.write_budget(), 4 * 1024 * 1024);
         assert_eq!(c.credit_fsync_bytes, 256 * 1024);
         assert_eq!(c.credit_fsync_idle, Duration::from_millis(2));
-        c.validate().expect("valid");
+        insecure(&c).validate().expect("valid");
 
         let empty: Config = toml::from_str("").expect("parse empty");
         assert_eq!(empty, Config::default());
@@ -315,7 +330,7 @@ mod tests {
     fn the_deploy_example_parses_with_the_disk_keys() {
         let c: Config =
             toml::from_str(include_str!("../../deploy/datanode.toml")).expect("parse example");
-        c.validate().expect("example valid");
+        insecure(&c).validate().expect("example valid");
         assert_eq!(c.gc_grace, Duration::from_secs(600));
         assert_eq!(c.reserved_free_bytes, DEFAULT_RESERVED_FREE_BYTES);
         assert_eq!(

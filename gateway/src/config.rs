@@ -366,7 +366,17 @@ mod tests {
             access_key: "AK".into(),
             secret_key: "SK".into(),
             meta_endpoints: vec!["http://127.0.0.1:7000".into()],
+            insecure_cluster: true,
             ..Config::default()
+        }
+    }
+
+    /// `c` in plaintext (these tests are not about cluster TLS).
+    fn insecure(c: &Config) -> Config {
+        Config {
+            cluster_tls: None,
+            insecure_cluster: true,
+            ..c.clone()
         }
     }
 
@@ -391,7 +401,7 @@ mod tests {
         assert_eq!(config.write_quorum, Some(6));
         assert_eq!(config.datanode_refresh_interval, Duration::from_millis(500));
         assert_eq!(config.shard_channel_depth, 4);
-        config.validate().expect("valid");
+        insecure(&config).validate().expect("valid");
         assert_eq!(config.effective_write_quorum(), 6);
 
         let plain: Config = toml::from_str("block_size = 4096").expect("integer size");
@@ -451,7 +461,7 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/gateway.toml");
         let text = std::fs::read_to_string(&path).expect("read deploy/gateway.toml");
         let config: Config = toml::from_str(&text).expect("parse");
-        config.validate().expect("valid");
+        insecure(&config).validate().expect("valid");
         assert_eq!(config.max_inflight_requests, DEFAULT_MAX_INFLIGHT_REQUESTS);
         assert_eq!(
             (config.buffer_budget_bytes, config.read_budget_bytes),
@@ -466,7 +476,7 @@ mod tests {
             .replace("# buffer_budget_bytes", "buffer_budget_bytes")
             .replace("# read_budget_bytes", "read_budget_bytes");
         let config: Config = toml::from_str(&uncommented).expect("parse uncommented");
-        config.validate().expect("valid uncommented");
+        insecure(&config).validate().expect("valid uncommented");
         assert_eq!(
             config.buffer_budget_bytes,
             Some(DEFAULT_BUFFER_BUDGET_BYTES)

@@ -345,6 +345,30 @@ mod byte_size {
 mod tests {
     use super::*;
 
+    /// The defaults in plaintext (these tests are not about cluster TLS).
+    fn dflt() -> Config {
+        Config {
+            insecure_cluster: true,
+            ..Config::default()
+        }
+    }
+
+    fn insecure(c: &Config) -> Config {
+        Config {
+            cluster_tls: None,
+            insecure_cluster: true,
+            ..c.clone()
+        }
+    }
+
+    #[test]
+    fn cluster_security_is_required() {
+        assert!(matches!(
+            Config::default().validate(),
+            Err(ConfigError::ClusterSecurity(_))
+        ));
+    }
+
     #[test]
     fn parses_toml_with_defaults_and_sizes() {
         let c: Config = toml::from_str(
@@ -369,14 +393,14 @@ mod tests {
         assert_eq!(c.datanode_liveness, Duration::from_secs(6));
         assert_eq!(c.stale_upload_check_interval, Duration::from_secs(6 * 3600));
         assert_eq!(c.stale_upload_expiry, Duration::from_secs(24 * 3600));
-        c.validate().unwrap();
+        insecure(&c).validate().unwrap();
 
         let s: Config =
             toml::from_str("stale_upload_check_interval = \"200ms\"\nstale_upload_expiry = \"1s\"")
                 .unwrap();
         assert_eq!(s.stale_upload_check_interval, Duration::from_millis(200));
         assert_eq!(s.stale_upload_expiry, Duration::from_secs(1));
-        s.validate().unwrap();
+        insecure(&s).validate().unwrap();
 
         let n: Config = toml::from_str("sled_cache_bytes = 2097152").unwrap();
         assert_eq!(n.sled_cache_bytes, 2 * 1024 * 1024);
@@ -389,36 +413,36 @@ mod tests {
 
     #[test]
     fn validate_rejects_bad_values() {
-        Config::default().validate().unwrap();
+        dflt().validate().unwrap();
         let bad = Config {
             voters: BTreeMap::from([(5, "http://x:1".to_string())]),
-            ..Config::default()
+            ..dflt()
         };
         assert_eq!(bad.validate(), Err(ConfigError::NotAVoter(1)));
         let bad = Config {
             election_timeout_min: Duration::from_millis(100),
-            ..Config::default()
+            ..dflt()
         };
         assert!(matches!(bad.validate(), Err(ConfigError::Timeouts { .. })));
         let bad = Config {
             advertise_addr: "127.0.0.1:7001".into(),
-            ..Config::default()
+            ..dflt()
         };
         assert!(matches!(bad.validate(), Err(ConfigError::AdvertiseAddr(_))));
         let bad = Config {
             stale_upload_check_interval: Duration::ZERO,
-            ..Config::default()
+            ..dflt()
         };
         assert_eq!(bad.validate(), Err(ConfigError::StaleUploadCheckInterval));
         let bad = Config {
             stale_upload_expiry: Duration::ZERO,
-            ..Config::default()
+            ..dflt()
         };
         assert_eq!(bad.validate(), Err(ConfigError::StaleUploadExpiry));
-        assert_eq!(Config::default().initial_voters().len(), 1);
+        assert_eq!(dflt().initial_voters().len(), 1);
         let bad = Config {
             session_expiry: Duration::from_secs(80),
-            ..Config::default()
+            ..dflt()
         };
         assert!(matches!(
             bad.validate(),
@@ -426,24 +450,24 @@ mod tests {
         ));
         let ok = Config {
             session_expiry: Duration::from_secs(81),
-            ..Config::default()
+            ..dflt()
         };
         ok.validate().unwrap();
         let bad = Config {
             reclaim_interval: Duration::ZERO,
-            ..Config::default()
+            ..dflt()
         };
         assert_eq!(bad.validate(), Err(ConfigError::Zero("reclaim_interval")));
         let bad = Config {
             session_table_max_entries: 0,
-            ..Config::default()
+            ..dflt()
         };
         assert_eq!(bad.validate(), Err(ConfigError::SessionTableMax));
     }
 
     #[test]
     fn durability_keys_parse_with_defaults() {
-        let c = Config::default();
+        let c = dflt();
         assert_eq!(c.session_table_max_entries, 100_000);
         assert_eq!(c.session_expiry, Duration::from_secs(600));
         assert_eq!(c.epoch_lease, Duration::from_secs(30));
@@ -456,6 +480,6 @@ mod tests {
         assert_eq!(t.reclaim_interval, Duration::from_millis(100));
         assert_eq!(t.delete_delay, Duration::from_secs(1));
         assert_eq!(t.session_expiry, Duration::from_secs(900));
-        t.validate().unwrap();
+        insecure(&t).validate().unwrap();
     }
 }
