@@ -118,6 +118,14 @@ pub struct Config {
     /// gateway (default 1024): HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`,
     /// and requests past it on one connection wait.
     pub max_streams_per_connection: u32,
+    /// `[cluster_tls]`: this node's certificate (role `datanode`, id
+    /// `node_id`), key and the cluster CA, for mutual TLS on its server and
+    /// to meta. Exactly one of this and `insecure_cluster` is required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_tls: Option<sluice_auth::ClusterTls>,
+    /// Serve and dial cluster gRPC in plaintext, every caller allowed (a
+    /// warning is logged at start). Default false.
+    pub insecure_cluster: bool,
 }
 
 /// Longest `zone` / `host` label (bytes).
@@ -158,6 +166,8 @@ impl Default for Config {
             host: None,
             max_shard_streams: DEFAULT_MAX_SHARD_STREAMS,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
+            cluster_tls: None,
+            insecure_cluster: false,
         }
     }
 }
@@ -197,6 +207,8 @@ pub enum ConfigError {
     BadLabel { field: &'static str, value: String },
     #[error("`{0}` must be greater than zero")]
     Zero(&'static str),
+    #[error("cluster security: {0}")]
+    ClusterSecurity(String),
 }
 
 impl Config {
@@ -272,6 +284,13 @@ impl Config {
         if self.max_streams_per_connection == 0 {
             return Err(ConfigError::Zero("max_streams_per_connection"));
         }
+        sluice_auth::validate_choice(
+            self.cluster_tls.as_ref(),
+            self.insecure_cluster,
+            sluice_auth::Role::Datanode,
+            Some(&self.node_id.to_string()),
+        )
+        .map_err(|e| ConfigError::ClusterSecurity(e.to_string()))?;
         Ok(())
     }
 
@@ -293,11 +312,25 @@ fn is_endpoint(s: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// `c` in plaintext (these tests are not about cluster TLS).
+    fn insecure(c: &Config) -> Config {
+        Config {
+            cluster_tls: None,
+            insecure_cluster: true,
+            ..c.clone()
+        }
+    }
+
     #[test]
     fn default_is_valid() {
-        Config::default()
+        insecure(&Config::default())
             .validate()
             .expect("default config validates");
+        // Cluster security is a choice: TLS or an explicit plaintext opt-in.
+        assert!(matches!(
+            Config::default().validate(),
+            Err(ConfigError::ClusterSecurity(_))
+        ));
     }
 
     #[test]
@@ -328,7 +361,7 @@ mod tests {
         assert_eq!(c.reserved_free_bytes, 1 << 30);
         assert_eq!(c.scrub_bandwidth_bytes_per_sec, 10 << 20);
         assert_eq!(c.scrub_interval, Duration::from_secs(7 * 24 * 3600));
-        c.validate().expect("valid");
+        insecure(&c).validate().expect("valid");
 
         let c: Config = toml::from_str(
             "reserved_free_bytes = 0\nscrub_bandwidth_bytes_per_sec = 0\nscrub_interval = \"50ms\"",
@@ -337,14 +370,15 @@ mod tests {
         assert_eq!(c.reserved_free_bytes, 0);
         assert_eq!(c.scrub_bandwidth_bytes_per_sec, 0);
         assert_eq!(c.scrub_interval, Duration::from_millis(50));
-        c.validate()
+        insecure(&c)
+            .validate()
             .expect("a zero reserve and disabled scrub are valid");
 
         let c: Config =
             toml::from_str("gc_interval = \"100ms\"\ngc_grace = \"2s\"").expect("parse gc fields");
         assert_eq!(c.gc_interval, Duration::from_millis(100));
         assert_eq!(c.gc_grace, Duration::from_secs(2));
-        c.validate().expect("valid");
+        insecure(&c).validate().expect("valid");
 
         let c: Config = toml::from_str(
             r#"
@@ -357,7 +391,7 @@ mod tests {
         assert_eq!(c.write_budget(), 4 * 1024 * 1024);
         assert_eq!(c.credit_fsync_bytes, 256 * 1024);
         assert_eq!(c.credit_fsync_idle, Duration::from_millis(2));
-        c.validate().expect("valid");
+        insecure(&c).validate().expect("valid");
 
         let empty: Config = toml::from_str("").expect("parse empty");
         assert_eq!(empty, Config::default());
@@ -371,7 +405,7 @@ mod tests {
     fn the_deploy_example_parses_with_the_disk_keys() {
         let c: Config =
             toml::from_str(include_str!("../../deploy/datanode.toml")).expect("parse example");
-        c.validate().expect("example valid");
+        insecure(&c).validate().expect("example valid");
         assert_eq!(c.gc_grace, Duration::from_secs(600));
         assert_eq!(c.reserved_free_bytes, DEFAULT_RESERVED_FREE_BYTES);
         assert_eq!(

@@ -51,10 +51,17 @@
 //! The datanode re-grants bytes once they are fsynced: every
 //! `credit_fsync_bytes` of a stream, after `credit_fsync_idle` without a new
 //! block, and at shard commit. A slow disk therefore slows every sender
-//! instead of filling the datanode's memory. Bytes that arrive beyond the
-//! sender's credit are still stored (and counted in-flight) but counted in
-//! `sluice_datanode_credit_violations_total`. A PutShard without
-//! `gateway_id` bypasses credits entirely (the pre-credit behaviour).
+//! instead of filling the datanode's memory. A block that arrives beyond the
+//! sender's credit is refused: the PutShard fails with
+//! `FAILED_PRECONDITION` ("beyond ... credit"), the shard is not stored,
+//! and the violation is counted in `sluice_datanode_credit_violations_total`.
+//!
+//! Under mutual TLS the gateway's credit account is its certificate's id
+//! (`spiffe://sluice/gateway/<id>`): the request's `gateway_id` is ignored,
+//! every PutShard of a gateway is credited, and each gateway process needs
+//! its own certificate. In insecure mode the account is the request's
+//! `gateway_id`, and a PutShard without one bypasses credits entirely (the
+//! pre-credit behaviour).
 //!
 //! # Fairness
 //!

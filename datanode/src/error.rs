@@ -17,6 +17,9 @@ pub enum Error {
     /// The shard store could not be opened (directory creation, recovery scan).
     #[error("open shard store")]
     Store(#[from] StoreError),
+    /// Cluster TLS could not be set up.
+    #[error("cluster TLS")]
+    Auth(#[from] sluice_auth::AuthError),
     /// The gRPC server failed.
     #[error("serve datanode gRPC")]
     Serve(#[from] tonic::transport::Error),

@@ -41,6 +41,8 @@ pub(crate) struct Membership<S> {
     pub host: String,
     /// For the credit in use and the write budget reported to meta.
     pub credits: Arc<crate::grants::CreditHub>,
+    /// How meta is dialed.
+    pub transport: sluice_auth::Transport,
 }
 
 /// The heartbeat of node `id` at `addr` on disk `disk_id`, from a fresh
@@ -74,7 +76,8 @@ impl<S: ShardStore> Membership<S> {
             self.heartbeat_interval.max(Duration::from_secs(1)),
             self.heartbeat_interval
                 .clamp(Duration::from_secs(1), Duration::from_secs(5)),
-        );
+        )
+        .with_transport(self.transport.clone());
         let mut ticker = tokio::time::interval(self.heartbeat_interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut registered = false;
@@ -168,7 +171,7 @@ impl<S: ShardStore> Membership<S> {
                     registered = false;
                     failures += 1;
                 }
-                Err(e @ MetaError::Unavailable(_)) => {
+                Err(e @ (MetaError::Unavailable(_) | MetaError::Denied(_))) => {
                     failures += 1;
                     if failures == 1 || failures.is_multiple_of(WARN_EVERY) {
                         tracing::warn!(node = self.node_id, failures, error = %e, "{what} with meta failed; retrying");

@@ -10,7 +10,6 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tonic::transport::Server;
 
 use sluice_meta::MetaClient;
 
@@ -71,6 +70,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     config.validate()?;
+    let transport = sluice_auth::Transport::from_config(
+        config.cluster_tls.as_ref(),
+        config.insecure_cluster,
+        sluice_auth::Role::Datanode,
+    )?;
+    transport.warn_if_insecure("datanode");
     metrics::describe();
     gc::describe();
     scrub::describe();
@@ -110,7 +115,8 @@ pub async fn run(
         config.meta_endpoints.clone(),
         GC_META_RETRY_DEADLINE,
         GC_META_RPC_TIMEOUT,
-    );
+    )
+    .with_transport(transport.clone());
     let collector = Collector {
         store: store.clone(),
         oracle: MetaOracle::new(gc_meta.clone()),
@@ -149,6 +155,7 @@ pub async fn run(
         zone: config.zone.clone(),
         host: config.host_label(),
         credits: service.credit_hub(),
+        transport: transport.clone(),
     };
     tasks.spawn(membership.run(cancel.clone()));
 
@@ -167,7 +174,8 @@ pub async fn run(
         }
         conn
     });
-    let server = Server::builder()
+    let server = transport
+        .server(sluice_auth::policy::DATANODE_SERVER)?
         .initial_stream_window_size(receive_window(options.write_budget))
         .initial_connection_window_size(receive_window(options.write_budget))
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))

@@ -7,8 +7,10 @@
 //! is sent only after the shard is durable (see [`ShardWriter::commit`]).
 //! Any error or a client reset drops the writer, which discards the shard.
 //!
-//! With `ShardHeader.gateway_id` set, each received block is debited from
-//! that gateway's credit ([`crate::credit`]) and the writer fsyncs
+//! With a credit account (the caller's certificate id under mutual TLS, else
+//! `ShardHeader.gateway_id` when set), each received block is debited from
+//! that gateway's credit ([`crate::credit`]) — a block beyond it refuses
+//! the shard — and the writer fsyncs
 //! incrementally — after every `credit_fsync_bytes`, or when no block came
 //! for `credit_fsync_idle` — releasing the synced bytes so they can be
 //! granted again; the rest is released at commit, or when the stream fails.
@@ -175,6 +177,7 @@ impl<S: ShardStore> DatanodeService<S> {
 
     async fn put(
         &self,
+        caller: Option<sluice_auth::Identity>,
         mut stream: Streaming<PutShardRequest>,
     ) -> Result<PutShardResponse, Status> {
         let header = match stream.message().await? {
@@ -186,9 +189,10 @@ impl<S: ShardStore> DatanodeService<S> {
         let key = ShardKey::new(header.blob_id, header.shard_index)?;
         // Declared before the writer: on failure the writer (and its temp
         // file) goes first, then the held credit is released.
-        let credit = match header.gateway_id {
-            id if id.is_empty() => None,
-            id => {
+        let account = credit_account(caller, header.gateway_id);
+        let credit = match account {
+            None => None,
+            Some(id) => {
                 validate_gateway_id(&id)?;
                 Some(StreamCredit::new(Arc::clone(&self.credits), id))
             }
@@ -222,13 +226,20 @@ impl<S: ShardStore> DatanodeService<S> {
                 if let Some(credit) = credit {
                     let debit = credit.debit(block.data.len() as u64);
                     if debit.overdrawn > 0 {
+                        // Refused, not stored: the writer is dropped (its
+                        // temp file removed) and the held bytes released.
                         tracing::debug!(
                             node = node_id,
                             gateway = credit.gateway(),
                             block = index,
                             overdrawn = debit.overdrawn,
-                            "shard bytes beyond credit"
+                            "shard bytes beyond credit; refusing the shard"
                         );
+                        return Err(Status::from(RequestError::BeyondCredit {
+                            gateway: credit.gateway().to_string(),
+                            block: index,
+                            overdrawn: debit.overdrawn,
+                        }));
                     }
                 }
                 let computed = block_crc32c(&block.data);
@@ -343,7 +354,7 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
         let _stream = self.shard_stream_permit()?;
         let result = tokio::select! {
             () = self.cancel.cancelled() => Err(RequestError::ShuttingDown.into()),
-            r = self.put(request.into_inner()) => r,
+            r = self.put(sluice_auth::caller(&request).cloned(), request.into_inner()) => r,
         };
         if let Err(status) = &result {
             self.log_failure("PutShard", status);
@@ -459,7 +470,8 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
         &self,
         request: Request<CreditStreamRequest>,
     ) -> Result<Response<Self::CreditsStream>, Status> {
-        let gateway = request.into_inner().gateway_id;
+        let caller = sluice_auth::caller(&request).cloned();
+        let gateway = credit_account(caller, request.into_inner().gateway_id).unwrap_or_default();
         let (session, mailbox) = self.credits.connect(&gateway).map_err(|e| {
             let status = Status::from(e);
             self.log_failure("Credits", &status);
@@ -481,9 +493,11 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
         &self,
         request: Request<CreditReport>,
     ) -> Result<Response<CreditReportResponse>, Status> {
+        let caller = sluice_auth::caller(&request).cloned();
         let r = request.into_inner();
+        let gateway = credit_account(caller, r.gateway_id).unwrap_or_default();
         self.credits
-            .report(&r.gateway_id, r.wanted_bytes, r.returned_bytes)
+            .report(&gateway, r.wanted_bytes, r.returned_bytes)
             .map_err(|e| {
                 let status = Status::from(e);
                 self.log_failure("ReportCredits", &status);
@@ -575,3 +589,15 @@ async fn forward_grants(
 
 #[cfg(test)]
 mod tests;
+
+/// The credit account a call speaks for. Under mutual TLS it is the
+/// caller's certificate id (the policy lets only gateways call the credit
+/// RPCs and PutShard), whatever the request's `gateway_id` says; in
+/// insecure mode it is the request's `gateway_id` (`None` when empty: a
+/// PutShard without credit).
+fn credit_account(caller: Option<sluice_auth::Identity>, requested: String) -> Option<String> {
+    match caller {
+        Some(identity) => Some(identity.id),
+        None => (!requested.is_empty()).then_some(requested),
+    }
+}

@@ -53,6 +53,16 @@ pub(crate) enum RequestError {
     },
     #[error("datanode is shutting down")]
     ShuttingDown,
+    /// A block arrived beyond the sender's outstanding credit: the shard
+    /// is refused and not stored.
+    #[error(
+        "block {block}: {overdrawn} bytes beyond gateway {gateway:?}'s credit; shard refused, not stored"
+    )]
+    BeyondCredit {
+        gateway: String,
+        block: u64,
+        overdrawn: u64,
+    },
 }
 
 impl From<RequestError> for Status {
@@ -60,6 +70,7 @@ impl From<RequestError> for Status {
         let code = match e {
             RequestError::ShuttingDown => Code::Unavailable,
             RequestError::Truncated { .. } => Code::Aborted,
+            RequestError::BeyondCredit { .. } => Code::FailedPrecondition,
             _ => Code::InvalidArgument,
         };
         Status::new(code, e.to_string())

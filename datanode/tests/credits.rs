@@ -51,6 +51,7 @@ impl Node {
             shutdown_grace: Duration::from_secs(2),
             write_budget_bytes: Some(BUDGET),
             credit_fsync_bytes: FSYNC_BYTES,
+            insecure_cluster: true,
             ..Config::default()
         };
         let (stop, stopped) = oneshot::channel::<()>();

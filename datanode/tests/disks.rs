@@ -48,6 +48,7 @@ async fn config(node_id: u64, data_dir: &Path, reserve: u64) -> Result<(Config, 
         shutdown_grace: Duration::from_secs(2),
         reserved_free_bytes: reserve,
         scrub_bandwidth_bytes_per_sec: 0,
+        insecure_cluster: true,
         ..Config::default()
     };
     Ok((config, listener))

@@ -58,6 +58,7 @@ async fn start_meta(dir: &Path) -> Result<(Running<sluice_meta::Error>, String)>
         heartbeat_interval: Duration::from_millis(100),
         election_timeout_min: Duration::from_millis(400),
         election_timeout_max: Duration::from_millis(800),
+        insecure_cluster: true,
         ..sluice_meta::Config::default()
     };
     let (stop, rx) = oneshot::channel::<()>();
@@ -207,6 +208,7 @@ async fn a_running_datanode_registers_its_disk_and_collects_garbage() -> Result<
         gc_interval: Duration::from_millis(100),
         gc_grace: HOUR,
         reserved_free_bytes: 0,
+        insecure_cluster: true,
         ..Config::default()
     };
     let (stop, rx) = oneshot::channel::<()>();

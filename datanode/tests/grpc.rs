@@ -42,6 +42,7 @@ impl Node {
             meta_endpoints: vec![unreachable_endpoint().await?],
             heartbeat_interval: Duration::from_millis(100),
             shutdown_grace: Duration::from_secs(2),
+            insecure_cluster: true,
             ..Config::default()
         };
         let (stop, stopped) = oneshot::channel::<()>();

@@ -278,7 +278,10 @@ impl BlobStore {
                 read_budget: BufferBudget::new(BudgetKind::Read, config.read_budget, stats.clone()),
                 config,
                 codec,
-                pool: Datanodes::new(),
+                pool: match &meta {
+                    Some(m) => Datanodes::with_transport(m.transport().clone()),
+                    None => Datanodes::new(),
+                },
                 meta,
                 last_refresh: tokio::sync::Mutex::new(Instant::now()),
                 stop: CancellationToken::new(),
@@ -307,7 +310,7 @@ impl BlobStore {
         config.validate()?;
         let gateway_id = new_gateway_id();
         let started = Instant::now();
-        let pool = Datanodes::new();
+        let pool = Datanodes::with_transport(meta.transport().clone());
         loop {
             match pool.refresh(&meta).await {
                 Ok(live) => {

@@ -177,6 +177,15 @@ pub struct Config {
     /// `crate::heal::mover`. Draining nodes are emptied at the heal rate.
     #[serde(with = "byte_size_u64")]
     pub rebalance_bandwidth_bytes_per_sec: u64,
+    /// `[cluster_tls]`: this gateway's certificate (role `gateway`; each
+    /// gateway process needs its own id, which the datanodes use for its
+    /// credit), key and the cluster CA, for mutual TLS to meta and the
+    /// datanodes. Exactly one of this and `insecure_cluster` is required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_tls: Option<sluice_auth::ClusterTls>,
+    /// Dial meta and the datanodes in plaintext (a warning is logged at
+    /// start). Default false.
+    pub insecure_cluster: bool,
 }
 
 /// A secret string from the config: serialized as itself, shown as
@@ -272,6 +281,8 @@ impl Default for Config {
             node_down_after: Duration::from_secs(600),
             heal_concurrency: 2,
             rebalance_bandwidth_bytes_per_sec: DEFAULT_REBALANCE_BANDWIDTH_BYTES_PER_SEC,
+            cluster_tls: None,
+            insecure_cluster: false,
         }
     }
 }
@@ -306,6 +317,8 @@ pub enum ConfigError {
         budget: u64,
         min: u64,
     },
+    #[error("cluster security: {0}")]
+    ClusterSecurity(String),
 }
 
 impl Config {
@@ -405,6 +418,13 @@ impl Config {
                 return Err(ConfigError::Budget { name, budget, min });
             }
         }
+        sluice_auth::validate_choice(
+            self.cluster_tls.as_ref(),
+            self.insecure_cluster,
+            sluice_auth::Role::Gateway,
+            None,
+        )
+        .map_err(|e| ConfigError::ClusterSecurity(e.to_string()))?;
         Ok(())
     }
 
@@ -512,7 +532,17 @@ mod tests {
             secret_key: "SK".into(),
             meta_endpoints: vec!["http://127.0.0.1:7000".into()],
             s3_plaintext: true,
+            insecure_cluster: true,
             ..Config::default()
+        }
+    }
+
+    /// `c` in plaintext (these tests are not about cluster TLS).
+    fn insecure(c: &Config) -> Config {
+        Config {
+            cluster_tls: None,
+            insecure_cluster: true,
+            ..c.clone()
         }
     }
 
@@ -600,7 +630,7 @@ mod tests {
         assert_eq!(config.write_quorum, Some(6));
         assert_eq!(config.datanode_refresh_interval, Duration::from_millis(500));
         assert_eq!(config.shard_channel_depth, 4);
-        config.validate().expect("valid");
+        insecure(&config).validate().expect("valid");
         assert_eq!(config.effective_write_quorum(), 6);
 
         let plain: Config = toml::from_str("block_size = 4096").expect("integer size");
@@ -660,7 +690,7 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/gateway.toml");
         let text = std::fs::read_to_string(&path).expect("read deploy/gateway.toml");
         let config: Config = toml::from_str(&text).expect("parse");
-        config.validate().expect("valid");
+        insecure(&config).validate().expect("valid");
         assert_eq!(config.max_inflight_requests, DEFAULT_MAX_INFLIGHT_REQUESTS);
         assert_eq!(
             (config.buffer_budget_bytes, config.read_budget_bytes),
@@ -675,7 +705,7 @@ mod tests {
             .replace("# buffer_budget_bytes", "buffer_budget_bytes")
             .replace("# read_budget_bytes", "read_budget_bytes");
         let config: Config = toml::from_str(&uncommented).expect("parse uncommented");
-        config.validate().expect("valid uncommented");
+        insecure(&config).validate().expect("valid uncommented");
         assert_eq!(
             config.buffer_budget_bytes,
             Some(DEFAULT_BUFFER_BUDGET_BYTES)

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use sluice_meta::{MetaClient, MetaError};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// HTTP/2 receive window of each stream from a datanode (bytes): how far a
 /// `GetShard` stream may read ahead of the stripe being decoded (one block
@@ -52,7 +52,7 @@ pub enum PoolError {
         id: u64,
         addr: String,
         #[source]
-        source: tonic::transport::Error,
+        source: sluice_auth::AuthError,
     },
 }
 
@@ -135,12 +135,22 @@ struct Node {
 #[derive(Default)]
 pub struct Datanodes {
     nodes: Mutex<HashMap<u64, Node>>,
+    /// How datanodes are dialed (mutual TLS or plaintext).
+    transport: Option<sluice_auth::Transport>,
 }
 
 impl Datanodes {
-    /// An empty pool.
+    /// An empty pool dialing plaintext.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty pool dialing with `transport`.
+    pub fn with_transport(transport: sluice_auth::Transport) -> Self {
+        Datanodes {
+            nodes: Mutex::default(),
+            transport: Some(transport),
+        }
     }
 
     /// Replaces the datanode set. Channels of nodes whose address did not
@@ -244,7 +254,12 @@ impl Datanodes {
         if let Some(c) = &node.channel {
             return Ok(c.clone());
         }
-        let endpoint = Endpoint::from_shared(node.addr.clone())
+        // The one place the gateway builds a datanode endpoint.
+        let endpoint = self
+            .transport
+            .as_ref()
+            .unwrap_or(&sluice_auth::Transport::Insecure)
+            .endpoint(&node.addr, sluice_auth::Role::Datanode)
             .map_err(|source| PoolError::BadAddress {
                 id,
                 addr: node.addr.clone(),

@@ -77,6 +77,8 @@ pub enum Error {
     BlobStore(#[source] BlobError),
     #[error("loading the S3 TLS certificate: {0}")]
     Tls(#[from] TlsError),
+    #[error("cluster TLS: {0}")]
+    Auth(#[from] sluice_auth::AuthError),
 }
 
 /// The id of one S3 request, as sent in `x-amz-request-id` and error
@@ -468,6 +470,14 @@ pub async fn run_with_meta(
             None
         }
     };
+    let transport = sluice_auth::Transport::from_config(
+        config.cluster_tls.as_ref(),
+        config.insecure_cluster,
+        sluice_auth::Role::Gateway,
+    )?;
+    transport.warn_if_insecure("gateway");
+    // Meta and the datanodes are dialed with this transport.
+    let meta = meta.with_transport(transport);
     metrics::describe();
     let blob_config = BlobStoreConfig {
         data_shards: config.data_shards as usize,

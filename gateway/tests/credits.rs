@@ -193,6 +193,7 @@ impl Datanode {
             shutdown_grace: Duration::from_secs(1),
             write_budget_bytes: Some(DN_BUDGET),
             credit_fsync_bytes: 64 * KIB,
+            insecure_cluster: true,
             ..Default::default()
         };
         let (stop, stopped) = oneshot::channel::<()>();

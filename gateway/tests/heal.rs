@@ -398,6 +398,7 @@ impl Datanode {
             meta_endpoints: vec!["http://127.0.0.1:9".into()],
             heartbeat_interval: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(1),
+            insecure_cluster: true,
             ..Default::default()
         };
         let (stop, stopped) = oneshot::channel::<()>();

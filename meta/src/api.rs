@@ -138,6 +138,7 @@ impl<K: KvStore> MetaService<K> {
     /// datanode `id` would take the id of another live process (see
     /// [`claims_live_id`]). Checked before Raft, on the leader's liveness;
     /// elsewhere the registry alone decides.
+    /// (see [`speaks_for_itself`])
     fn refuse_duplicate(&self, id: u64, addr: &str, disk_id: &str) -> Result<(), Status> {
         if self.leader_only().is_err() {
             return Ok(());
@@ -341,6 +342,7 @@ impl<K: KvStore> Meta for MetaService<K> {
         &self,
         request: Request<pb::RegisterDatanodeRequest>,
     ) -> Result<Response<pb::RegisterDatanodeResponse>, Status> {
+        speaks_for_itself(&request, request.get_ref().id)?;
         let r = request.into_inner();
         let id = r.id;
         self.refuse_duplicate(id, &r.addr, &r.disk_id)?;
@@ -356,6 +358,7 @@ impl<K: KvStore> Meta for MetaService<K> {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        speaks_for_itself(&request, request.get_ref().id)?;
         self.leader_only()?;
         let r = request.into_inner();
         let recorded = sm::get_datanode(self.kv.as_ref(), r.id).map_err(sm_status)?;
@@ -544,5 +547,19 @@ impl<K: KvStore> Meta for MetaService<K> {
         let key = sm::access::require_access_key(self.kv.as_ref(), &request.get_ref().id)
             .map_err(sm_status)?;
         Ok(Response::new(pb::GetAccessKeyResponse { key: Some(key) }))
+    }
+}
+
+/// Under mutual TLS a datanode registers and heartbeats only as itself:
+/// the caller's certificate must be `spiffe://sluice/datanode/<id>` for
+/// the request's `id` (the role is already checked by the policy layer).
+/// In insecure mode there is no identity and the call passes.
+fn speaks_for_itself<T>(request: &Request<T>, id: u64) -> Result<(), Status> {
+    match sluice_auth::caller(request) {
+        None => Ok(()),
+        Some(c) if c.role == sluice_auth::Role::Datanode && c.numeric_id() == Some(id) => Ok(()),
+        Some(c) => Err(Status::permission_denied(format!(
+            "{c} may not speak for datanode {id}"
+        ))),
     }
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use sluice_proto::meta::meta_client::MetaClient as RpcClient;
 use sluice_proto::meta::{self as pb, ErrorCode};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// What a meta call can fail with, in terms a caller can act on.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +33,11 @@ pub enum MetaError {
     /// No leader answered within the retry deadline.
     #[error("meta cluster unavailable: {0}")]
     Unavailable(String),
+    /// Meta refused this caller: no valid cluster certificate
+    /// (`UNAUTHENTICATED`) or a role or id not allowed for the call
+    /// (`PERMISSION_DENIED`). Not retried.
+    #[error("meta refused the caller: {0}")]
+    Denied(tonic::Status),
 }
 
 impl MetaError {
@@ -40,7 +45,7 @@ impl MetaError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             MetaError::Refused { code, .. } => Some(*code),
-            MetaError::Unavailable(_) => None,
+            MetaError::Unavailable(_) | MetaError::Denied(_) => None,
         }
     }
 }
@@ -96,6 +101,8 @@ struct Inner {
     retry_deadline: Duration,
     rpc_timeout: Duration,
     faults: Option<Arc<dyn CallFaults>>,
+    /// How meta nodes are dialed (mutual TLS, or plaintext).
+    transport: sluice_auth::Transport,
 }
 
 impl MetaClient {
@@ -124,6 +131,7 @@ impl MetaClient {
                 retry_deadline,
                 rpc_timeout,
                 faults: None,
+                transport: sluice_auth::Transport::Insecure,
             }),
         }
     }
@@ -141,12 +149,39 @@ impl MetaClient {
         c
     }
 
+    /// A client like this one (seeds, timeouts, faults) dialing with
+    /// `transport` (mutual TLS under `[cluster_tls]`), with fresh
+    /// channels; a client made by the constructors dials plaintext.
+    pub fn with_transport(&self, transport: sluice_auth::Transport) -> Self {
+        let current = self.inner.current.lock().expect("current lock").clone();
+        MetaClient {
+            inner: Arc::new(Inner {
+                seeds: self.inner.seeds.clone(),
+                channels: Mutex::new(HashMap::new()),
+                current: Mutex::new(current),
+                retry_deadline: self.inner.retry_deadline,
+                rpc_timeout: self.inner.rpc_timeout,
+                faults: self.inner.faults.clone(),
+                transport,
+            }),
+        }
+    }
+
+    /// How this client dials meta; the gateway dials datanodes the same
+    /// way.
+    pub fn transport(&self) -> &sluice_auth::Transport {
+        &self.inner.transport
+    }
+
     fn channel(&self, addr: &str) -> Result<Channel, MetaError> {
         let mut channels = self.inner.channels.lock().expect("channels lock");
         if let Some(c) = channels.get(addr) {
             return Ok(c.clone());
         }
-        let endpoint = Endpoint::from_shared(addr.to_string())
+        let endpoint = self
+            .inner
+            .transport
+            .endpoint(addr, sluice_auth::Role::Meta)
             .map_err(|e| MetaError::Unavailable(format!("bad meta address {addr}: {e}")))?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true);
@@ -206,6 +241,14 @@ impl MetaClient {
                     }
                     _ => return Ok(resp.into_inner()),
                 },
+                Ok(Err(status))
+                    if matches!(
+                        status.code(),
+                        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+                    ) =>
+                {
+                    return Err(MetaError::Denied(status));
+                }
                 Ok(Err(status)) => status,
                 Err(_) => tonic::Status::deadline_exceeded(format!("{what} timed out on {addr}")),
             };

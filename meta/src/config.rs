@@ -122,6 +122,15 @@ pub struct Config {
     /// Timeout of one DeleteBlobs call (connect included). Default 10 s.
     #[serde(with = "humantime_serde")]
     pub reclaim_call_timeout: Duration,
+    /// `[cluster_tls]`: this node's certificate (role `meta`, id
+    /// `node_id`), key and the cluster CA, for mutual TLS on the Raft,
+    /// Meta and Admin services and to the datanodes. Exactly one of this
+    /// and `insecure_cluster` is required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_tls: Option<sluice_auth::ClusterTls>,
+    /// Serve and dial cluster gRPC in plaintext, every caller allowed (a
+    /// warning is logged at start). Default false.
+    pub insecure_cluster: bool,
 }
 
 /// MetaClient's retry deadline: no attempt is sent later than this after
@@ -157,6 +166,8 @@ impl Default for Config {
             delete_delay: Duration::from_secs(300),
             reclaim_concurrency: 4,
             reclaim_call_timeout: Duration::from_secs(10),
+            cluster_tls: None,
+            insecure_cluster: false,
         }
     }
 }
@@ -196,6 +207,8 @@ pub enum ConfigError {
     SessionExpiry { expiry: Duration, lease: Duration },
     #[error("{0} must be greater than 0")]
     Zero(&'static str),
+    #[error("cluster security: {0}")]
+    ClusterSecurity(String),
 }
 
 fn is_url(s: &str) -> bool {
@@ -258,6 +271,13 @@ impl Config {
         if self.reclaim_concurrency == 0 {
             return Err(ConfigError::Zero("reclaim_concurrency"));
         }
+        sluice_auth::validate_choice(
+            self.cluster_tls.as_ref(),
+            self.insecure_cluster,
+            sluice_auth::Role::Meta,
+            Some(&self.node_id.to_string()),
+        )
+        .map_err(|e| ConfigError::ClusterSecurity(e.to_string()))?;
         if self.session_expiry <= self.epoch_lease * 2 + CLIENT_RETRY_DEADLINE {
             return Err(ConfigError::SessionExpiry {
                 expiry: self.session_expiry,
@@ -338,6 +358,30 @@ mod byte_size {
 mod tests {
     use super::*;
 
+    /// The defaults in plaintext (these tests are not about cluster TLS).
+    fn dflt() -> Config {
+        Config {
+            insecure_cluster: true,
+            ..Config::default()
+        }
+    }
+
+    fn insecure(c: &Config) -> Config {
+        Config {
+            cluster_tls: None,
+            insecure_cluster: true,
+            ..c.clone()
+        }
+    }
+
+    #[test]
+    fn cluster_security_is_required() {
+        assert!(matches!(
+            Config::default().validate(),
+            Err(ConfigError::ClusterSecurity(_))
+        ));
+    }
+
     #[test]
     fn parses_toml_with_defaults_and_sizes() {
         let c: Config = toml::from_str(
@@ -362,14 +406,14 @@ mod tests {
         assert_eq!(c.datanode_liveness, Duration::from_secs(6));
         assert_eq!(c.stale_upload_check_interval, Duration::from_secs(6 * 3600));
         assert_eq!(c.stale_upload_expiry, Duration::from_secs(24 * 3600));
-        c.validate().unwrap();
+        insecure(&c).validate().unwrap();
 
         let s: Config =
             toml::from_str("stale_upload_check_interval = \"200ms\"\nstale_upload_expiry = \"1s\"")
                 .unwrap();
         assert_eq!(s.stale_upload_check_interval, Duration::from_millis(200));
         assert_eq!(s.stale_upload_expiry, Duration::from_secs(1));
-        s.validate().unwrap();
+        insecure(&s).validate().unwrap();
 
         let n: Config = toml::from_str("sled_cache_bytes = 2097152").unwrap();
         assert_eq!(n.sled_cache_bytes, 2 * 1024 * 1024);
@@ -382,10 +426,10 @@ mod tests {
 
     #[test]
     fn validate_rejects_bad_values() {
-        Config::default().validate().unwrap();
+        dflt().validate().unwrap();
         let bad = Config {
             voters: BTreeMap::from([(5, "http://x:1".to_string())]),
-            ..Config::default()
+            ..dflt()
         };
         assert_eq!(bad.validate(), Err(ConfigError::NotAVoter(1)));
         // A joining node need not be among the initial voters.
@@ -399,28 +443,28 @@ mod tests {
         assert!(parsed.join);
         let bad = Config {
             election_timeout_min: Duration::from_millis(100),
-            ..Config::default()
+            ..dflt()
         };
         assert!(matches!(bad.validate(), Err(ConfigError::Timeouts { .. })));
         let bad = Config {
             advertise_addr: "127.0.0.1:7001".into(),
-            ..Config::default()
+            ..dflt()
         };
         assert!(matches!(bad.validate(), Err(ConfigError::AdvertiseAddr(_))));
         let bad = Config {
             stale_upload_check_interval: Duration::ZERO,
-            ..Config::default()
+            ..dflt()
         };
         assert_eq!(bad.validate(), Err(ConfigError::StaleUploadCheckInterval));
         let bad = Config {
             stale_upload_expiry: Duration::ZERO,
-            ..Config::default()
+            ..dflt()
         };
         assert_eq!(bad.validate(), Err(ConfigError::StaleUploadExpiry));
-        assert_eq!(Config::default().initial_voters().len(), 1);
+        assert_eq!(dflt().initial_voters().len(), 1);
         let bad = Config {
             session_expiry: Duration::from_secs(80),
-            ..Config::default()
+            ..dflt()
         };
         assert!(matches!(
             bad.validate(),
@@ -428,24 +472,24 @@ mod tests {
         ));
         let ok = Config {
             session_expiry: Duration::from_secs(81),
-            ..Config::default()
+            ..dflt()
         };
         ok.validate().unwrap();
         let bad = Config {
             reclaim_interval: Duration::ZERO,
-            ..Config::default()
+            ..dflt()
         };
         assert_eq!(bad.validate(), Err(ConfigError::Zero("reclaim_interval")));
         let bad = Config {
             session_table_max_entries: 0,
-            ..Config::default()
+            ..dflt()
         };
         assert_eq!(bad.validate(), Err(ConfigError::SessionTableMax));
     }
 
     #[test]
     fn durability_keys_parse_with_defaults() {
-        let c = Config::default();
+        let c = dflt();
         assert_eq!(c.session_table_max_entries, 100_000);
         assert_eq!(c.session_expiry, Duration::from_secs(600));
         assert_eq!(c.epoch_lease, Duration::from_secs(30));
@@ -458,6 +502,6 @@ mod tests {
         assert_eq!(t.reclaim_interval, Duration::from_millis(100));
         assert_eq!(t.delete_delay, Duration::from_secs(1));
         assert_eq!(t.session_expiry, Duration::from_secs(900));
-        t.validate().unwrap();
+        insecure(&t).validate().unwrap();
     }
 }

@@ -45,6 +45,9 @@ pub enum Error {
     /// The gRPC server failed (e.g. the listener broke).
     #[error("serve gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// Cluster TLS could not be set up.
+    #[error("cluster TLS: {0}")]
+    Auth(#[from] sluice_auth::AuthError),
     /// The gRPC server task panicked.
     #[error("gRPC server task: {0}")]
     ServerTask(#[from] tokio::task::JoinError),

@@ -53,6 +53,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     config.validate()?;
+    let transport = sluice_auth::Transport::from_config(
+        config.cluster_tls.as_ref(),
+        config.insecure_cluster,
+        sluice_auth::Role::Meta,
+    )?;
+    transport.warn_if_insecure("meta");
     sm::sessions::set_max_entries(config.session_table_max_entries);
     sm::epochs::set_lease_ms(ms(config.epoch_lease));
     std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::DataDir {
@@ -86,6 +92,7 @@ pub async fn run(
     let network = Network {
         node_id: config.node_id,
         connect_timeout: config.peer_connect_timeout,
+        transport: transport.clone(),
     };
     let raft = MetaRaft::new(
         config.node_id,
@@ -128,7 +135,10 @@ pub async fn run(
         Reclaimer {
             raft: raft.clone(),
             kv: kv.clone(),
-            deleter: Arc::new(GrpcDeleter::new(config.reclaim_call_timeout)),
+            deleter: Arc::new(GrpcDeleter::new(
+                config.reclaim_call_timeout,
+                transport.clone(),
+            )),
             interval: config.reclaim_interval,
             delete_delay: config.delete_delay,
             concurrency: config.reclaim_concurrency,
@@ -160,7 +170,8 @@ pub async fn run(
         loads,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tonic::transport::Server::builder()
+    let server = transport
+        .server(sluice_auth::policy::META_SERVER)?
         .add_service(
             RaftServer::new(RaftService::new(raft.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)

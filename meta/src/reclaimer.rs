@@ -29,7 +29,7 @@ use sluice_proto::datanode::DeleteBlobsRequest;
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
 use tokio::time::MissedTickBehavior;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::raft::MetaRaft;
 use crate::sm::{self, SmError};
@@ -83,14 +83,16 @@ pub trait ShardDeleter: Send + Sync + 'static {
 /// channel per address (at most [`MAX_CHANNELS`]).
 pub struct GrpcDeleter {
     timeout: Duration,
+    transport: sluice_auth::Transport,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl GrpcDeleter {
     /// A deleter whose calls (connect included) time out after `timeout`.
-    pub fn new(timeout: Duration) -> Self {
+    pub fn new(timeout: Duration, transport: sluice_auth::Transport) -> Self {
         GrpcDeleter {
             timeout,
+            transport,
             channels: Mutex::new(HashMap::new()),
         }
     }
@@ -100,7 +102,9 @@ impl GrpcDeleter {
         if let Some(c) = channels.get(addr) {
             return Ok(c.clone());
         }
-        let endpoint = Endpoint::from_shared(addr.to_string())
+        let endpoint = self
+            .transport
+            .endpoint(addr, sluice_auth::Role::Datanode)
             .map_err(|e| DeleteError::Addr {
                 addr: addr.to_string(),
                 message: e.to_string(),

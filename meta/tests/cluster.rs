@@ -78,6 +78,7 @@ impl Node {
             // The tests' one write epoch must outlive failovers and restarts.
             epoch_lease: Duration::from_secs(600),
             session_expiry: Duration::from_secs(1800),
+            insecure_cluster: true,
             ..Config::default()
         }
     }

@@ -63,6 +63,7 @@ impl Node {
             heartbeat_interval: Duration::from_millis(100),
             election_timeout_min: Duration::from_millis(400),
             election_timeout_max: Duration::from_millis(800),
+            insecure_cluster: true,
             ..Config::default()
         };
         tune(&mut config);

@@ -67,6 +67,7 @@ async fn registry_capacity_and_heal_on_a_real_node() -> Result<()> {
         // Short, so the test's write epoch closes once it stops renewing.
         epoch_lease: Duration::from_secs(3),
         epoch_sweep_interval: Duration::from_millis(50),
+        insecure_cluster: true,
         ..Config::default()
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -12,6 +12,11 @@
 //! address, `localhost` and 127.0.0.1, issued by a dev CA kept in
 //! `<data-dir>/s3-tls/` (`ca.crt` is what clients pass as `--ca-bundle`;
 //! key files are mode 0600). The credentials file is mode 0600 too.
+//! Cluster TLS: on first start it makes a CA and one certificate per node
+//! (meta 1, datanodes 1..=6, gateway `dev`) plus an operator certificate
+//! (admin `dev`) under `<data-dir>/tls/` (see `sluice_auth::pki`), reuses
+//! them on restart, runs every node with mutual TLS, and prints the
+//! `sluice admin` settings that use the admin certificate.
 //!
 //! Memory: the process's memory limit is split among the roles (see
 //! [`crate::budget`]: each datanode limit/32 in 8..=256 MiB, the gateway
@@ -131,7 +136,7 @@ fn write_secret(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 
 /// The files of `sluice dev --https`: the dev CA certificate clients
 /// trust, and the gateway's certificate and key.
-pub struct DevTls {
+pub struct DevS3Tls {
     pub ca_cert: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
@@ -158,7 +163,7 @@ fn dev_ca_params() -> anyhow::Result<rcgen::CertificateParams> {
 
 /// Creates (first start) or reuses the dev CA in `dir`, and issues the S3
 /// certificate for `hosts` (DNS names or IP addresses) on every start.
-pub fn dev_s3_tls(dir: &Path, hosts: &[String]) -> anyhow::Result<DevTls> {
+pub fn dev_s3_tls(dir: &Path, hosts: &[String]) -> anyhow::Result<DevS3Tls> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let ca_cert = dir.join("ca.crt");
     let ca_key_path = dir.join("ca.key");
@@ -187,7 +192,38 @@ pub fn dev_s3_tls(dir: &Path, hosts: &[String]) -> anyhow::Result<DevTls> {
     let key = dir.join("s3.key");
     std::fs::write(&cert, leaf.pem()).with_context(|| format!("writing {}", cert.display()))?;
     write_secret(&key, leaf_key.serialize_pem().as_bytes())?;
-    Ok(DevTls { ca_cert, cert, key })
+    Ok(DevS3Tls { ca_cert, cert, key })
+}
+
+/// The certificate files of every node of the dev cluster.
+struct DevTls {
+    meta: sluice_auth::ClusterTls,
+    datanodes: Vec<sluice_auth::ClusterTls>,
+    gateway: sluice_auth::ClusterTls,
+    admin: sluice_auth::ClusterTls,
+}
+
+/// Makes (first start) or reuses (restart) the dev cluster's CA and
+/// certificates in `dir`.
+fn dev_certificates(dir: &Path) -> anyhow::Result<DevTls> {
+    use sluice_auth::{Identity, Role};
+    let mut identities = vec![Identity::new(Role::Meta, "1")?];
+    for i in 1..=DATANODES {
+        identities.push(Identity::new(Role::Datanode, i.to_string())?);
+    }
+    identities.push(Identity::new(Role::Gateway, "dev")?);
+    identities.push(Identity::new(Role::Admin, "dev")?);
+    let mut files = sluice_auth::pki::ensure_dir(dir, &identities)
+        .with_context(|| format!("making the dev cluster's certificates in {}", dir.display()))?;
+    let admin = files.pop().expect("admin");
+    let gateway = files.pop().expect("gateway");
+    let meta = files.remove(0);
+    Ok(DevTls {
+        meta,
+        datanodes: files,
+        gateway,
+        admin,
+    })
 }
 
 /// A role running as a task, with the error it ended with.
@@ -221,6 +257,8 @@ pub async fn run(
     let kept = load_or_create_credentials(&dir)?;
     let access_key = args.access_key.unwrap_or(kept.access_key);
     let secret_key = args.secret_key.unwrap_or(kept.secret_key);
+    let tls_dir = dir.join("tls");
+    let tls = dev_certificates(&tls_dir)?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let host = args.listen.ip();
@@ -230,12 +268,13 @@ pub async fn run(
 
     // Meta: a single voter.
     let meta_addr = SocketAddr::new(host, args.grpc_port_base);
-    let meta_endpoint = format!("http://{meta_addr}");
+    let meta_endpoint = format!("https://{meta_addr}");
     let meta_config = sluice_meta::Config {
         node_id: 1,
         listen: meta_addr,
         advertise_addr: meta_endpoint.clone(),
         data_dir: dir.join("meta-1"),
+        cluster_tls: Some(tls.meta.clone()),
         ..Default::default()
     };
     budgets.extend(budget::meta_budgets(&meta_config));
@@ -245,9 +284,10 @@ pub async fn run(
         let mut config = sluice_datanode::Config {
             node_id: i,
             listen: addr,
-            advertise_addr: format!("http://{addr}"),
+            advertise_addr: format!("https://{addr}"),
             data_dir: dir.join(format!("datanode-{i}")),
             meta_endpoints: vec![meta_endpoint.clone()],
+            cluster_tls: Some(tls.datanodes[(i - 1) as usize].clone()),
             ..Default::default()
         };
         budgets.extend(budget::apply_datanode(
@@ -257,7 +297,7 @@ pub async fn run(
         ));
         datanode_configs.push(config);
     }
-    let tls = if args.https {
+    let s3_tls = if args.https {
         let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string()];
         let ip = args.listen.ip();
         if !ip.is_unspecified() && !hosts.contains(&ip.to_string()) {
@@ -272,14 +312,15 @@ pub async fn run(
         region: args.region.clone(),
         access_key: access_key.clone(),
         secret_key: secret_key.clone().into(),
-        meta_endpoints: vec![meta_endpoint],
+        meta_endpoints: vec![meta_endpoint.clone()],
         data_shards: 4,
         parity_shards: 2,
-        s3_tls: tls.as_ref().map(|t| sluice_gateway::config::S3Tls {
+        s3_tls: s3_tls.as_ref().map(|t| sluice_gateway::config::S3Tls {
             cert_file: t.cert.clone(),
             key_file: t.key.clone(),
         }),
-        s3_plaintext: tls.is_none(),
+        s3_plaintext: s3_tls.is_none(),
+        cluster_tls: Some(tls.gateway.clone()),
         ..Default::default()
     };
     budgets.extend(budget::apply_gateway(
@@ -336,7 +377,7 @@ pub async fn run(
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding S3 on {}", args.listen))?;
-    let scheme = if tls.is_some() { "https" } else { "http" };
+    let scheme = if s3_tls.is_some() { "https" } else { "http" };
     let endpoint = format!("{scheme}://{}", listener.local_addr()?);
     tasks.push(spawn_role(
         "gateway".into(),
@@ -349,7 +390,7 @@ pub async fn run(
     println!("  region:     {}", args.region);
     println!("  access key: {access_key}");
     println!("  secret key: {secret_key}");
-    if let Some(t) = &tls {
+    if let Some(t) = &s3_tls {
         println!("  CA bundle:  {}", t.ca_cert.display());
     }
     match &metrics {
@@ -357,6 +398,22 @@ pub async fn run(
         None => println!("  metrics:    off"),
     }
     println!("  allocator:  {}", crate::ALLOCATOR);
+    println!(
+        "  cluster:    mutual TLS; CA and certificates in {}",
+        tls_dir.display()
+    );
+    println!(
+        "  admin:      SLUICE_META={meta_endpoint} SLUICE_ADMIN_CA={} SLUICE_ADMIN_CERT={} SLUICE_ADMIN_KEY={} sluice admin ...",
+        tls.admin.ca_file.display(),
+        tls.admin.cert_file.display(),
+        tls.admin.key_file.display()
+    );
+    println!(
+        "              (or --meta {meta_endpoint} --ca {} --cert {} --key {})",
+        tls.admin.ca_file.display(),
+        tls.admin.cert_file.display(),
+        tls.admin.key_file.display()
+    );
     let total: u64 = budgets.iter().map(|b| b.bytes).sum();
     println!(
         "  memory:     limit {limit}; budgets {} in all:",
@@ -365,7 +422,7 @@ pub async fn run(
     for b in &budgets {
         println!("    {b}");
     }
-    let ca_flag = tls
+    let ca_flag = s3_tls
         .as_ref()
         .map(|t| format!(" --ca-bundle {}", t.ca_cert.display()))
         .unwrap_or_default();

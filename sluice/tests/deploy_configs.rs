@@ -1,13 +1,94 @@
 //! Every example config shipped in `deploy/` parses into its role's
-//! `Config` and passes `validate()`, so the examples cannot rot.
+//! `Config` and passes `validate()`, so the examples cannot rot. Their
+//! `[cluster_tls]` files (`/etc/sluice/tls/...`) are pointed at a test CA
+//! holding the certificates the examples name.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-fn deploy(name: &str) -> String {
+use sluice_auth::{Identity, Role};
+
+const TLS_DIR: &str = "/etc/sluice/tls/";
+
+/// A CA and the certificates the examples name (meta 1, datanode 1,
+/// gateway gw-1), made once per test process.
+fn pki_dir() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir");
+        sluice_auth::pki::ensure_dir(
+            dir.path(),
+            &[
+                Identity::new(Role::Meta, "1").unwrap(),
+                Identity::new(Role::Datanode, "1").unwrap(),
+                Identity::new(Role::Gateway, "gw-1").unwrap(),
+            ],
+        )
+        .expect("test PKI");
+        dir
+    })
+    .path()
+}
+
+/// The example as shipped.
+fn shipped(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../deploy")
         .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// The example with its TLS files in the test CA's directory.
+fn deploy(name: &str) -> String {
+    let text = shipped(name);
+    assert!(
+        text.contains(TLS_DIR),
+        "{name} has no [cluster_tls] example"
+    );
+    text.replace(TLS_DIR, &format!("{}/", pki_dir().display()))
+}
+
+/// The `[cluster_tls]` examples name the right certificates; uncommenting
+/// `insecure_cluster` alongside them is refused, and without the section it
+/// is the plaintext opt-in.
+#[test]
+fn cluster_tls_examples() {
+    let meta: sluice_meta::Config = toml::from_str(&shipped("meta.toml")).unwrap();
+    let tls = meta.cluster_tls.expect("meta.toml [cluster_tls]");
+    assert_eq!(tls.cert_file, PathBuf::from("/etc/sluice/tls/meta-1.pem"));
+    assert_eq!(tls.ca_file, PathBuf::from("/etc/sluice/tls/ca.pem"));
+    assert!(!meta.insecure_cluster);
+
+    let insecure =
+        |text: String| text.replace("# insecure_cluster = true", "insecure_cluster = true");
+    let without_tls = |text: String| {
+        let start = text.find("\n[cluster_tls]\n").unwrap() + 1;
+        let rest = &text[start..];
+        // The section is three keys long.
+        let end = start
+            + rest
+                .match_indices('\n')
+                .nth(3)
+                .map_or(rest.len(), |(i, _)| i);
+        format!("{}{}", &text[..start], &text[end..])
+    };
+    let both: sluice_datanode::Config = toml::from_str(&insecure(deploy("datanode.toml"))).unwrap();
+    assert!(
+        both.validate().is_err(),
+        "TLS and insecure_cluster together"
+    );
+    let plain: sluice_datanode::Config =
+        toml::from_str(&without_tls(insecure(deploy("datanode.toml")))).unwrap();
+    assert!(plain.insecure_cluster && plain.cluster_tls.is_none());
+    plain.validate().expect("insecure datanode.toml valid");
+    let neither: sluice_gateway::Config =
+        toml::from_str(&without_tls(deploy("gateway.toml"))).unwrap();
+    assert!(
+        neither.validate().is_err(),
+        "neither TLS nor insecure_cluster"
+    );
+    let gateway: sluice_gateway::Config = toml::from_str(&deploy("gateway.toml")).unwrap();
+    gateway.validate().expect("gateway.toml with TLS valid");
 }
 
 #[test]

@@ -5,6 +5,10 @@
 //!
 //! Every wait is a condition polled until a deadline; a timeout fails with
 //! the last observed state.
+//!
+//! Every node runs with real mutual TLS: one CA per test process (see
+//! [`cluster_tls`]) issues each node's certificate, and the fixture's own
+//! gRPC calls use a gateway certificate of its own ([`harness_transport`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -17,6 +21,7 @@ use anyhow::{Context, Result, bail, ensure};
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use futures::future::BoxFuture;
+use sluice_auth::{ClusterTls, Identity, Role as AuthRole, Transport};
 use sluice_meta::MetaClient;
 use sluice_meta::client::CallFaults;
 use sluice_proto::datanode::datanode_client::DatanodeClient;
@@ -28,7 +33,6 @@ use sluice_proto::meta::{
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tonic::transport::Endpoint;
 
 pub const ACCESS_KEY: &str = "sluice-test-access-key";
 pub const SECRET_KEY: &str = "sluice-test-secret-key-do-not-use";
@@ -449,6 +453,53 @@ fn http(addr: SocketAddr) -> String {
     format!("http://{addr}")
 }
 
+/// The test process's CA directory, created once (never removed while the
+/// process runs), and the lock serializing certificate issuing in it.
+struct Pki {
+    dir: tempfile::TempDir,
+    lock: std::sync::Mutex<()>,
+}
+
+fn pki() -> &'static Pki {
+    static PKI: std::sync::OnceLock<Pki> = std::sync::OnceLock::new();
+    PKI.get_or_init(|| Pki {
+        dir: tempfile::Builder::new()
+            .prefix("sluice-test-pki-")
+            .tempdir()
+            .expect("pki temp dir"),
+        lock: std::sync::Mutex::new(()),
+    })
+}
+
+/// The test process's CA certificate file.
+pub fn ca_file() -> PathBuf {
+    cluster_tls(AuthRole::Gateway, "harness").ca_file
+}
+
+/// `[cluster_tls]` for `role`/`id`, issued by the test process's CA on
+/// first use (every cluster of the process shares the CA).
+pub fn cluster_tls(role: AuthRole, id: &str) -> ClusterTls {
+    let pki = pki();
+    let _issuing = pki.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let identity = Identity::new(role, id).expect("test identity");
+    sluice_auth::pki::ensure_dir(pki.dir.path(), &[identity])
+        .expect("issue a test certificate")
+        .remove(0)
+}
+
+/// A transport presenting a certificate for `role`/`id`.
+pub fn transport_as(role: AuthRole, id: &str) -> Transport {
+    Transport::from_config(Some(&cluster_tls(role, id)), false, role).expect("test transport")
+}
+
+/// The fixture's own client transport: a gateway certificate `harness`
+/// (may read and write metadata and call the datanodes' gateway RPCs).
+pub fn harness_transport() -> Transport {
+    static T: std::sync::OnceLock<Transport> = std::sync::OnceLock::new();
+    T.get_or_init(|| transport_as(AuthRole::Gateway, "harness"))
+        .clone()
+}
+
 async fn bind_any() -> Result<TcpListener> {
     TcpListener::bind("127.0.0.1:0")
         .await
@@ -467,6 +518,7 @@ fn meta_config_base(
         advertise_addr: http(listen),
         data_dir: dir,
         voters,
+        cluster_tls: Some(cluster_tls(AuthRole::Meta, &id.to_string())),
         sled_cache_bytes: 8 * 1024 * 1024,
         // Small, so the scenario's restarts go through snapshot install and
         // restore rather than only log replay.
@@ -494,6 +546,7 @@ fn datanode_config(
         advertise_addr: http(listen),
         data_dir: dir,
         meta_endpoints,
+        cluster_tls: Some(cluster_tls(AuthRole::Datanode, &id.to_string())),
         heartbeat_interval: Duration::from_millis(300),
         shutdown_grace: Duration::from_secs(5),
         // Test dirs share the machine's disk: no free-space reserve.
@@ -509,6 +562,7 @@ fn gateway_config(listen: SocketAddr, meta_endpoints: Vec<String>) -> sluice_gat
         access_key: ACCESS_KEY.to_string(),
         secret_key: SECRET_KEY.into(),
         meta_endpoints,
+        cluster_tls: Some(cluster_tls(AuthRole::Gateway, "gw")),
         data_shards: 4,
         parity_shards: 2,
         block_size: 256 * 1024,
@@ -521,7 +575,8 @@ fn gateway_config(listen: SocketAddr, meta_endpoints: Vec<String>) -> sluice_gat
 
 /// Shards a datanode reports through its `NodeStatus` RPC.
 async fn node_status_shards(addr: SocketAddr) -> std::result::Result<u64, String> {
-    let channel = Endpoint::from_shared(http(addr))
+    let channel = harness_transport()
+        .endpoint(&http(addr), AuthRole::Datanode)
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(1))
         .timeout(Duration::from_secs(2))
@@ -537,7 +592,8 @@ async fn node_status_shards(addr: SocketAddr) -> std::result::Result<u64, String
 
 /// `ClusterStatus` as node `addr` itself sees it (no leader following).
 pub async fn meta_status(addr: SocketAddr) -> std::result::Result<ClusterStatusResponse, String> {
-    let channel = Endpoint::from_shared(http(addr))
+    let channel = harness_transport()
+        .endpoint(&http(addr), AuthRole::Meta)
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(1))
         .timeout(Duration::from_secs(2))
@@ -707,7 +763,8 @@ impl TestCluster {
                 meta_endpoints,
                 Duration::from_secs(5),
                 Duration::from_secs(2),
-            ),
+            )
+            .with_transport(harness_transport()),
             s3_tls,
         };
         cluster.wait_leader().await?;
@@ -1016,7 +1073,8 @@ const SHARDS_DIR: &str = "shards";
 async fn datanode_client(
     addr: SocketAddr,
 ) -> std::result::Result<DatanodeClient<tonic::transport::Channel>, String> {
-    let channel = Endpoint::from_shared(http(addr))
+    let channel = harness_transport()
+        .endpoint(&http(addr), AuthRole::Datanode)
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(1))
         .timeout(Duration::from_secs(5))

@@ -42,6 +42,7 @@ mod fixtures;
 mod listener;
 mod membership;
 mod meta_membership;
+mod mtls;
 mod s3_errors;
 mod s3_listing;
 mod scenario;

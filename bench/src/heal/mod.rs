@@ -384,6 +384,7 @@ pub async fn run(options: HealOptions) -> Result<HealReport, HealError> {
         access: access.clone(),
         bucket: BUCKET.to_owned(),
         extra: BTreeMap::from([(Role::Gateway, gateway_keys.clone())]),
+        insecure_cluster: false,
     };
     let mut cluster = match Cluster::start(&spec).await {
         Ok(cluster) => cluster,

@@ -75,6 +75,9 @@ pub struct ClusterSpec {
     /// heal benchmark's gateway heal settings. The caller checks that the
     /// binary accepts them.
     pub extra: BTreeMap<Role, toml::Table>,
+    /// Plaintext internal gRPC (`insecure_cluster = true`) instead of
+    /// mutual TLS (see [`secure_configs`]).
+    pub insecure_cluster: bool,
 }
 
 /// One process of the cluster.
@@ -225,6 +228,7 @@ impl Cluster {
         }
         let endpoint = format!("http://127.0.0.1:{}", gw_at.port);
         planned.push(("gateway".into(), Role::Gateway, gw_at, gw));
+        secure_configs(spec, &dir, &mut planned).await?;
 
         let budgets = role_budgets(&spec.knobs);
         let mut cluster = Cluster {
@@ -528,6 +532,94 @@ async fn stop_one(p: &mut Process, timeout: Duration) -> ProcessExit {
             }
         }
     }
+}
+
+/// Cluster security of the planned configs. By default mutual TLS: a CA
+/// and one certificate per process, made by the binary's `sluice admin
+/// certs` in `<dir>/tls`, and each config's `[cluster_tls]` pointing at
+/// them; with `spec.insecure_cluster`, `insecure_cluster = true`. A binary
+/// whose configs do not list `insecure_cluster` (older than cluster TLS)
+/// gets neither.
+async fn secure_configs(
+    spec: &ClusterSpec,
+    dir: &Path,
+    planned: &mut [(String, Role, Placement, toml::Table)],
+) -> Result<(), SoakError> {
+    let roles = [Role::Meta, Role::Datanode, Role::Gateway];
+    if !roles
+        .iter()
+        .all(|r| spec.accepted.lists(*r, "insecure_cluster"))
+    {
+        return Ok(());
+    }
+    if spec.insecure_cluster {
+        for (_, _, _, table) in planned.iter_mut() {
+            table.insert("insecure_cluster".into(), toml::Value::Boolean(true));
+        }
+        return Ok(());
+    }
+    let tls = dir.join("tls");
+    let tls_arg = tls.display().to_string();
+    admin_certs(&spec.bin, &["init", "--dir", &tls_arg]).await?;
+    for (name, role, _, table) in planned.iter_mut() {
+        let id = match role {
+            Role::Meta => "1".to_owned(),
+            Role::Datanode => name.trim_start_matches("dn").to_owned(),
+            Role::Gateway => name.clone(),
+        };
+        admin_certs(
+            &spec.bin,
+            &[
+                "issue",
+                "--dir",
+                &tls_arg,
+                "--role",
+                role.as_str(),
+                "--id",
+                &id,
+            ],
+        )
+        .await?;
+        let file = |f: String| toml::Value::String(tls.join(f).display().to_string());
+        let mut section = toml::Table::new();
+        section.insert("ca_file".into(), file("ca.pem".into()));
+        section.insert(
+            "cert_file".into(),
+            file(format!("{}-{id}.pem", role.as_str())),
+        );
+        section.insert(
+            "key_file".into(),
+            file(format!("{}-{id}.key", role.as_str())),
+        );
+        table.insert("cluster_tls".into(), toml::Value::Table(section));
+    }
+    Ok(())
+}
+
+/// Runs `<bin> admin certs <args>`.
+async fn admin_certs(bin: &Path, args: &[&str]) -> Result<(), SoakError> {
+    let command = format!("{} admin certs {}", bin.display(), args.join(" "));
+    let out = Command::new(bin)
+        .args(["admin", "certs"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| SoakError::Certs {
+            command: command.clone(),
+            message: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(SoakError::Certs {
+            command,
+            message: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn spawn(

@@ -63,6 +63,14 @@ pub enum SoakError {
         #[source]
         source: std::io::Error,
     },
+    /// `sluice admin certs` failed while making the cluster's certificates.
+    #[error("{command}: {message}")]
+    Certs {
+        /// The command line.
+        command: String,
+        /// Its exit status and stderr, or the I/O error.
+        message: String,
+    },
     /// A knob given on the command line names a config key that this
     /// `sluice` binary does not accept.
     #[error("--{flag}: this sluice binary's {role} config has no `{key}`")]

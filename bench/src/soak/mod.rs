@@ -270,6 +270,7 @@ fn cluster_spec(
         access: access.clone(),
         bucket: BUCKET.to_owned(),
         extra: BTreeMap::new(),
+        insecure_cluster: plan.insecure_cluster,
     }
 }
 

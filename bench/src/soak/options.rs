@@ -57,6 +57,11 @@ pub struct SoakOptions {
     /// Keep the cluster's data directories at the end.
     #[arg(long)]
     pub keep: bool,
+    /// Run the cluster's internal gRPC in plaintext (`insecure_cluster =
+    /// true`) instead of mutual TLS with certificates made by `sluice admin
+    /// certs`, e.g. to compare the two.
+    #[arg(long)]
+    pub insecure_cluster: bool,
     /// Shapes to run, comma-separated, in any order (they run as seed, sdk-default, overload).
     #[arg(
         long,
@@ -244,6 +249,8 @@ pub struct Plan {
     pub out_dir: PathBuf,
     /// Keep data directories.
     pub keep: bool,
+    /// `--insecure-cluster`.
+    pub insecure_cluster: bool,
     /// Shapes to run, sorted.
     pub shapes: Vec<ShapeName>,
     /// Free bytes required in the work dir's file system.
@@ -351,6 +358,7 @@ impl SoakOptions {
             work_dir: self.work_dir.clone(),
             out_dir: self.out_dir.clone(),
             keep: self.keep,
+            insecure_cluster: self.insecure_cluster,
             shapes,
             min_free_disk: size(self.min_free_disk, 10 * GIB, 2 * GIB),
             ready_timeout: self.ready_timeout,

@@ -246,8 +246,8 @@ async fn enospc_fails_only_that_shard() {
     h.doom("e1.full");
     let (mut a, mut b) = (h.client().await, h.client().await);
     let (full, fine) = tokio::join!(
-        put(&mut a, "e1.full", "gw-a", 10 * BLOCK),
-        put(&mut b, "e1.fine", "gw-b", 10 * BLOCK),
+        put(&mut a, "e1.full", "", 10 * BLOCK),
+        put(&mut b, "e1.fine", "", 10 * BLOCK),
     );
     let err = full.unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
@@ -275,7 +275,7 @@ async fn enospc_fails_only_that_shard() {
         .present;
     assert_eq!(present, [false, true]);
     // The node goes on taking other shards.
-    put(&mut a, "e1.next", "gw-a", BLOCK).await.unwrap();
+    put(&mut a, "e1.next", "", BLOCK).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,7 +283,7 @@ async fn an_io_error_on_commit_is_internal_and_leaves_nothing() {
     let h = Harness::start(Fault::IoOnCommit, 1 << 30).await;
     h.doom("e1.eio");
     let mut c = h.client().await;
-    let err = put(&mut c, "e1.eio", "gw", 3 * BLOCK).await.unwrap_err();
+    let err = put(&mut c, "e1.eio", "", 3 * BLOCK).await.unwrap_err();
     assert_eq!(err.code(), Code::Internal, "{err:?}");
     assert_eq!(h.temp_files(), 0);
     assert_eq!(h.store.stats().shards, 0);

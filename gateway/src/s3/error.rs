@@ -117,6 +117,10 @@ pub fn meta_error(err: MetaError) -> S3Error {
                 _ => S3Error::with_message(s3, message),
             }
         }
+        MetaError::Denied(status) => {
+            tracing::error!(%status, "meta refused this gateway's certificate");
+            internal_error()
+        }
         MetaError::Unavailable(reason) => {
             tracing::warn!(%reason, "meta cluster unavailable");
             S3Error::with_message(

@@ -133,7 +133,7 @@ pub async fn discard_uncommitted(gw: &Gateway, err: &MetaError, new_blob: Option
             tracing::debug!(blob_id = %p.blob_id, ?code, "commit refused; deleting the blob");
             gw.reclaimer.discard(vec![p]).await;
         }
-        (MetaError::Unavailable(_), Some(p)) => {
+        (MetaError::Unavailable(_) | MetaError::Denied(_), Some(p)) => {
             tracing::warn!(blob_id = %p.blob_id, "commit outcome unknown; leaving blob to datanode GC");
         }
         (_, None) => {}

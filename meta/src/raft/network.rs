@@ -26,7 +26,7 @@ use openraft::raft::{
 use openraft::{BasicNode, RPCTypes};
 use sluice_proto::raft as rpb;
 use sluice_proto::raft::raft_client::RaftClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::TypeConfig;
 use super::convert::{FromPb, ToPb};
@@ -41,6 +41,8 @@ pub struct Network {
     pub node_id: u64,
     /// TCP connect timeout to a peer.
     pub connect_timeout: Duration,
+    /// How peers are dialed (mutual TLS, or plaintext).
+    pub transport: sluice_auth::Transport,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -52,6 +54,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             addr: node.addr.clone(),
             connect_timeout: self.connect_timeout,
+            transport: self.transport.clone(),
             client: None,
         }
     }
@@ -63,6 +66,7 @@ pub struct PeerClient {
     target: u64,
     addr: String,
     connect_timeout: Duration,
+    transport: sluice_auth::Transport,
     client: Option<RaftClient<Channel>>,
 }
 
@@ -90,7 +94,9 @@ impl PeerClient {
         if let Some(c) = &self.client {
             return Ok(c.clone());
         }
-        let endpoint = Endpoint::from_shared(self.addr.clone())
+        let endpoint = self
+            .transport
+            .endpoint(&self.addr, sluice_auth::Role::Meta)
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true);

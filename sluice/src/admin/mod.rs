@@ -2,20 +2,24 @@
 //!
 //! Every subcommand except `certs` talks to the meta cluster's
 //! `sluice.admin.Admin` service through [`connect`], which follows the
-//! leader like every other meta client.
+//! leader like every other meta client, with the admin certificate
+//! (`--ca/--cert/--key`) under mutual TLS.
 //!
 //! # Layout
 //! * `mod.rs`: the subcommand tree, [`AdminConn`] and [`connect`].
 //! * `keys.rs`: `sluice admin key ...` (S3 access keys).
 //! * `meta.rs`: `sluice admin meta list|add|remove|replace` (meta voters).
 //! * [`datanodes`]: `sluice admin datanode list|drain|undrain|remove`.
+//! * `certs.rs`: `sluice admin certs init|issue`.
 //! * `status.rs`: `sluice admin status [--json]`.
 
+mod certs;
 mod datanodes;
 mod keys;
 pub mod meta;
 pub mod status;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -25,15 +29,25 @@ use sluice_meta::MetaClient;
 #[derive(Args, Debug, Clone)]
 pub struct AdminConn {
     /// Meta gRPC endpoints, comma-separated (any node; the leader is
-    /// followed), e.g. `http://127.0.0.1:7000`.
+    /// followed), e.g. `https://127.0.0.1:7000`.
     #[arg(
         long,
         global = true,
         env = "SLUICE_META",
         value_delimiter = ',',
-        default_value = "http://127.0.0.1:7000"
+        default_value = "https://127.0.0.1:7000"
     )]
     pub meta: Vec<String>,
+    /// Cluster CA certificate (PEM). With --cert and --key: mutual TLS;
+    /// with none of the three: plaintext (an `insecure_cluster`).
+    #[arg(long, env = "SLUICE_ADMIN_CA")]
+    pub ca: Option<PathBuf>,
+    /// Admin certificate (PEM, SAN URI spiffe://sluice/admin/<name>).
+    #[arg(long, env = "SLUICE_ADMIN_CERT")]
+    pub cert: Option<PathBuf>,
+    /// Admin certificate's private key (PEM).
+    #[arg(long, env = "SLUICE_ADMIN_KEY")]
+    pub key: Option<PathBuf>,
 }
 
 /// `sluice admin <area> ...`.
@@ -64,6 +78,11 @@ pub enum AdminCommand {
     /// The cluster at a glance: meta voters, datanodes, gateways, degraded
     /// blobs and heal progress, memory against budgets.
     Status(status::StatusArgs),
+    /// Cluster CA and node certificates.
+    Certs {
+        #[command(subcommand)]
+        command: certs::CertsCommand,
+    },
 }
 
 /// Total time a `sluice admin` call keeps retrying across meta nodes
@@ -73,6 +92,30 @@ const ADMIN_RETRY_DEADLINE: Duration = Duration::from_secs(30);
 /// wait (`sluice admin meta add --catch-up-timeout`, at most 10 min).
 const ADMIN_RPC_TIMEOUT: Duration = Duration::from_secs(660);
 
+/// The transport `conn` asks for: mutual TLS with the admin certificate,
+/// or plaintext when no TLS file is given.
+pub fn transport(conn: &AdminConn) -> anyhow::Result<sluice_auth::Transport> {
+    match (&conn.ca, &conn.cert, &conn.key) {
+        (Some(ca), Some(cert), Some(key)) => {
+            let tls = sluice_auth::ClusterTls {
+                ca_file: ca.clone(),
+                cert_file: cert.clone(),
+                key_file: key.clone(),
+            };
+            Ok(sluice_auth::Transport::from_config(
+                Some(&tls),
+                false,
+                sluice_auth::Role::Admin,
+            )?)
+        }
+        (None, None, None) => {
+            tracing::warn!("no --ca/--cert/--key: talking to meta in plaintext");
+            Ok(sluice_auth::Transport::Insecure)
+        }
+        _ => anyhow::bail!("give all of --ca, --cert and --key (or none, for a plaintext cluster)"),
+    }
+}
+
 /// A leader-following client for the admin service on `conn.meta`.
 pub fn connect(conn: &AdminConn) -> anyhow::Result<MetaClient> {
     anyhow::ensure!(!conn.meta.is_empty(), "no meta endpoint given (--meta)");
@@ -80,7 +123,8 @@ pub fn connect(conn: &AdminConn) -> anyhow::Result<MetaClient> {
         conn.meta.clone(),
         ADMIN_RETRY_DEADLINE,
         ADMIN_RPC_TIMEOUT,
-    ))
+    )
+    .with_transport(transport(conn)?))
 }
 
 /// Runs one `sluice admin` subcommand.
@@ -90,5 +134,6 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::Meta { conn, command } => meta::run(&conn, command).await,
         AdminCommand::Datanode { conn, command } => datanodes::run(&conn, command).await,
         AdminCommand::Status(args) => status::run(args).await,
+        AdminCommand::Certs { command } => certs::run(command),
     }
 }
