@@ -58,7 +58,8 @@ pub static META: ServiceTable = ServiceTable {
         // handler also checks the certificate's id.
         ("RegisterDatanode", DN),
         ("Heartbeat", DN),
-        ("ListDatanodes", &[Gateway, Admin]),
+        // The datanode's readiness probe reads the registry for itself.
+        ("ListDatanodes", &[Gateway, Datanode, Admin]),
         ("FilterUnreferenced", DN),
         ("Collectable", DN),
         ("OpenEpoch", GW),
@@ -67,7 +68,11 @@ pub static META: ServiceTable = ServiceTable {
         ("ReportMissing", &[Gateway, Datanode]),
         ("BeginHeal", GW),
         ("UpdatePlacement", GW),
-        ("ClusterStatus", &[Gateway, Admin]),
+        // Meta: a node's own readiness probe, and the leader asking each
+        // voter for `sluice admin status`.
+        ("ClusterStatus", &[Gateway, Meta, Admin]),
+        // The gateway resolves S3 access keys (secret and grants).
+        ("GetAccessKey", GW),
     ],
     other_methods: &[],
 };

@@ -40,6 +40,8 @@ pub(crate) struct AdminService<K: KvStore> {
     pub(crate) loads: Arc<status::Loads>,
     /// This node's memory budgets (the sled cache), for `status`.
     pub(crate) memory_budget: u64,
+    /// How this node dials other meta nodes (`status` asks each voter).
+    pub(crate) transport: sluice_auth::Transport,
 }
 
 fn catch_up(ms: Option<u64>) -> Option<Duration> {
@@ -177,6 +179,7 @@ impl<K: KvStore + 'static> Admin for AdminService<K> {
             liveness: &self.liveness,
             loads: &self.loads,
             memory_budget: self.memory_budget,
+            transport: &self.transport,
         })
         .await
         .map(Response::new)

@@ -158,6 +158,7 @@ pub async fn run(
         )),
         loads: Arc::clone(&loads),
         memory_budget: config.sled_cache_bytes,
+        transport: transport.clone(),
     };
     let meta = MetaService {
         node_id: config.node_id,

@@ -21,10 +21,7 @@ pub mod raft {
 }
 // The generated server matches on the method path; with no RPC yet
 // (the helpers add them) that match has a single arm.
-#[allow(clippy::match_single_binding)]
 pub mod admin {
-    // Generated routing of a service with few (or no) RPCs yet.
-    #![allow(clippy::match_single_binding)]
     tonic::include_proto!("sluice.admin");
 }
 pub mod blob_id;

@@ -342,6 +342,11 @@ pub async fn run(
             let ready = crate::health::gateway(
                 gateway_config.meta_endpoints.clone(),
                 gateway_config.effective_write_quorum() as usize,
+                sluice_auth::Transport::from_config(
+                    gateway_config.cluster_tls.as_ref(),
+                    gateway_config.insecure_cluster,
+                    sluice_auth::Role::Gateway,
+                )?,
             );
             Some(telemetry::MetricsServer::start(
                 listener,

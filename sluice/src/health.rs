@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use sluice_auth::Transport;
 use sluice_gateway::health::{GatewayHealth, Health};
 use sluice_meta::MetaClient;
 
@@ -51,12 +52,15 @@ fn reachable(listen: SocketAddr) -> SocketAddr {
 }
 
 /// Meta readiness (see the module docs).
-pub fn meta(listen: SocketAddr, node_id: u64) -> ReadyProbe {
+///
+/// `transport` is the node's own (its certificate under mutual TLS).
+pub fn meta(listen: SocketAddr, node_id: u64, transport: Transport) -> ReadyProbe {
     let client = MetaClient::with_timeouts(
         vec![format!("http://{}", reachable(listen))],
         PROBE_TIMEOUT,
         PROBE_TIMEOUT,
-    );
+    )
+    .with_transport(transport);
     Arc::new(move || {
         let client = client.clone();
         Box::pin(async move {
@@ -89,8 +93,11 @@ pub fn meta(listen: SocketAddr, node_id: u64) -> ReadyProbe {
 }
 
 /// Datanode readiness (see the module docs).
-pub fn datanode(meta_endpoints: Vec<String>, node_id: u64) -> ReadyProbe {
-    let client = MetaClient::with_timeouts(meta_endpoints, PROBE_TIMEOUT, PROBE_TIMEOUT);
+///
+/// `transport` is the node's own (its certificate under mutual TLS).
+pub fn datanode(meta_endpoints: Vec<String>, node_id: u64, transport: Transport) -> ReadyProbe {
+    let client = MetaClient::with_timeouts(meta_endpoints, PROBE_TIMEOUT, PROBE_TIMEOUT)
+        .with_transport(transport);
     Arc::new(move || {
         let client = client.clone();
         Box::pin(async move {
@@ -118,9 +125,16 @@ pub fn datanode(meta_endpoints: Vec<String>, node_id: u64) -> ReadyProbe {
 }
 
 /// Gateway readiness (see the module docs).
-pub fn gateway(meta_endpoints: Vec<String>, write_quorum: usize) -> ReadyProbe {
+///
+/// `transport` is the gateway's own (its certificate under mutual TLS).
+pub fn gateway(
+    meta_endpoints: Vec<String>,
+    write_quorum: usize,
+    transport: Transport,
+) -> ReadyProbe {
     let health = Arc::new(GatewayHealth::new(
-        MetaClient::with_timeouts(meta_endpoints, PROBE_TIMEOUT, PROBE_TIMEOUT),
+        MetaClient::with_timeouts(meta_endpoints, PROBE_TIMEOUT, PROBE_TIMEOUT)
+            .with_transport(transport),
         write_quorum,
     ));
     Arc::new(move || {
@@ -153,11 +167,11 @@ mod tests {
     async fn probes_fail_with_a_reason_when_meta_is_down() {
         // Nothing listens on port 1.
         let down = vec!["http://127.0.0.1:1".to_string()];
-        let g = gateway(down.clone(), 5)().await;
+        let g = gateway(down.clone(), 5, Transport::Insecure)().await;
         assert!(!g.ok && g.reason.starts_with("not ready:"), "{g:?}");
-        let d = datanode(down, 3)().await;
+        let d = datanode(down, 3, Transport::Insecure)().await;
         assert!(!d.ok && d.reason.starts_with("not ready:"), "{d:?}");
-        let m = meta("127.0.0.1:1".parse().unwrap(), 1)().await;
+        let m = meta("127.0.0.1:1".parse().unwrap(), 1, Transport::Insecure)().await;
         assert!(!m.ok && m.reason.starts_with("not ready:"), "{m:?}");
     }
 }

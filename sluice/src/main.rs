@@ -38,6 +38,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::de::DeserializeOwned;
+use sluice_auth::Role;
 
 #[cfg(all(feature = "jemalloc", feature = "mimalloc"))]
 compile_error!("enable at most one of the `jemalloc` and `mimalloc` features");
@@ -127,7 +128,15 @@ fn main() -> anyhow::Result<()> {
                 let config: sluice_meta::Config = load_config(&config)?;
                 let limit = budget::detect_memory_limit();
                 let budgets = budget::meta_budgets(&config);
-                let ready = health::meta(config.listen, config.node_id);
+                let ready = health::meta(
+                    config.listen,
+                    config.node_id,
+                    transport_of(
+                        config.cluster_tls.as_ref(),
+                        config.insecure_cluster,
+                        Role::Meta,
+                    )?,
+                );
                 let _metrics =
                     start_process(config.metrics_listen, &limit, &budgets, ready).await?;
                 let listener = bind(config.listen).await?;
@@ -138,7 +147,15 @@ fn main() -> anyhow::Result<()> {
                 let limit = budget::detect_memory_limit();
                 let budgets =
                     budget::apply_datanode(&mut config, budget::DATANODE_WRITE, limit.bytes);
-                let ready = health::datanode(config.meta_endpoints.clone(), config.node_id);
+                let ready = health::datanode(
+                    config.meta_endpoints.clone(),
+                    config.node_id,
+                    transport_of(
+                        config.cluster_tls.as_ref(),
+                        config.insecure_cluster,
+                        Role::Datanode,
+                    )?,
+                );
                 let _metrics =
                     start_process(config.metrics_listen, &limit, &budgets, ready).await?;
                 let listener = bind(config.listen).await?;
@@ -152,6 +169,11 @@ fn main() -> anyhow::Result<()> {
                 let ready = health::gateway(
                     config.meta_endpoints.clone(),
                     config.effective_write_quorum() as usize,
+                    transport_of(
+                        config.cluster_tls.as_ref(),
+                        config.insecure_cluster,
+                        Role::Gateway,
+                    )?,
                 );
                 let _metrics =
                     start_process(config.metrics_listen, &limit, &budgets, ready).await?;
@@ -208,6 +230,17 @@ fn log_memory(limit: &budget::MemoryLimit, budgets: &[budget::Budget]) {
         "memory budgets total {}: RSS stays within base + this",
         budget::mib(total)
     );
+}
+
+/// The cluster transport a role's config asks for (its probes dial meta
+/// with it). Errors like the role's own start would: neither or both of
+/// `[cluster_tls]` and `insecure_cluster`, or unreadable certificate files.
+fn transport_of(
+    tls: Option<&sluice_auth::ClusterTls>,
+    insecure: bool,
+    role: Role,
+) -> anyhow::Result<sluice_auth::Transport> {
+    sluice_auth::Transport::from_config(tls, insecure, role).context("cluster TLS")
 }
 
 /// Reads and parses a TOML config file.

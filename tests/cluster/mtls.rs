@@ -92,6 +92,7 @@ async fn meta_services_refuse_unauthenticated_and_wrong_role_callers() -> Result
             name: "anon".into(),
             now_ms: 1,
             op_id: "op-anon".into(),
+            ..Default::default()
         })
         .await,
         Code::Unauthenticated,
@@ -105,6 +106,7 @@ async fn meta_services_refuse_unauthenticated_and_wrong_role_callers() -> Result
             name: "bydatanode".into(),
             now_ms: 1,
             op_id: "op-dn".into(),
+            ..Default::default()
         })
         .await,
         Code::PermissionDenied,
@@ -135,6 +137,7 @@ async fn meta_services_refuse_unauthenticated_and_wrong_role_callers() -> Result
                 name: "byadmin".into(),
                 now_ms: 1,
                 op_id: "op-admin".into(),
+                ..Default::default()
             })
             .await,
         Code::PermissionDenied,
@@ -165,6 +168,7 @@ async fn meta_services_refuse_unauthenticated_and_wrong_role_callers() -> Result
             addr: "http://127.0.0.1:1".into(),
             disk_id: "stolen".into(),
             op_id: "op-steal".into(),
+            ..Default::default()
         })
         .await,
         Code::PermissionDenied,

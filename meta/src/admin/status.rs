@@ -175,11 +175,16 @@ pub(crate) struct StatusSources<'a, K: KvStore> {
     pub(crate) loads: &'a Loads,
     /// This node's memory budgets (the sled cache).
     pub(crate) memory_budget: u64,
+    /// How this node dials the other voters (mutual TLS as itself).
+    pub(crate) transport: &'a sluice_auth::Transport,
 }
 
 /// A voter's own view, from its `ClusterStatus`.
-async fn ask_voter(addr: String) -> Option<pb::ClusterStatusResponse> {
-    let endpoint = tonic::transport::Endpoint::from_shared(addr).ok()?;
+async fn ask_voter(
+    addr: String,
+    transport: &sluice_auth::Transport,
+) -> Option<pb::ClusterStatusResponse> {
+    let endpoint = transport.endpoint(&addr, sluice_auth::Role::Meta).ok()?;
     let call = async {
         let channel = endpoint
             .connect_timeout(VOTER_TIMEOUT)
@@ -242,8 +247,12 @@ pub(crate) async fn status<K: KvStore>(
     };
 
     // Each voter's own term and applied index, asked in parallel.
-    let views =
-        futures::future::join_all(voters.iter().map(|(_, addr)| ask_voter(addr.clone()))).await;
+    let views = futures::future::join_all(
+        voters
+            .iter()
+            .map(|(_, addr)| ask_voter(addr.clone(), src.transport)),
+    )
+    .await;
     let mut matched: Vec<u64> = Vec::with_capacity(voters.len());
     let mut voter_status = Vec::with_capacity(voters.len());
     for ((id, addr), view) in voters.iter().zip(views) {

@@ -119,12 +119,10 @@ pub fn transport(conn: &AdminConn) -> anyhow::Result<sluice_auth::Transport> {
 /// A leader-following client for the admin service on `conn.meta`.
 pub fn connect(conn: &AdminConn) -> anyhow::Result<MetaClient> {
     anyhow::ensure!(!conn.meta.is_empty(), "no meta endpoint given (--meta)");
-    Ok(MetaClient::with_timeouts(
-        conn.meta.clone(),
-        ADMIN_RETRY_DEADLINE,
-        ADMIN_RPC_TIMEOUT,
+    Ok(
+        MetaClient::with_timeouts(conn.meta.clone(), ADMIN_RETRY_DEADLINE, ADMIN_RPC_TIMEOUT)
+            .with_transport(transport(conn)?),
     )
-    .with_transport(transport(conn)?))
 }
 
 /// Runs one `sluice admin` subcommand.
