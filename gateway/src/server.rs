@@ -462,7 +462,11 @@ pub async fn run_with_meta(
     // The certificate loads before anything starts: a bad file is a
     // startup error, not a gateway that refuses every handshake.
     let tls = match &config.s3_tls {
-        Some(t) => Some(S3TlsAcceptor::load(&t.cert_file, &t.key_file)?),
+        Some(t) => Some(S3TlsAcceptor::load(
+            &t.cert_file,
+            &t.key_file,
+            config.http2,
+        )?),
         None => {
             tracing::warn!(
                 "s3_plaintext = true: S3 is served over plain HTTP; credentials and data cross the network unencrypted"

@@ -43,8 +43,15 @@ pub enum TlsError {
 }
 
 /// A rustls server config serving the chain in `cert_file` with the key in
-/// `key_file` (PEM), TLS 1.2 and 1.3, ALPN `h2` then `http/1.1`.
-pub fn load_server_config(cert_file: &Path, key_file: &Path) -> Result<ServerConfig, TlsError> {
+/// `key_file` (PEM), TLS 1.2 and 1.3. ALPN (RFC 7301) offers `h2` then
+/// `http/1.1` when the listener serves HTTP/2 (`http2`), else `http/1.1`
+/// only: a client that negotiated `h2` on an HTTP/1-only listener would
+/// send a preface the server closes the connection on.
+pub fn load_server_config(
+    cert_file: &Path,
+    key_file: &Path,
+    http2: bool,
+) -> Result<ServerConfig, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_file)
         .map_err(|source| TlsError::Read {
             path: cert_file.to_owned(),
@@ -74,7 +81,11 @@ pub fn load_server_config(cert_file: &Path, key_file: &Path) -> Result<ServerCon
             .with_no_client_auth()
             .with_single_cert(certs, key)
             .map_err(rustls_err)?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = if http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
     Ok(config)
 }
 
@@ -83,16 +94,20 @@ pub fn load_server_config(cert_file: &Path, key_file: &Path) -> Result<ServerCon
 pub struct S3TlsAcceptor {
     cert_file: PathBuf,
     key_file: PathBuf,
+    /// Whether ALPN offers `h2` (the listener's `http2` setting).
+    http2: bool,
     current: RwLock<TlsAcceptor>,
 }
 
 impl S3TlsAcceptor {
     /// Loads `cert_file` and `key_file`; an error when they do not load.
-    pub fn load(cert_file: &Path, key_file: &Path) -> Result<Arc<Self>, TlsError> {
-        let config = load_server_config(cert_file, key_file)?;
+    /// `http2`: whether the listener serves HTTP/2 (ALPN `h2`).
+    pub fn load(cert_file: &Path, key_file: &Path, http2: bool) -> Result<Arc<Self>, TlsError> {
+        let config = load_server_config(cert_file, key_file, http2)?;
         Ok(Arc::new(S3TlsAcceptor {
             cert_file: cert_file.to_owned(),
             key_file: key_file.to_owned(),
+            http2,
             current: RwLock::new(TlsAcceptor::from(Arc::new(config))),
         }))
     }
@@ -100,7 +115,7 @@ impl S3TlsAcceptor {
     /// Re-reads the files: new connections get the new certificate. On an
     /// error the old config stays and the error is logged and returned.
     pub fn reload(&self) -> Result<(), TlsError> {
-        match load_server_config(&self.cert_file, &self.key_file) {
+        match load_server_config(&self.cert_file, &self.key_file, self.http2) {
             Ok(config) => {
                 *self.current.write().expect("tls config lock") =
                     TlsAcceptor::from(Arc::new(config));
@@ -183,7 +198,7 @@ mod tests {
         let (c1, k1, der1) = self_signed();
         std::fs::write(&cert_path, c1).unwrap();
         std::fs::write(&key_path, k1).unwrap();
-        let acceptor = S3TlsAcceptor::load(&cert_path, &key_path).unwrap();
+        let acceptor = S3TlsAcceptor::load(&cert_path, &key_path, false).unwrap();
 
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -227,10 +242,18 @@ mod tests {
     #[test]
     fn missing_files_are_errors() {
         let dir = tempfile::tempdir().unwrap();
-        let err = S3TlsAcceptor::load(&dir.path().join("nope.crt"), &dir.path().join("nope.key"));
+        let err = S3TlsAcceptor::load(
+            &dir.path().join("nope.crt"),
+            &dir.path().join("nope.key"),
+            false,
+        );
         assert!(matches!(err, Err(TlsError::Read { .. })));
         std::fs::write(dir.path().join("empty.crt"), "").unwrap();
-        let err = S3TlsAcceptor::load(&dir.path().join("empty.crt"), &dir.path().join("nope.key"));
+        let err = S3TlsAcceptor::load(
+            &dir.path().join("empty.crt"),
+            &dir.path().join("nope.key"),
+            false,
+        );
         assert!(matches!(err, Err(TlsError::NoCertificate(_))));
     }
 }
