@@ -70,6 +70,10 @@ pub struct MultipartPutOptions {
     /// S3 endpoint URL, e.g. http://127.0.0.1:9000 (path-style addressing is used).
     #[arg(long)]
     pub endpoint: String,
+    /// PEM file of the CA to trust for an https:// endpoint (like the aws
+    /// CLI's --ca-bundle); default: the system roots.
+    #[arg(long)]
+    pub ca_bundle: Option<PathBuf>,
     /// Access key id.
     #[arg(long, env = "AWS_ACCESS_KEY_ID", hide_env_values = true)]
     pub access_key: String,
@@ -188,6 +192,7 @@ impl MultipartPutOptions {
     fn client_options(&self) -> ClientOptions {
         ClientOptions {
             endpoint: self.endpoint.clone(),
+            ca_bundle: self.ca_bundle.clone(),
             region: self.region.clone(),
             access_key: self.access_key.clone(),
             secret_key: self.secret_key.clone(),

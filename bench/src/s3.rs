@@ -55,6 +55,9 @@ pub enum ChecksumMode {
 pub struct ClientOptions {
     /// Endpoint URL, e.g. `http://127.0.0.1:9000`.
     pub endpoint: String,
+    /// PEM file of the CA to trust for an `https://` endpoint instead of
+    /// the system roots (like the aws CLI's `--ca-bundle`).
+    pub ca_bundle: Option<std::path::PathBuf>,
     /// Signing region.
     pub region: String,
     /// Access key id.
@@ -191,6 +194,30 @@ static CLIENTS_BUILT: AtomicU64 = AtomicU64::new(0);
 
 /// A path-style client for `options` whose failed attempts are counted in
 /// `tally`, with a retry partition (and so a retry quota) of its own.
+/// An HTTPS client trusting only the CA in the PEM file `ca_bundle`.
+///
+/// # Panics
+/// When the file cannot be read or holds no usable certificate: a
+/// benchmark given a wrong `--ca-bundle` cannot run at all.
+fn https_client(ca_bundle: &std::path::Path) -> aws_sdk_s3::config::SharedHttpClient {
+    use aws_smithy_http_client::tls;
+    let pem = std::fs::read(ca_bundle)
+        .unwrap_or_else(|e| panic!("reading the CA bundle {}: {e}", ca_bundle.display()));
+    let trust = tls::TrustStore::empty()
+        .with_native_roots(false)
+        .with_pem_certificate(pem.as_slice());
+    let context = tls::TlsContext::builder()
+        .with_trust_store(trust)
+        .build()
+        .unwrap_or_else(|e| panic!("TLS context from {}: {e}", ca_bundle.display()));
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::AwsLc,
+        ))
+        .tls_context(context)
+        .build_https()
+}
+
 pub fn build_client(options: &ClientOptions, tally: Arc<ErrorTally>) -> aws_sdk_s3::Client {
     let partition = format!(
         "sluice-bench-{}",
@@ -229,9 +256,12 @@ pub fn build_client(options: &ClientOptions, tally: Arc<ErrorTally>) -> aws_sdk_
         // `attempt_timeout` still bounds every attempt.
         .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
         .request_checksum_calculation(checksum)
-        .interceptor(CountErrors { tally })
-        .build();
-    aws_sdk_s3::Client::from_conf(config)
+        .interceptor(CountErrors { tally });
+    let config = match options.ca_bundle.as_deref().map(https_client) {
+        Some(http) => config.http_client(http),
+        None => config,
+    };
+    aws_sdk_s3::Client::from_conf(config.build())
 }
 
 /// Makes sure `bucket` exists: HeadBucket, then CreateBucket (with a

@@ -417,7 +417,8 @@ mod tests {
 
     #[test]
     fn failure_domain_labels() {
-        let c: Config = toml::from_str("zone = \"rack-a\"\nhost = \"s1\"").expect("parse");
+        let c: Config = toml::from_str("zone = \"rack-a\"\nhost = \"s1\"\ninsecure_cluster = true")
+            .expect("parse");
         assert_eq!(
             (c.zone.as_str(), c.host_label()),
             ("rack-a", "s1".to_string())
@@ -435,6 +436,7 @@ mod tests {
             let c = Config {
                 zone: zone.into(),
                 host,
+                insecure_cluster: true,
                 ..Config::default()
             };
             assert!(

@@ -436,7 +436,7 @@ mod tests {
         let joining = Config {
             voters: BTreeMap::from([(5, "http://x:1".to_string())]),
             join: true,
-            ..Config::default()
+            ..dflt()
         };
         joining.validate().unwrap();
         let parsed: Config = toml::from_str("node_id = 4\njoin = true").unwrap();

@@ -58,11 +58,18 @@ fn start_dev(dir: &std::path::Path, base: u16) -> Dev {
     Dev(child)
 }
 
+/// `sluice dev`'s data dir: the admin certificate it made is under `tls/`.
+static DEV_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
 fn admin(meta: &str, args: &[&str]) -> Output {
+    let tls = DEV_DIR.get().expect("dev started").join("tls");
     Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["admin", "meta"])
         .args(args)
         .args(["--meta", meta])
+        .env("SLUICE_ADMIN_CA", tls.join("ca.pem"))
+        .env("SLUICE_ADMIN_CERT", tls.join("admin-dev.pem"))
+        .env("SLUICE_ADMIN_KEY", tls.join("admin-dev.key"))
         .env("RUST_LOG", "warn")
         .output()
         .expect("run sluice admin meta")
@@ -96,7 +103,8 @@ fn admin_meta_against_sluice_dev() {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = free_port_range(16);
     let _dev = start_dev(dir.path(), base);
-    let meta = format!("http://127.0.0.1:{}", base + 1);
+    DEV_DIR.set(dir.path().to_owned()).expect("one dev cluster");
+    let meta = format!("https://127.0.0.1:{}", base + 1);
 
     let list: serde_json::Value =
         serde_json::from_str(&ok(admin(&meta, &["list", "--json"]))).expect("json");

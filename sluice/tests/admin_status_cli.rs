@@ -108,10 +108,18 @@ fn admin_status_json_and_health_against_sluice_dev() {
         "{body}"
     );
 
-    let meta = format!("http://127.0.0.1:{grpc_base}");
+    let meta = format!("https://127.0.0.1:{grpc_base}");
+    // The admin certificate `sluice dev` made.
+    let tls = dir.path().join("tls");
+    let admin_cert = [
+        ("SLUICE_ADMIN_CA", tls.join("ca.pem")),
+        ("SLUICE_ADMIN_CERT", tls.join("admin-dev.pem")),
+        ("SLUICE_ADMIN_KEY", tls.join("admin-dev.key")),
+    ];
     let status: serde_json::Value = wait_for("status with every datanode up", || {
         let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args(["admin", "status", "--json", "--meta", &meta])
+            .envs(admin_cert.clone())
             .env("RUST_LOG", "error")
             .output()
             .map_err(|e| e.to_string())?;
@@ -142,6 +150,7 @@ fn admin_status_json_and_health_against_sluice_dev() {
     // The human table names every datanode.
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["admin", "status", "--meta", &meta])
+        .envs(admin_cert.clone())
         .output()
         .expect("run sluice admin status");
     assert!(out.status.success());

@@ -11,7 +11,7 @@ use sluice_auth::{Identity, Role};
 const TLS_DIR: &str = "/etc/sluice/tls/";
 
 /// A CA and the certificates the examples name (meta 1, datanode 1,
-/// gateway gw-1), made once per test process.
+/// gateway gw-1; meta 4 for the `join` example), made once per test process.
 fn pki_dir() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -20,6 +20,7 @@ fn pki_dir() -> &'static Path {
             dir.path(),
             &[
                 Identity::new(Role::Meta, "1").unwrap(),
+                Identity::new(Role::Meta, "4").unwrap(),
                 Identity::new(Role::Datanode, "1").unwrap(),
                 Identity::new(Role::Gateway, "gw-1").unwrap(),
             ],
@@ -108,7 +109,8 @@ fn meta_join_example() {
     assert!(!meta.join);
     let text = deploy("meta.toml")
         .replace("# join = true", "join = true")
-        .replace("node_id = 1", "node_id = 4");
+        .replace("node_id = 1", "node_id = 4")
+        .replace("meta-1.", "meta-4.");
     let joining: sluice_meta::Config = toml::from_str(&text).expect("parse joining meta.toml");
     assert!(joining.join);
     joining

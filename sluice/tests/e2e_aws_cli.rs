@@ -585,9 +585,13 @@ fn aws_cli_over_https_with_access_keys() {
                 "admin",
                 "key",
                 "--meta",
-                &format!("http://127.0.0.1:{grpc_base}"),
+                &format!("https://127.0.0.1:{grpc_base}"),
             ])
             .args(args)
+            // The admin certificate `sluice dev` made.
+            .env("SLUICE_ADMIN_CA", data_dir.join("tls/ca.pem"))
+            .env("SLUICE_ADMIN_CERT", data_dir.join("tls/admin-dev.pem"))
+            .env("SLUICE_ADMIN_KEY", data_dir.join("tls/admin-dev.key"))
             .output()
             .expect("run sluice admin");
         assert!(

@@ -31,7 +31,7 @@ async fn create_key(c: &TestCluster, name: &str) -> Result<(String, String)> {
         op_id: new_op_id(),
     };
     let resp = c
-        .meta()
+        .admin()
         .call_on("CreateKey", |ch| {
             let req = req.clone();
             async move { AdminClient::new(ch).create_key(req).await }
@@ -51,7 +51,7 @@ async fn allow(c: &TestCluster, id: &str, bucket: &str, read: bool, write: bool)
         owner: false,
         op_id: new_op_id(),
     };
-    c.meta()
+    c.admin()
         .call_on("AllowKey", |ch| {
             let req = req.clone();
             async move { AdminClient::new(ch).allow_key(req).await }
@@ -208,7 +208,7 @@ async fn https_access_keys_and_bucket_permissions() -> Result<()> {
 
     // ListKeys: no secrets, alice owns her bucket.
     let keys = c
-        .meta()
+        .admin()
         .call_on("ListKeys", |ch| async move {
             AdminClient::new(ch)
                 .list_keys(apb::ListKeysRequest {})
@@ -235,7 +235,7 @@ async fn https_access_keys_and_bucket_permissions() -> Result<()> {
         id: bob_id.clone(),
         op_id: new_op_id(),
     };
-    c.meta()
+    c.admin()
         .call_on("DeleteKey", |ch| {
             let req = req.clone();
             async move { AdminClient::new(ch).delete_key(req).await }

@@ -37,7 +37,7 @@ async fn status_lists_voters_datanodes_and_gateways() -> Result<()> {
         .find(|(i, _)| *i as u64 + 1 != leader)
         .map(|(_, m)| format!("http://{}", m.addr()))
         .expect("a follower");
-    let meta = MetaClient::new(vec![follower]);
+    let meta = MetaClient::new(vec![follower]).with_transport(crate::fixtures::admin_transport());
     c.s3().create_bucket().bucket("status").send().await?;
     crate::put(&c.s3(), "status", "a", &crate::random_bytes(1, 1 << 20)).await?;
 

@@ -500,6 +500,15 @@ pub fn harness_transport() -> Transport {
         .clone()
 }
 
+/// The transport of an operator's `sluice admin`: an admin certificate
+/// `harness` (may call the `sluice.admin.Admin` service, nothing else that
+/// writes).
+pub fn admin_transport() -> Transport {
+    static T: std::sync::OnceLock<Transport> = std::sync::OnceLock::new();
+    T.get_or_init(|| transport_as(AuthRole::Admin, "harness"))
+        .clone()
+}
+
 async fn bind_any() -> Result<TcpListener> {
     TcpListener::bind("127.0.0.1:0")
         .await
@@ -1214,6 +1223,12 @@ impl TestCluster {
     /// The test's own `MetaClient` (no faults).
     pub fn meta(&self) -> &MetaClient {
         &self.meta
+    }
+
+    /// A leader-following client with the admin certificate, for the
+    /// `sluice.admin.Admin` service (what `sluice admin` uses).
+    pub fn admin(&self) -> MetaClient {
+        self.meta.with_transport(admin_transport())
     }
 
     /// Every committed blob (or only the degraded ones) via `ListPlacements`.

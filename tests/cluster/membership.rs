@@ -54,7 +54,7 @@ fn gateway(c: &mut sluice_gateway::Config) {
 
 async fn admin_list(cluster: &TestCluster) -> Result<Vec<DatanodeStatus>, MetaError> {
     let r = cluster
-        .meta()
+        .admin()
         .call_on("ListDatanodes", |c| async move {
             AdminClient::new(c)
                 .list_datanodes(ListDatanodesRequest {})
@@ -66,7 +66,7 @@ async fn admin_list(cluster: &TestCluster) -> Result<Vec<DatanodeStatus>, MetaEr
 
 async fn admin_remove(cluster: &TestCluster, id: u64, force: bool) -> Result<u64, MetaError> {
     let r = cluster
-        .meta()
+        .admin()
         .call_on("RemoveDatanode", |c| async move {
             AdminClient::new(c)
                 .remove_datanode(RemoveDatanodeRequest {
@@ -191,7 +191,7 @@ async fn drain_remove_rebalance_across_hosts() -> Result<()> {
         "5 holds nothing: {before:?}"
     );
     cluster
-        .meta()
+        .admin()
         .call_on("DrainDatanode", |c| async move {
             AdminClient::new(c)
                 .drain_datanode(DrainDatanodeRequest {

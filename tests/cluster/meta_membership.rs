@@ -26,7 +26,6 @@ use sluice_proto::admin as apb;
 use sluice_proto::admin::admin_client::AdminClient;
 use sluice_proto::meta::ErrorCode;
 use tokio::sync::Mutex;
-use tonic::transport::Endpoint;
 
 use crate::fixtures::{CONVERGE_TIMEOUT, Setup, TestCluster, wait_until};
 use crate::{random_bytes, sha256_hex, test_seed};
@@ -53,6 +52,7 @@ fn http(addr: std::net::SocketAddr) -> String {
 /// A leader-following admin client on `seeds`.
 fn admin(seeds: Vec<String>) -> MetaClient {
     MetaClient::with_timeouts(seeds, Duration::from_secs(30), Duration::from_secs(120))
+        .with_transport(crate::fixtures::admin_transport())
 }
 
 async fn list_members(c: &MetaClient) -> Result<apb::ListMembersResponse, MetaError> {
@@ -141,7 +141,8 @@ fn expect_refused<T: std::fmt::Debug>(
 async fn list_members_on(
     addr: std::net::SocketAddr,
 ) -> Result<apb::ListMembersResponse, tonic::Status> {
-    let channel = Endpoint::from_shared(http(addr))
+    let channel = crate::fixtures::admin_transport()
+        .endpoint(&http(addr), sluice_auth::Role::Meta)
         .expect("endpoint")
         .connect_timeout(Duration::from_secs(1))
         .timeout(Duration::from_secs(5))

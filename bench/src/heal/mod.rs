@@ -385,6 +385,7 @@ pub async fn run(options: HealOptions) -> Result<HealReport, HealError> {
         bucket: BUCKET.to_owned(),
         extra: BTreeMap::from([(Role::Gateway, gateway_keys.clone())]),
         insecure_cluster: false,
+        s3_https: false,
     };
     let mut cluster = match Cluster::start(&spec).await {
         Ok(cluster) => cluster,
@@ -455,6 +456,7 @@ fn client(
     build_client(
         &ClientOptions {
             endpoint: cluster.endpoint.clone(),
+            ca_bundle: cluster.ca_bundle.clone(),
             region: access.region.clone(),
             access_key: access.access_key.clone(),
             secret_key: access.secret_key.clone(),
@@ -540,6 +542,7 @@ async fn run_on_cluster(
     let load_task = plan.load.as_ref().map(|load| {
         let options = MultipartPutOptions {
             endpoint: cluster.endpoint.clone(),
+            ca_bundle: cluster.ca_bundle.clone(),
             access_key: access.access_key.clone(),
             secret_key: access.secret_key.clone(),
             region: access.region.clone(),

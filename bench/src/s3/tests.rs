@@ -9,6 +9,7 @@ use crate::fake_s3::{FakeS3, Fault};
 fn options(endpoint: String, max_attempts: u32) -> ClientOptions {
     ClientOptions {
         endpoint,
+        ca_bundle: None,
         region: "us-east-1".into(),
         access_key: "ak".into(),
         secret_key: "sk".into(),

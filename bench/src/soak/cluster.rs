@@ -78,6 +78,9 @@ pub struct ClusterSpec {
     /// Plaintext internal gRPC (`insecure_cluster = true`) instead of
     /// mutual TLS (see [`secure_configs`]).
     pub insecure_cluster: bool,
+    /// S3 over HTTPS with a certificate from the cluster CA (needs cluster
+    /// TLS; see [`secure_configs`]).
+    pub s3_https: bool,
 }
 
 /// One process of the cluster.
@@ -126,6 +129,8 @@ pub struct Cluster {
     pub label: &'static str,
     /// S3 endpoint of the gateway.
     pub endpoint: String,
+    /// CA the S3 clients trust (PEM), when S3 is served over HTTPS.
+    pub ca_bundle: Option<PathBuf>,
     /// meta, dn1..dn6, gateway, in that order.
     pub processes: Vec<Process>,
     /// Which knobs were written into the configs.
@@ -220,20 +225,22 @@ impl Cluster {
         }
         let gw_at = place(count - 1, Role::Gateway, "gateway");
         let mut gw = gateway_config(&gw_at, meta_port, &spec.access, extra.get(&Role::Gateway));
-        // The benchmark speaks plain HTTP to S3; a gateway that knows the
-        // key must be told so explicitly (it serves HTTPS otherwise).
-        if spec.accepted.lists(Role::Gateway, "s3_plaintext") {
+        // Plain HTTP to S3 unless `s3_https`; a gateway that knows the key
+        // must be told so explicitly (it serves HTTPS otherwise).
+        if !spec.s3_https && spec.accepted.lists(Role::Gateway, "s3_plaintext") {
             gw.entry("s3_plaintext")
                 .or_insert(toml::Value::Boolean(true));
         }
-        let endpoint = format!("http://127.0.0.1:{}", gw_at.port);
+        let scheme = if spec.s3_https { "https" } else { "http" };
+        let endpoint = format!("{scheme}://127.0.0.1:{}", gw_at.port);
         planned.push(("gateway".into(), Role::Gateway, gw_at, gw));
-        secure_configs(spec, &dir, &mut planned).await?;
+        let ca_bundle = secure_configs(spec, &dir, &mut planned).await?;
 
         let budgets = role_budgets(&spec.knobs);
         let mut cluster = Cluster {
             label: spec.label,
             endpoint,
+            ca_bundle,
             processes: Vec::with_capacity(count),
             knobs,
             dir,
@@ -285,6 +292,7 @@ impl Cluster {
         let client = build_client(
             &ClientOptions {
                 endpoint: self.endpoint.clone(),
+                ca_bundle: self.ca_bundle.clone(),
                 region: spec.access.region.clone(),
                 access_key: spec.access.access_key.clone(),
                 secret_key: spec.access.secret_key.clone(),
@@ -539,24 +547,26 @@ async fn stop_one(p: &mut Process, timeout: Duration) -> ProcessExit {
 /// certs` in `<dir>/tls`, and each config's `[cluster_tls]` pointing at
 /// them; with `spec.insecure_cluster`, `insecure_cluster = true`. A binary
 /// whose configs do not list `insecure_cluster` (older than cluster TLS)
-/// gets neither.
+/// gets neither. With `spec.s3_https` the gateway also gets `[s3_tls]`, a
+/// certificate for 127.0.0.1 from the same CA, whose `ca.pem` is returned
+/// for the S3 clients to trust.
 async fn secure_configs(
     spec: &ClusterSpec,
     dir: &Path,
     planned: &mut [(String, Role, Placement, toml::Table)],
-) -> Result<(), SoakError> {
+) -> Result<Option<PathBuf>, SoakError> {
     let roles = [Role::Meta, Role::Datanode, Role::Gateway];
     if !roles
         .iter()
         .all(|r| spec.accepted.lists(*r, "insecure_cluster"))
     {
-        return Ok(());
+        return Ok(None);
     }
     if spec.insecure_cluster {
         for (_, _, _, table) in planned.iter_mut() {
             table.insert("insecure_cluster".into(), toml::Value::Boolean(true));
         }
-        return Ok(());
+        return Ok(None);
     }
     let tls = dir.join("tls");
     let tls_arg = tls.display().to_string();
@@ -593,7 +603,34 @@ async fn secure_configs(
         );
         table.insert("cluster_tls".into(), toml::Value::Table(section));
     }
-    Ok(())
+    if !spec.s3_https {
+        return Ok(None);
+    }
+    admin_certs(
+        &spec.bin,
+        &[
+            "issue",
+            "--dir",
+            &tls_arg,
+            "--role",
+            "gateway",
+            "--id",
+            "s3",
+            "--ip",
+            "127.0.0.1",
+        ],
+    )
+    .await?;
+    let file = |f: &str| toml::Value::String(tls.join(f).display().to_string());
+    for (_, role, _, table) in planned.iter_mut() {
+        if *role == Role::Gateway {
+            let mut section = toml::Table::new();
+            section.insert("cert_file".into(), file("gateway-s3.pem"));
+            section.insert("key_file".into(), file("gateway-s3.key"));
+            table.insert("s3_tls".into(), toml::Value::Table(section));
+        }
+    }
+    Ok(Some(tls.join("ca.pem")))
 }
 
 /// Runs `<bin> admin certs <args>`.

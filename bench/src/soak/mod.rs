@@ -271,6 +271,7 @@ fn cluster_spec(
         bucket: BUCKET.to_owned(),
         extra: BTreeMap::new(),
         insecure_cluster: plan.insecure_cluster,
+        s3_https: plan.s3_https,
     }
 }
 

@@ -62,6 +62,12 @@ pub struct SoakOptions {
     /// certs`, e.g. to compare the two.
     #[arg(long)]
     pub insecure_cluster: bool,
+    /// Serve S3 over HTTPS: the gateway gets a certificate for 127.0.0.1
+    /// from the cluster CA (`sluice admin certs issue --ip`) and the load
+    /// generator trusts that CA. Needs cluster TLS (not with
+    /// `--insecure-cluster`).
+    #[arg(long, conflicts_with = "insecure_cluster")]
+    pub s3_https: bool,
     /// Shapes to run, comma-separated, in any order (they run as seed, sdk-default, overload).
     #[arg(
         long,
@@ -251,6 +257,8 @@ pub struct Plan {
     pub keep: bool,
     /// `--insecure-cluster`.
     pub insecure_cluster: bool,
+    /// `--s3-https`.
+    pub s3_https: bool,
     /// Shapes to run, sorted.
     pub shapes: Vec<ShapeName>,
     /// Free bytes required in the work dir's file system.
@@ -359,6 +367,7 @@ impl SoakOptions {
             out_dir: self.out_dir.clone(),
             keep: self.keep,
             insecure_cluster: self.insecure_cluster,
+            s3_https: self.s3_https,
             shapes,
             min_free_disk: size(self.min_free_disk, 10 * GIB, 2 * GIB),
             ready_timeout: self.ready_timeout,

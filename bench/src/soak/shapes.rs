@@ -157,6 +157,7 @@ pub async fn run_shape(
     let out_dir = plan.out_dir.join(shape.as_str());
     let options = MultipartPutOptions {
         endpoint: cluster.endpoint.clone(),
+        ca_bundle: cluster.ca_bundle.clone(),
         access_key: access.access_key.clone(),
         secret_key: access.secret_key.clone(),
         region: access.region.clone(),
@@ -217,6 +218,7 @@ pub async fn run_shape(
             let client = build_client(
                 &ClientOptions {
                     endpoint: cluster.endpoint.clone(),
+                    ca_bundle: cluster.ca_bundle.clone(),
                     region: access.region.clone(),
                     access_key: access.access_key.clone(),
                     secret_key: access.secret_key.clone(),
