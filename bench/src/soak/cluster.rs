@@ -797,6 +797,7 @@ mod tests {
         Cluster {
             label: "test",
             endpoint: String::new(),
+            ca_bundle: None,
             processes: vec![Process {
                 name: "dn1".into(),
                 role: Role::Datanode,
