@@ -193,6 +193,41 @@ fn aws_as(dev: &Dev, (access_key, secret_key): (&str, &str), args: &[&str]) -> O
         .expect("run aws (is aws-cli installed? .ci/run installs it)")
 }
 
+/// boto3 (default flexible checksums on) against the HTTPS endpoint with
+/// the dev CA as its `verify` bundle: put, head, get byte-identical,
+/// list, delete. `.ci/run` installs boto3 beside the aws CLI.
+fn boto3_round_trip(dev: &Dev, ca: &str) {
+    const SCRIPT: &str = r#"
+import os, sys, boto3
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], verify=sys.argv[2], region_name="us-east-1",
+                  aws_access_key_id=os.environ["AK"], aws_secret_access_key=os.environ["SK"])
+s3.create_bucket(Bucket="boto3-tls")
+body = os.urandom(3 * 1024 * 1024 + 17)
+s3.put_object(Bucket="boto3-tls", Key="k", Body=body)
+assert s3.head_object(Bucket="boto3-tls", Key="k")["ContentLength"] == len(body)
+assert s3.get_object(Bucket="boto3-tls", Key="k")["Body"].read() == body
+keys = [o["Key"] for o in s3.list_objects_v2(Bucket="boto3-tls")["Contents"]]
+assert keys == ["k"], keys
+s3.delete_object(Bucket="boto3-tls", Key="k")
+print("boto3 ok")
+"#;
+    let out = Command::new("python3")
+        .args(["-c", SCRIPT, &dev.endpoint, ca])
+        .env("AK", ACCESS_KEY)
+        .env("SK", SECRET_KEY)
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .expect("run python3 (boto3; .ci/run installs it)");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("boto3 ok"),
+        "boto3 over HTTPS failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn aws_ok(dev: &Dev, args: &[&str]) -> String {
     let out = aws(dev, args);
     assert!(
@@ -577,6 +612,7 @@ fn aws_cli_over_https_with_access_keys() {
     wait_until_writable(&dev, "secure", &probe);
     let ls = aws_ok(&dev, &["s3", "ls", "s3://secure/"]);
     assert!(ls.contains("probe"), "ls: {ls}");
+    boto3_round_trip(&dev, &ca);
 
     // A second user through the admin CLI.
     let admin = |args: &[&str]| {
