@@ -42,7 +42,7 @@ use crate::blob::{BlobError, BlobStore, BlobStoreConfig};
 use crate::config::{Config, ConfigError, DEFAULT_MAX_INFLIGHT_REQUESTS};
 use crate::health::{self, GatewayHealth};
 use crate::listener::{
-    self, ActiveRequest, BodyLimits, ChunkCap, ConnActivity, ListenerLimits, MinRateBody, WatchedIo,
+    self, BodyLimits, ChunkCap, ConnActivity, ListenerLimits, MinRateBody, WatchedIo,
 };
 use crate::metrics::{self, SlowDownReason};
 use crate::s3::Gateway;
@@ -241,9 +241,9 @@ impl SluiceService {
         // A streamed body keeps the request in flight until it is sent.
         if resp.body().bytes().is_none() {
             let body = std::mem::take(resp.body_mut());
-            *resp.body_mut() = s3s::Body::http_body(TrackedBody {
+            *resp.body_mut() = s3s::Body::http_body(GuardedBody {
                 inner: body,
-                _done: done,
+                _guard: done,
             });
         }
         Ok(resp)
@@ -264,14 +264,16 @@ impl Drop for Finished {
     }
 }
 
-/// A streamed response body that holds its request's [`Finished`] until
-/// hyper drops it (sent, or the client went away).
-struct TrackedBody {
+/// A response body that holds a guard until hyper drops it (sent, or the
+/// client went away): the request's [`Finished`] (in flight until a streamed
+/// body is sent) or the connection's `ActiveRequest` (a request in
+/// progress, for the head and idle timeouts).
+struct GuardedBody<G> {
     inner: s3s::Body,
-    _done: Finished,
+    _guard: G,
 }
 
-impl hyper::body::Body for TrackedBody {
+impl<G: Unpin> hyper::body::Body for GuardedBody<G> {
     type Data = Bytes;
     type Error = StdError;
 
@@ -662,39 +664,12 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         Box::pin(async move {
             let mut resp = service.call(req.map(s3s::Body::from)).await?;
             let body = std::mem::take(resp.body_mut());
-            *resp.body_mut() = s3s::Body::http_body(ActiveBody {
+            *resp.body_mut() = s3s::Body::http_body(GuardedBody {
                 inner: body,
-                _active: active,
+                _guard: active,
             });
             Ok(resp)
         })
-    }
-}
-
-/// A response body that keeps its connection's request counted as in
-/// progress until hyper drops it (sent, or the client went away).
-struct ActiveBody {
-    inner: s3s::Body,
-    _active: ActiveRequest,
-}
-
-impl hyper::body::Body for ActiveBody {
-    type Data = Bytes;
-    type Error = StdError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, StdError>>> {
-        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
     }
 }
 

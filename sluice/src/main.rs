@@ -105,11 +105,16 @@ fn main() -> anyhow::Result<()> {
     // Before any thread exists (see malloc.rs).
     let malloc = malloc::tune();
     let cli = Cli::parse();
+    // `sluice admin` is a command-line tool: warnings only, unless RUST_LOG
+    // says otherwise; the roles log at info.
+    let default_filter = match cli.command {
+        Command::Admin { .. } => "warn",
+        _ => "info,openraft=warn,sled=warn,s3s=off",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,openraft=warn,sled=warn,s3s=off")
-            }),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
