@@ -24,8 +24,8 @@ use prost::Message;
 use sluice_proto::meta::{self as pb, ErrorCode};
 use sluice_proto::raft as rpb;
 
-use super::{Applied, SmError, decode, get, keys, refuse, require_bucket};
-use crate::store::{Batch, KvStore, Space, as_ref_bound};
+use super::{Applied, SmError, get, keys, refuse, require_bucket};
+use crate::store::{Batch, KvStore, Space};
 
 /// Most access keys the cluster stores (CreateAccessKey beyond it is
 /// refused). DeleteBucket rewrites grants by scanning every key, so this
@@ -37,9 +37,6 @@ pub const MAX_GRANTS_PER_KEY: usize = 10_000;
 
 /// Longest key name (bytes).
 pub const MAX_KEY_NAME: usize = 256;
-
-/// Rows read per store scan.
-const SCAN_CHUNK: usize = 256;
 
 type Outcome = Result<(Batch, Applied), SmError>;
 
@@ -61,24 +58,7 @@ pub fn require_access_key<K: KvStore>(kv: &K, id: &str) -> Result<pb::AccessKey,
 
 /// Every stored key, by id (at most [`MAX_ACCESS_KEYS`]).
 pub fn list_access_keys<K: KvStore>(kv: &K) -> Result<Vec<pb::AccessKey>, SmError> {
-    let mut out = Vec::new();
-    let mut from: Bound<Vec<u8>> = Bound::Unbounded;
-    loop {
-        let rows = kv.scan(
-            Space::AccessKeys,
-            as_ref_bound(&from),
-            Bound::Unbounded,
-            SCAN_CHUNK,
-        )?;
-        let n = rows.len();
-        for (k, v) in rows {
-            out.push(decode("access key", &v)?);
-            from = Bound::Excluded(k);
-        }
-        if n < SCAN_CHUNK {
-            return Ok(out);
-        }
-    }
+    super::read::scan_all(kv, Space::AccessKeys, "access key")
 }
 
 pub(crate) fn create_access_key<K: KvStore>(

@@ -30,7 +30,8 @@ pub fn get_datanode<K: KvStore>(kv: &K, id: u64) -> Result<Option<pb::DatanodeIn
     get(kv, Space::Datanodes, &keys::datanode(id), "datanode")
 }
 
-fn scan_all<K: KvStore, M: prost::Message + Default>(
+/// Every record of `space`, decoded, read in chunks of [`SCAN_CHUNK`] rows.
+pub(super) fn scan_all<K: KvStore, M: prost::Message + Default>(
     kv: &K,
     space: Space,
     what: &'static str,
