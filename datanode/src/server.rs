@@ -97,6 +97,7 @@ pub async fn run(
             tracing::warn!(node = config.node_id, disk_id = %disk.disk_id, data_dir = %config.data_dir.display(), "data dir holds shards but had no identity file; wrote one")
         }
     }
+    crate::space::log_filesystem(&config.data_dir);
     let store = DiskStore::open(&config.data_dir, config.node_id).await?;
     let locks = BlobLocks::new();
     let space = Arc::new(DiskSpace::new(&config.data_dir, config.reserved_free_bytes));

@@ -32,6 +32,54 @@ pub fn statvfs_free_bytes(path: &Path) -> std::io::Result<u64> {
     Ok(avail.saturating_mul(frag))
 }
 
+/// The kind of filesystem holding `path` (`statfs(2)`'s `f_type`): a name
+/// such as `"xfs"`, or the magic number in hex for kinds not listed here.
+pub fn filesystem_kind(path: &Path) -> std::io::Result<String> {
+    use nix::sys::statfs::{
+        BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, NFS_SUPER_MAGIC, OVERLAYFS_SUPER_MAGIC, TMPFS_MAGIC,
+        XFS_SUPER_MAGIC, statfs,
+    };
+    let kind = statfs(path)
+        .map_err(std::io::Error::from)?
+        .filesystem_type();
+    let name = match kind {
+        XFS_SUPER_MAGIC => "xfs",
+        // ext2, ext3 and ext4 share one magic number.
+        EXT4_SUPER_MAGIC => "ext4",
+        BTRFS_SUPER_MAGIC => "btrfs",
+        TMPFS_MAGIC => "tmpfs",
+        OVERLAYFS_SUPER_MAGIC => "overlayfs",
+        NFS_SUPER_MAGIC => "nfs",
+        other => return Ok(format!("{:#x}", other.0)),
+    };
+    Ok(name.to_string())
+}
+
+/// Whether Sluice is tested on this filesystem kind: XFS (recommended) and
+/// ext4. Others work as far as POSIX goes, but their fsync and rename
+/// durability is not what the tests check.
+pub fn filesystem_is_tested(kind: &str) -> bool {
+    matches!(kind, "xfs" | "ext4")
+}
+
+/// Logs the data dir's filesystem at start; a warning when it is not one
+/// [`filesystem_is_tested`] (e.g. tmpfs loses every shard on reboot).
+pub fn log_filesystem(data_dir: &Path) {
+    match filesystem_kind(data_dir) {
+        Ok(kind) if filesystem_is_tested(&kind) => {
+            tracing::info!(data_dir = %data_dir.display(), filesystem = %kind, "data dir filesystem")
+        }
+        Ok(kind) => tracing::warn!(
+            data_dir = %data_dir.display(),
+            filesystem = %kind,
+            "data dir is not on XFS or ext4: Sluice's durability is tested on XFS (recommended) and ext4 only"
+        ),
+        Err(e) => {
+            tracing::warn!(data_dir = %data_dir.display(), error = %e, "cannot read the data dir's filesystem type")
+        }
+    }
+}
+
 /// What one look at the disk found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpaceReading {
@@ -125,6 +173,15 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
+
+    #[test]
+    fn filesystem_kind_names_tmpfs_and_fails_on_a_missing_dir() {
+        // /dev/shm is tmpfs on Linux (POSIX shared memory).
+        assert_eq!(filesystem_kind(Path::new("/dev/shm")).unwrap(), "tmpfs");
+        assert!(!filesystem_is_tested("tmpfs"));
+        assert!(filesystem_is_tested("xfs") && filesystem_is_tested("ext4"));
+        assert!(filesystem_kind(Path::new("/nonexistent/sluice")).is_err());
+    }
 
     #[test]
     fn statvfs_reads_the_temp_dir() {

@@ -4,6 +4,8 @@
 //! * `sluice datanode --config datanode.toml` — a datanode.
 //! * `sluice gateway --config gateway.toml` — an S3 gateway.
 //! * `sluice admin ...` — operate a running cluster (see [`admin`]).
+//! * `sluice health --config role.toml` — exit 0 when the role is ready
+//!   (container and systemd health checks; see [`probe`]).
 //! * `sluice dev [--data-dir DIR]` — a whole cluster in one process: one
 //!   meta node, six datanodes and a gateway, erasure layout 4+2.
 //!
@@ -31,6 +33,7 @@ mod budget;
 mod dev;
 mod health;
 mod malloc;
+mod probe;
 mod telemetry;
 
 use std::path::{Path, PathBuf};
@@ -94,6 +97,9 @@ enum Command {
     },
     /// Run a whole development cluster on this machine.
     Dev(dev::DevArgs),
+    /// Ask a running role whether it is ready: exit 0 on 200 from its
+    /// /health/ready, 1 otherwise (container and systemd health checks).
+    Health(probe::HealthArgs),
     /// Operate a running cluster (certificates, keys, membership, status).
     Admin {
         #[command(subcommand)]
@@ -105,10 +111,15 @@ fn main() -> anyhow::Result<()> {
     // Before any thread exists (see malloc.rs).
     let malloc = malloc::tune();
     let cli = Cli::parse();
+    let command = match cli.command {
+        // No runtime, no log lines: one request, one answer, an exit code.
+        Command::Health(args) => std::process::exit(if probe::run(args)? { 0 } else { 1 }),
+        command => command,
+    };
     // `sluice admin` is a command-line tool: warnings only, unless RUST_LOG
     // says otherwise; the roles log at info.
-    let default_filter = match cli.command {
-        Command::Admin { .. } => "warn",
+    let default_filter = match command {
+        Command::Admin { .. } | Command::Health(_) => "warn",
         _ => "info,openraft=warn,sled=warn,s3s=off",
     };
     tracing_subscriber::fmt()
@@ -128,7 +139,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        match cli.command {
+        match command {
             Command::Meta { config } => {
                 let config: sluice_meta::Config = load_config(&config)?;
                 let limit = budget::detect_memory_limit();
@@ -187,6 +198,7 @@ fn main() -> anyhow::Result<()> {
             }
             Command::Dev(args) => dev::run(args, shutdown_signal()).await?,
             Command::Admin { command } => admin::run(command).await?,
+            Command::Health(_) => unreachable!("answered before the runtime starts"),
         }
         Ok(())
     })
@@ -255,10 +267,14 @@ fn load_config<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))
 }
 
+/// Binds a role's listener and tells systemd the role is up (`READY=1`
+/// for `Type=notify` units: the port accepts connections from now on).
 async fn bind(addr: std::net::SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr)
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .with_context(|| format!("binding {addr}"))
+        .with_context(|| format!("binding {addr}"))?;
+    probe::sd_notify("READY=1");
+    Ok(listener)
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -286,5 +302,6 @@ async fn shutdown_signal() {
             let _ = ctrl_c.await;
         }
         tracing::info!("shutdown requested");
+        probe::sd_notify("STOPPING=1");
     }
 }
