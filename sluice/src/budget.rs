@@ -311,8 +311,12 @@ fn unescape_mountinfo(field: &str) -> String {
 }
 
 /// The directories of the cgroup at `path` and of its ancestors, leaf first,
-/// down to (excluding) the mount's root, whose limit files do not exist.
-/// Empty when `path` is not under the mount's root.
+/// down to the mount point itself. In a container the mount's root is the
+/// container's own cgroup, which holds its limit (Docker on cgroup v1 mounts
+/// `/docker/<id>` at `/sys/fs/cgroup/memory`; a private cgroup namespace
+/// shows it as `/`); at the real hierarchy root the file is missing (v2) or
+/// unlimited (v1), which costs nothing. Empty when `path` is not under the
+/// mount's root.
 pub fn cgroup_dirs(mount: &CgroupMount, path: &str) -> Vec<PathBuf> {
     let root = mount.root.trim_end_matches('/');
     let Some(relative) = path.strip_prefix(root) else {
@@ -326,7 +330,7 @@ pub fn cgroup_dirs(mount: &CgroupMount, path: &str) -> Vec<PathBuf> {
         .filter(|p| !p.is_empty() && *p != "." && *p != "..")
         .take(MAX_CGROUP_DEPTH)
         .collect();
-    (1..=parts.len())
+    (0..=parts.len())
         .rev()
         .map(|n| {
             parts[..n]
@@ -585,13 +589,21 @@ mod tests {
             vec![
                 PathBuf::from("/sys/fs/cgroup/system.slice/sluice.service"),
                 PathBuf::from("/sys/fs/cgroup/system.slice"),
+                PathBuf::from("/sys/fs/cgroup"),
             ]
         );
-        assert!(cgroup_dirs(&mount, "/").is_empty());
+        // A private cgroup namespace: the container's cgroup is the mount's root.
+        assert_eq!(
+            cgroup_dirs(&mount, "/"),
+            vec![PathBuf::from("/sys/fs/cgroup")]
+        );
         // Paths are not allowed to climb out of the mount.
         assert_eq!(
             cgroup_dirs(&mount, "/../etc"),
-            vec![PathBuf::from("/sys/fs/cgroup/etc")]
+            vec![
+                PathBuf::from("/sys/fs/cgroup/etc"),
+                PathBuf::from("/sys/fs/cgroup")
+            ]
         );
         let container = CgroupMount {
             root: "/kubepods/pod1".into(),
@@ -599,9 +611,21 @@ mod tests {
         };
         assert_eq!(
             cgroup_dirs(&container, "/kubepods/pod1/app"),
-            vec![PathBuf::from("/sys/fs/cgroup/app")]
+            vec![
+                PathBuf::from("/sys/fs/cgroup/app"),
+                PathBuf::from("/sys/fs/cgroup")
+            ]
         );
-        assert!(cgroup_dirs(&container, "/kubepods/pod1").is_empty());
+        // Docker on cgroup v1 (no cgroup namespace): the container's own
+        // cgroup is mounted, and its limit file is at the mount point.
+        let docker_v1 = CgroupMount {
+            root: "/docker/a641".into(),
+            mount_point: "/sys/fs/cgroup/memory".into(),
+        };
+        assert_eq!(
+            cgroup_dirs(&docker_v1, "/docker/a641"),
+            vec![PathBuf::from("/sys/fs/cgroup/memory")]
+        );
         assert!(cgroup_dirs(&container, "/kubepods/pod10/app").is_empty());
         assert!(cgroup_dirs(&container, "/other").is_empty());
     }
