@@ -45,7 +45,7 @@ fi
 # `sluice ARGS...` in a throwaway container, as the calling user, with
 # $dir mounted at /cluster.
 sluice_run() {
-    docker run --rm --user "$(id -u):$(id -g)" -v "$dir:/cluster" "$SLUICE_IMAGE" "$@"
+    docker run --rm --user "$(id -u):$(id -g)" -v "$dir:/cluster" "$SLUICE_IMAGE" "$@" >/dev/null
 }
 
 # ---- 2. certificates and configs (first run)
