@@ -23,6 +23,8 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export COMPOSE_PROJECT_NAME="${COMPOSE_PROJECT_NAME:-sluice}"
 export SLUICE_CLUSTER_DIR="${SLUICE_CLUSTER_DIR:-$here/.cluster}"
+# docker-compose reads a relative path without ./ as a volume name.
+case "$SLUICE_CLUSTER_DIR" in /*) ;; *) SLUICE_CLUSTER_DIR="$PWD/$SLUICE_CLUSTER_DIR" ;; esac
 export SLUICE_S3_PORT="${SLUICE_S3_PORT:-8443}"
 export SLUICE_STATUS_PORT="${SLUICE_STATUS_PORT:-8404}"
 export SLUICE_IMAGE="${SLUICE_IMAGE:-sluice:local}"
