@@ -137,26 +137,34 @@ haproxy_ready() {
     curl -fsS --cacert "$S3_CA_BUNDLE" -o /dev/null "$S3_ENDPOINT/health/ready"
 }
 
-smoke_stop_gateway() { "${compose[@]}" stop gw2 >&2; }
-smoke_start_gateway() { "${compose[@]}" start gw2 >&2; }
+# docker-compose COMMAND... with its progress lines on stderr, minus the
+# "Stopping x ... " halves that the "... done" lines repeat.
+dc() { "${compose[@]}" --ansi never "$@" 2>&1 | { grep -v '\.\.\. *$' || true; } >&2; }
+
+smoke_stop_gateway() { dc stop gw2; }
+smoke_start_gateway() { dc start gw2; }
 smoke_stop_host() {
-    "${compose[@]}" stop dn1 dn2 >&2
+    dc stop dn1 dn2
     # Placement must know: writes go to the 4 datanodes left.
     wait_for 60 "meta to see host-a's datanodes down" host_a_is down
+    log "meta sees host-a (dn1, dn2) down"
     # ... and the gateways' datanode set (refreshed every 2 s).
     sleep 3
 }
 smoke_start_host() {
-    "${compose[@]}" start dn1 dn2 >&2
+    dc start dn1 dn2
     wait_for 60 "meta to see host-a's datanodes up" host_a_is up
+    log "meta sees host-a up"
 }
 smoke_wait_ready() {
     wait_for 180 "every container healthy" all_healthy
     wait_for 60 "haproxy to see both gateways up" haproxy_ready
+    log "every container healthy, haproxy sees both gateways up"
 }
 smoke_restart_all() {
-    "${compose[@]}" stop >&2
-    "${compose[@]}" up -d >&2
+    dc stop
+    log "every container stopped"
+    dc up -d
 }
 
 # shellcheck source=deploy/smoke/steps.sh
