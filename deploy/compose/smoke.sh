@@ -33,6 +33,7 @@ suffix="$(date +%s)-$RANDOM"
 export COMPOSE_PROJECT_NAME="sluice-smoke-$suffix"
 export SLUICE_S3_PORT="${SLUICE_S3_PORT:-$(free_port)}"
 export SLUICE_STATUS_PORT="${SLUICE_STATUS_PORT:-$(free_port)}"
+while [ "$SLUICE_STATUS_PORT" = "$SLUICE_S3_PORT" ]; do SLUICE_STATUS_PORT=$(free_port); done
 export SLUICE_IMAGE="sluice:smoke-$suffix"
 export HAPROXY_IMAGE="haproxy:smoke-$suffix"
 work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-compose-smoke.XXXXXX")"

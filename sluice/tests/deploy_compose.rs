@@ -39,11 +39,12 @@ fn missing_tool() -> Option<String> {
     None
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a free port")
-        .port()
+/// Two distinct free loopback ports (both held while the second is found).
+fn free_ports() -> (u16, u16) {
+    let bind = || TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    let (a, b) = (bind(), bind());
+    let port = |l: &TcpListener| l.local_addr().expect("local addr").port();
+    (port(&a), port(&b))
 }
 
 #[test]
@@ -54,12 +55,13 @@ fn compose_cluster_smoke() {
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let script = repo.join("deploy/compose/smoke.sh");
+    let (s3_port, status_port) = free_ports();
     let started = Instant::now();
     let out = Command::new("bash")
         .arg(&script)
         .env("SLUICE_BIN", env!("CARGO_BIN_EXE_sluice"))
-        .env("SLUICE_S3_PORT", free_port().to_string())
-        .env("SLUICE_STATUS_PORT", free_port().to_string())
+        .env("SLUICE_S3_PORT", s3_port.to_string())
+        .env("SLUICE_STATUS_PORT", status_port.to_string())
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
