@@ -28,9 +28,10 @@ const MAX_ANSWER_BYTES: u64 = 64 * 1024;
 pub struct HealthArgs {
     /// The role's TOML config; its `metrics_listen` is asked (an unspecified
     /// address such as 0.0.0.0 is asked on loopback).
-    #[arg(long, env = "SLUICE_CONFIG", conflicts_with = "url")]
+    #[arg(long, env = "SLUICE_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Ask this base URL instead, e.g. `http://10.0.0.11:7091`.
+    /// Ask this base URL instead, e.g. `http://10.0.0.11:7091` (wins over
+    /// --config and SLUICE_CONFIG, which the container image sets).
     #[arg(long)]
     pub url: Option<String>,
     /// Ask `/health/live` (serving at all) instead of `/health/ready`.
@@ -42,8 +43,8 @@ pub struct HealthArgs {
 /// returns whether it was 200.
 pub fn run(args: HealthArgs) -> anyhow::Result<bool> {
     let addr = match (&args.config, &args.url) {
-        (Some(config), _) => metrics_addr_of(config)?,
-        (None, Some(url)) => addr_of_url(url)?,
+        (_, Some(url)) => addr_of_url(url)?,
+        (Some(config), None) => metrics_addr_of(config)?,
         (None, None) => bail!("give --config (or SLUICE_CONFIG) or --url"),
     };
     let path = if args.live {
@@ -114,10 +115,9 @@ fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
         .with_context(|| format!("connecting to {addr}"))?;
     stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
     stream.set_write_timeout(Some(PROBE_TIMEOUT))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
+    // One write (`write!` on the socket would send each piece on its own).
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes())?;
     let mut answer = Vec::new();
     stream
         .take(MAX_ANSWER_BYTES)
@@ -173,6 +173,17 @@ fn send_notify(socket: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// Reads a request head (through the blank line): answering and closing
+    /// before all of it arrived would reset the connection.
+    fn read_head(s: &mut TcpStream) -> String {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap() == 1 {
+            head.push(byte[0]);
+        }
+        String::from_utf8_lossy(&head).into_owned()
+    }
+
     #[test]
     fn parses_status_and_body() {
         let (code, body) =
@@ -203,9 +214,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
-            let mut buf = [0u8; 1024];
-            let n = s.read(&mut buf).unwrap();
-            let request = String::from_utf8_lossy(&buf[..n]).to_string();
+            let request = read_head(&mut s);
             s.write_all(b"HTTP/1.1 200 OK\r\n\r\nready").unwrap();
             request
         });
@@ -217,6 +226,26 @@ mod tests {
                 .unwrap()
                 .starts_with("GET /health/ready HTTP/1.1\r\n")
         );
+    }
+
+    #[test]
+    fn url_wins_over_config() {
+        // The container image sets SLUICE_CONFIG; `sluice health --url` in
+        // it must still ask the URL (the config file need not even exist).
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            read_head(&mut s);
+            s.write_all(b"HTTP/1.1 200 OK\r\n\r\nready").unwrap();
+        });
+        let args = HealthArgs {
+            config: Some(PathBuf::from("/nonexistent/sluice.toml")),
+            url: Some(format!("http://{addr}")),
+            live: false,
+        };
+        assert!(run(args).unwrap());
+        server.join().unwrap();
     }
 
     #[test]
