@@ -1,8 +1,10 @@
 //! The read path: stripes of a byte range from k verified shard streams.
 //!
 //! Shards are tried in preference order — data shards `0..k`, then parity
-//! shards `k..k+m`, skipping those the placement lists as missing — and the
-//! first k that are not failed are read. Each shard in use has one
+//! shards `k..k+m`, skipping those the placement lists as missing, and
+//! those on datanodes meta reports down last (trying them first would cost
+//! every read a failed connection: a connect timeout or DNS failure) — and
+//! the first k that are not failed are read. Each shard in use has one
 //! server-streaming `GetShard` RPC covering every stripe still needed,
 //! consumed one block per stripe. A shard that answers `NOT_FOUND` /
 //! `DATA_LOSS`, cannot be reached, stalls, ends early or sends a block whose
@@ -130,9 +132,7 @@ impl StripeReader {
         };
         let layout = Layout::new(p.size, k, p.block_size as usize);
         let stripes = layout.stripes_for(&range);
-        let preference = (0..k + m)
-            .filter(|i| !p.missing.contains(&(*i as u32)))
-            .collect();
+        let preference = read_preference(k + m, &p.missing, &p.nodes, &store.inner.pool.live_ids());
         Ok(StripeReader {
             store: store.clone(),
             codec,
@@ -284,6 +284,14 @@ struct Fetch<'a> {
     block_len: usize,
 }
 
+/// The order shards are tried in: `0..n` without the placement's missing
+/// shards, those on datanodes not in `live` moved (stably) to the end.
+fn read_preference(n: usize, missing: &[u32], nodes: &[u64], live: &[u64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).filter(|i| !missing.contains(&(*i as u32))).collect();
+    order.sort_by_key(|&i| nodes.get(i).is_none_or(|node| !live.contains(node)));
+    order
+}
+
 impl Fetch<'_> {
     /// Reads block `stripe` of the shard, opening its stream at that block
     /// if needed. `Err` carries why the shard must not be used any more.
@@ -338,5 +346,32 @@ impl Fetch<'_> {
             ));
         }
         Ok(block.data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_preference;
+
+    #[test]
+    fn shards_on_down_datanodes_are_tried_last() {
+        let nodes = [11, 12, 13, 14, 15];
+        // Every datanode live: data shards first, then parity.
+        assert_eq!(
+            read_preference(5, &[], &nodes, &[11, 12, 13, 14, 15]),
+            vec![0, 1, 2, 3, 4]
+        );
+        // Datanodes 11 and 12 down: parity before their data shards.
+        assert_eq!(
+            read_preference(5, &[], &nodes, &[13, 14, 15]),
+            vec![2, 3, 4, 0, 1]
+        );
+        // Missing shards are never tried.
+        assert_eq!(
+            read_preference(5, &[3], &nodes, &[13, 14, 15]),
+            vec![2, 4, 0, 1]
+        );
+        // No live set known (not refreshed yet): the plain order.
+        assert_eq!(read_preference(5, &[], &nodes, &[]), vec![0, 1, 2, 3, 4]);
     }
 }
