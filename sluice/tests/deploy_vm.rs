@@ -30,11 +30,11 @@ fn pki_dir() -> &'static Path {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut ids = vec![Identity::new(Role::Gateway, "s3").unwrap()];
         for i in 1..=3 {
-            ids.push(Identity::new(Role::Meta, &i.to_string()).unwrap());
-            ids.push(Identity::new(Role::Gateway, &format!("gw-{i}")).unwrap());
+            ids.push(Identity::new(Role::Meta, i.to_string()).unwrap());
+            ids.push(Identity::new(Role::Gateway, format!("gw-{i}")).unwrap());
         }
         for i in 1..=6 {
-            ids.push(Identity::new(Role::Datanode, &i.to_string()).unwrap());
+            ids.push(Identity::new(Role::Datanode, i.to_string()).unwrap());
         }
         sluice_auth::pki::ensure_dir(dir.path(), &ids).expect("test PKI");
         dir
