@@ -112,10 +112,12 @@ vm_wait_ready() {
     local name i
     for name in "$@"; do
         for i in $(seq 1 240); do
-            vm_ready "$name" && break
             vm_running "$name" || vm_die "$name exited: $(tail -n 5 "$(vm_logfile "$name")")"
+            vm_ready "$name" && break
             sleep 0.5
         done
+        # Ready, and by this process (not a leftover holding the port).
+        vm_running "$name" || vm_die "$name exited: $(tail -n 5 "$(vm_logfile "$name")")"
         vm_ready "$name" || vm_die "$name not ready after 120 s: $(ip netns exec "$VM_CLIENT_NS" "$VM_BIN" health --url "$(vm_metrics_url "$name")")"
     done
 }
