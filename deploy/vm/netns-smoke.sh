@@ -30,6 +30,7 @@ VM_CLIENT_IP=10.0.0.100
 VM_LB_IP=10.0.0.10
 VM_WORK=""
 VM_HOSTS=()   # host names of the layout, in order
+VM_META_ENDPOINTS=""
 VM_PROCS=()   # process names "<host>/<role>" (role = config file stem)
 declare -A VM_HOST_IP=() VM_HOST_IDX=()
 
@@ -204,18 +205,22 @@ vm_setup() {
 
     # One XFS filesystem per datanode data dir (a sparse 4 GiB image: the
     # datanodes' reserved_free_bytes default is 1 GiB).
-    local p data img
-    for p in $(vm_procs_of datanode); do
-        data=$(sed -n 's/^data_dir *= *"\(.*\)"/\1/p' "$VM_WORK/${p%%/*}/etc/${p#*/}.toml")
-        img="$VM_WORK/img/${p//\//__}.img"
-        truncate -s 4G "$img"
-        mkfs.xfs -q "$img"
-        mkdir -p "$data"
-        mount -o loop "$img" "$data"
-        echo "$data" >>"$VM_WORK/mounts"
-    done
+    local p
+    for p in $(vm_procs_of datanode); do vm_mount_xfs "$p"; done
 
     cp "$VM_HERE/haproxy.cfg" "$VM_WORK/haproxy.cfg"
+}
+
+# vm_mount_xfs NAME: a fresh XFS image loop-mounted on the datanode's data_dir.
+vm_mount_xfs() {
+    local p=$1 data img
+    data=$(sed -n 's/^data_dir *= *"\(.*\)"/\1/p' "$VM_WORK/${p%%/*}/etc/${p#*/}.toml")
+    img="$VM_WORK/img/${p//\//__}.img"
+    truncate -s 4G "$img"
+    mkfs.xfs -q "$img"
+    mkdir -p "$data"
+    mount -o loop "$img" "$data"
+    echo "$data" >>"$VM_WORK/mounts"
 }
 
 # vm_issue_for PKI HOSTDIR CONFIG: issues the certificate CONFIG names
@@ -320,6 +325,89 @@ smoke_restart_all() {
     vm_start_all
 }
 
+# vm_admin ARGS...: `sluice admin ARGS` from the client VM with the operator's
+# certificate, against the layout's meta endpoints.
+vm_admin() {
+    ip netns exec "$VM_CLIENT_NS" env SLUICE_META="$VM_META_ENDPOINTS" \
+        SLUICE_ADMIN_CA="$VM_WORK/pki/ca.pem" SLUICE_ADMIN_CERT="$VM_WORK/pki/admin-ops.pem" \
+        SLUICE_ADMIN_KEY="$VM_WORK/pki/admin-ops.key" "$VM_BIN" admin "$@"
+}
+
+# vm_ops: the guide's operations on the running cluster. Step 10: a datanode
+# added later (a third disk on the first storage host, id 7). Step 11: the
+# VM of meta 3 fails (every process on it stopped) and a new VM, meta-new at
+# 10.0.0.14, replaces it as meta 4 (`join = true`, `sluice admin meta replace`).
+# Then everything written reads back and a new object writes.
+vm_ops() {
+    local host h p i
+    for host in "${VM_HOSTS[@]}"; do [ -n "$(vm_procs_on "$host")" ] && break; done
+    vm_log "guide step 10: datanode 7 added on $host"
+    "$VM_BIN" admin certs issue --dir "$VM_WORK/pki" --role datanode --id 7 >/dev/null
+    install -m 0644 "$VM_WORK/pki/datanode-7.pem" "$VM_WORK/$host/tls/"
+    install -m 0600 "$VM_WORK/pki/datanode-7.key" "$VM_WORK/$host/tls/"
+    sed -e 's/^node_id = .*/node_id = 7/' -e 's/7102/7103/g' -e 's/7192/7193/' \
+        -e 's#/datanode-2"#/datanode-3"#' -e 's/datanode-[0-9]*\.\(pem\|key\)"/datanode-7.\1"/' \
+        "$VM_WORK/$host/etc/datanode-2.toml" >"$VM_WORK/$host/etc/datanode-3.toml"
+    VM_PROCS+=("$host/datanode-3")
+    vm_mount_xfs "$host/datanode-3"
+    vm_start "$host/datanode-3"
+    vm_wait_ready "$host/datanode-3"
+    vm_admin datanode list >&2
+    vm_admin datanode list | grep -Eq '^ *7 .*\bup\b' || vm_die "datanode 7 is not listed up"
+
+    # The VM of meta 3 fails: every process on it.
+    local dead
+    for h in "${VM_HOSTS[@]}"; do
+        grep -q '^node_id = 3$' "$VM_WORK/$h/etc/meta.toml" 2>/dev/null && dead=$h
+    done
+    vm_log "guide step 11: $dead fails, meta-new (10.0.0.14) replaces meta 3 as meta 4"
+    local keep=()
+    for p in "${VM_PROCS[@]}"; do
+        if [ "${p%%/*}" = "$dead" ]; then vm_stop "$p"; else keep+=("$p"); fi
+    done
+    VM_PROCS=("${keep[@]}")
+    h=meta-new
+    VM_HOST_IP[$h]=10.0.0.14
+    VM_HOST_IDX[$h]=99
+    VM_HOSTS+=("$h")
+    vm_add_ns "$(vm_ns "$h")" 10.0.0.14 99
+    mkdir -p "$VM_WORK/$h/etc" "$VM_WORK/$h/tls" "$VM_WORK/$h/var"
+    "$VM_BIN" admin certs issue --dir "$VM_WORK/pki" --role meta --id 4 >/dev/null
+    install -m 0644 "$VM_WORK/pki/ca.pem" "$VM_WORK/pki/meta-4.pem" "$VM_WORK/$h/tls/"
+    install -m 0600 "$VM_WORK/pki/meta-4.key" "$VM_WORK/$h/tls/"
+    # The guide's meta.toml for the replacement, paths moved.
+    cat >"$VM_WORK/$h/etc/meta.toml" <<T
+node_id = 4
+listen = "0.0.0.0:7001"
+advertise_addr = "https://10.0.0.14:7001"
+data_dir = "$VM_WORK/$h/var/meta"
+metrics_listen = "0.0.0.0:7091"
+join = true
+[cluster_tls]
+ca_file = "$VM_WORK/$h/tls/ca.pem"
+cert_file = "$VM_WORK/$h/tls/meta-4.pem"
+key_file = "$VM_WORK/$h/tls/meta-4.key"
+T
+    VM_PROCS+=("$h/meta")
+    vm_start "$h/meta"
+    # Until a leader is elected without meta 3, replace may be refused: retry.
+    for i in $(seq 1 30); do
+        vm_admin meta replace 3 --id 4 --addr https://10.0.0.14:7001 >&2 && break
+        [ "$i" = 30 ] && vm_die "sluice admin meta replace failed"
+        sleep 2
+    done
+    VM_META_ENDPOINTS="$VM_META_ENDPOINTS,https://10.0.0.14:7001"
+    vm_wait_ready "$h/meta"
+    vm_admin meta list >&2
+    vm_admin meta list --json | grep -q '10.0.0.14' || vm_die "meta 4 is not a member"
+    vm_admin meta list --json | grep -q '10.0.0.13' && vm_die "meta 3 is still a member"
+    smoke_wait_ready
+    smoke_check_all
+    head -c $((8 * 1024 * 1024)) /dev/urandom >"$SMOKE_WORK/after-ops.bin"
+    smoke_put_check "$SMOKE_WORK/after-ops.bin" after-ops.bin
+    echo "OPS OK datanode_added=7 meta_replaced=3->4"
+}
+
 # The aws CLI runs in the client namespace.
 aws() { ip netns exec "$VM_CLIENT_NS" env PATH="$PATH" aws "$@"; }
 
@@ -348,11 +436,11 @@ vm_main() {
     echo "XFS OK datanodes=$n"
 
     # The operator's view, with the admin certificate, from the client VM.
-    local metas=""
-    for p in $(vm_procs_of meta); do metas="$metas${metas:+,}https://${VM_HOST_IP[${p%%/*}]}:7001"; done
-    ip netns exec "$VM_CLIENT_NS" env SLUICE_META="$metas" SLUICE_ADMIN_CA="$VM_WORK/pki/ca.pem" \
-        SLUICE_ADMIN_CERT="$VM_WORK/pki/admin-ops.pem" SLUICE_ADMIN_KEY="$VM_WORK/pki/admin-ops.key" \
-        "$VM_BIN" admin status >&2 || vm_die "sluice admin status failed"
+    VM_META_ENDPOINTS=""
+    for p in $(vm_procs_of meta); do
+        VM_META_ENDPOINTS="$VM_META_ENDPOINTS${VM_META_ENDPOINTS:+,}https://${VM_HOST_IP[${p%%/*}]}:7001"
+    done
+    vm_admin status >&2 || vm_die "sluice admin status failed"
 
     # shellcheck source=../smoke/steps.sh
     source "$VM_REPO/deploy/smoke/steps.sh"
@@ -367,6 +455,8 @@ vm_main() {
     SMOKE_WORK="$VM_WORK/smoke"
     smoke_wait_ready
     smoke_run
+    # NETNS_OPS=0 skips the guide's operations (steps 10 and 11).
+    if [ "${NETNS_OPS:-1}" = 1 ]; then vm_ops; fi
     echo "NETNS LAYOUT $layout namespaces=$(wc -l <"$VM_WORK/netns") processes=${#VM_PROCS[@]} seconds=$(($(date +%s) - t0))"
 }
 

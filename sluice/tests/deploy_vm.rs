@@ -7,7 +7,8 @@
 //!   absent) and carry the settings the guide relies on;
 //! * `deploy/vm/netns-smoke.sh` runs the 6-VM layout in network namespaces
 //!   on loop-mounted XFS behind haproxy and passes the deployment smoke
-//!   steps (skipped unless root with ip, mkfs.xfs, haproxy and aws).
+//!   steps, then adds a datanode and replaces a failed meta VM as the guide
+//!   says (skipped unless root with ip, mkfs.xfs, haproxy and aws).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -285,6 +286,8 @@ fn netns_smoke() {
         "netns-smoke.sh failed after {secs:.0} s\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(stdout.contains("XFS OK datanodes=6"), "{stdout}");
+    // The guide's steps 10 (a datanode added) and 11 (a failed meta VM replaced).
+    assert!(stdout.contains("OPS OK"), "{stdout}");
     let pass = stdout
         .lines()
         .find(|l| l.starts_with("SMOKE PASS"))
