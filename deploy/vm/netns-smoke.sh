@@ -2,7 +2,9 @@
 # The multi-VM layout of deploy/vm/README.md on one machine: one network
 # namespace per "VM", each role started from its guide config with only its
 # paths changed, haproxy in front of the gateways, the aws CLI in a client
-# namespace; then the deployment smoke steps (deploy/smoke/steps.sh).
+# namespace; then the deployment smoke steps (deploy/smoke/steps.sh), then
+# the guide's steps 10 and 11 (vm_ops: a datanode added, a failed meta VM
+# replaced; NETNS_OPS=0 skips them).
 #
 #   sudo deploy/vm/netns-smoke.sh SLUICE_BINARY [3-vm|6-vm]     (default 6-vm)
 #
