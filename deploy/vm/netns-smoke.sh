@@ -162,7 +162,7 @@ vm_start_haproxy() {
 # ---- setup and teardown --------------------------------------------------
 # vm_setup LAYOUT: namespaces, certificates, configs, XFS data dirs.
 vm_setup() {
-    local layout=$1 dir="$VM_HERE/$1" host ip roles idx=0 f stem
+    local layout=$1 dir="$VM_HERE/$1" host ip _roles idx=0 f stem
     [ -d "$dir" ] || vm_die "no layout $dir"
     VM_WORK=$(mktemp -d "/tmp/sluice-netns-$VM_ID.XXXXXX")
     mkdir -p "$VM_WORK/run" "$VM_WORK/logs" "$VM_WORK/img"
@@ -182,7 +182,7 @@ vm_setup() {
         --dns s3.sluice.test --ip "$VM_LB_IP" >/dev/null
     "$VM_BIN" admin certs issue --dir "$pki" --role admin --id ops >/dev/null
 
-    while read -r host ip roles; do
+    while read -r host ip _roles; do
         case "$host" in '#'* | '') continue ;; esac
         idx=$((idx + 1))
         VM_HOST_IP[$host]=$ip
@@ -444,7 +444,7 @@ vm_main() {
     done
     vm_admin status >&2 || vm_die "sluice admin status failed"
 
-    # shellcheck source=../smoke/steps.sh
+    # shellcheck source=deploy/smoke/steps.sh
     source "$VM_REPO/deploy/smoke/steps.sh"
     local gw_cfg
     gw_cfg=$(vm_first_of gateway)
@@ -452,8 +452,8 @@ vm_main() {
     AWS_ACCESS_KEY_ID=$(sed -n 's/^access_key *= *"\(.*\)"/\1/p' "$gw_cfg")
     AWS_SECRET_ACCESS_KEY=$(sed -n 's/^secret_key *= *"\(.*\)"/\1/p' "$gw_cfg")
     export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
-    S3_ENDPOINT="https://$VM_LB_IP:443"
-    S3_CA_BUNDLE="$VM_WORK/pki/ca.pem"
+    export S3_ENDPOINT="https://$VM_LB_IP:443"
+    export S3_CA_BUNDLE="$VM_WORK/pki/ca.pem"
     SMOKE_WORK="$VM_WORK/smoke"
     smoke_wait_ready
     smoke_run
