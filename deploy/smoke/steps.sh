@@ -108,6 +108,8 @@ smoke_run() {
     s0=$(smoke_now)
     smoke_aws s3 cp --only-show-errors --recursive "$SMOKE_WORK/small/" "s3://$SMOKE_BUCKET/small/"
     s1=$(smoke_now)
+    # length(Contents), not KeyCount: the CLI paginates and drops KeyCount
+    # from the merged pages (prints None).
     local listed
     # length(Contents), not KeyCount: the aws CLI merges its pages and drops KeyCount.
     listed=$(smoke_aws s3api list-objects-v2 --bucket "$SMOKE_BUCKET" --prefix small/ \

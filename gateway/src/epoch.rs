@@ -94,9 +94,14 @@ impl EpochService for MetaEpochService {
     }
 
     async fn renew(&self, epoch: u64) -> Result<(), MetaError> {
-        self.meta
-            .renew_epoch_reporting(epoch, sluice_meta::process_rss(), self.memory_budget)
-            .await
+        let (requests_total, slowdowns_total) = crate::metrics::request_totals();
+        let report = sluice_meta::GatewayReport {
+            rss_bytes: sluice_meta::process_rss(),
+            memory_budget_bytes: self.memory_budget,
+            requests_total,
+            slowdowns_total,
+        };
+        self.meta.renew_epoch_reporting(epoch, report).await
     }
 }
 

@@ -2,6 +2,8 @@
 //! exporter is installed by the binary before [`crate::run`]; without one
 //! every update is a no-op.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 /// Gauge: write-path buffer bytes held (stripes and shard blocks), ≤
 /// [`BUFFER_BUDGET_BYTES`].
 pub const BUFFER_BYTES_IN_USE: &str = "sluice_gateway_buffer_bytes_in_use";
@@ -49,6 +51,21 @@ pub const BLOBS_RELEASED_TOTAL: &str = "sluice_gateway_blobs_released_total";
 /// commit was refused or never happened.
 pub const BLOBS_DISCARDED_TOTAL: &str = "sluice_gateway_blobs_discarded_total";
 
+/// Requests recorded by [`record_request`] in this process (reported to meta
+/// with each epoch renewal, for `sluice admin status`).
+static REQUESTS: AtomicU64 = AtomicU64::new(0);
+/// `503 SlowDown` answers counted by [`count_slowdown`] in this process.
+static SLOWDOWNS: AtomicU64 = AtomicU64::new(0);
+
+/// S3 requests answered and `503 SlowDown` answers since this process
+/// started (every gateway in the process together; a deployment runs one).
+pub fn request_totals() -> (u64, u64) {
+    (
+        REQUESTS.load(Ordering::Relaxed),
+        SLOWDOWNS.load(Ordering::Relaxed),
+    )
+}
+
 /// `reason` label of [`SLOWDOWN_TOTAL`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlowDownReason {
@@ -72,6 +89,7 @@ impl SlowDownReason {
 
 /// Counts one `503 SlowDown` answered for `reason`.
 pub fn count_slowdown(reason: SlowDownReason) {
+    SLOWDOWNS.fetch_add(1, Ordering::Relaxed);
     metrics::counter!(SLOWDOWN_TOTAL, "reason" => reason.as_str()).increment(1);
 }
 
@@ -82,6 +100,7 @@ pub fn count_silent_connection() {
 
 /// Records one request of S3 operation `op` that took `seconds`.
 pub fn record_request(op: &str, seconds: f64) {
+    REQUESTS.fetch_add(1, Ordering::Relaxed);
     metrics::histogram!(REQUEST_DURATION_SECONDS, "op" => op.to_string()).record(seconds);
 }
 

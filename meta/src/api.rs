@@ -464,14 +464,18 @@ impl<K: KvStore> Meta for MetaService<K> {
         request: Request<pb::RenewEpochRequest>,
     ) -> Result<Response<pb::RenewEpochResponse>, Status> {
         let mut r = request.into_inner();
-        // Memory figures stay in leader memory, out of the Raft log.
-        let (rss, budget) = (r.rss_bytes, r.memory_budget_bytes);
-        (r.rss_bytes, r.memory_budget_bytes) = (0, 0);
+        // Load figures stay in leader memory, out of the Raft log.
+        let report = crate::GatewayReport {
+            rss_bytes: std::mem::take(&mut r.rss_bytes),
+            memory_budget_bytes: std::mem::take(&mut r.memory_budget_bytes),
+            requests_total: std::mem::take(&mut r.requests_total),
+            slowdowns_total: std::mem::take(&mut r.slowdowns_total),
+        };
         let epoch = r.epoch;
         let applied = self.write(Command::RenewEpoch(r)).await?;
         done("RenewEpoch", &applied)?;
-        if rss > 0 || budget > 0 {
-            self.loads.gateway(epoch, rss, budget);
+        if report != crate::GatewayReport::default() {
+            self.loads.gateway(epoch, report);
         }
         Ok(Response::new(pb::RenewEpochResponse {}))
     }

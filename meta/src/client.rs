@@ -105,6 +105,19 @@ struct Inner {
     transport: sluice_auth::Transport,
 }
 
+/// What a gateway reports with each epoch renewal (`RenewEpochRequest`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GatewayReport {
+    /// The gateway process's resident set, bytes.
+    pub rss_bytes: u64,
+    /// The sum of its memory budgets, bytes.
+    pub memory_budget_bytes: u64,
+    /// S3 requests answered since the process started.
+    pub requests_total: u64,
+    /// `503 SlowDown` answers since the process started.
+    pub slowdowns_total: u64,
+}
+
 impl MetaClient {
     /// `seeds` are gRPC endpoints of meta nodes; at least one is required.
     pub fn new(seeds: Vec<String>) -> Self {
@@ -657,22 +670,24 @@ impl MetaClient {
 
     /// Renews write epoch `epoch`; `EpochClosed` when it was closed.
     pub async fn renew_epoch(&self, epoch: u64) -> Result<(), MetaError> {
-        self.renew_epoch_reporting(epoch, 0, 0).await
+        self.renew_epoch_reporting(epoch, GatewayReport::default())
+            .await
     }
 
-    /// [`MetaClient::renew_epoch`], reporting this gateway's RSS and the sum
-    /// of its memory budgets (kept in leader memory for `sluice admin status`).
+    /// [`MetaClient::renew_epoch`], reporting this gateway's load (kept in
+    /// leader memory for `sluice admin status`).
     pub async fn renew_epoch_reporting(
         &self,
         epoch: u64,
-        rss_bytes: u64,
-        memory_budget_bytes: u64,
+        report: GatewayReport,
     ) -> Result<(), MetaError> {
         let req = pb::RenewEpochRequest {
             epoch,
             op_id: new_op_id(),
-            rss_bytes,
-            memory_budget_bytes,
+            rss_bytes: report.rss_bytes,
+            memory_budget_bytes: report.memory_budget_bytes,
+            requests_total: report.requests_total,
+            slowdowns_total: report.slowdowns_total,
         };
         self.call("RenewEpoch", |mut c| {
             let req = req.clone();

@@ -49,7 +49,7 @@ pub mod sm;
 pub mod store;
 mod sweeper;
 
-pub use client::{MetaClient, MetaError};
+pub use client::{GatewayReport, MetaClient, MetaError};
 pub use config::{Config, ConfigError};
 pub use error::Error;
 pub use node::run;

@@ -32,6 +32,7 @@ mod admin;
 mod budget;
 mod dev;
 mod health;
+mod http;
 mod malloc;
 mod probe;
 mod telemetry;

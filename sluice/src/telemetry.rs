@@ -30,7 +30,6 @@
 //! * [`MetricsServer::start`]: process gauges, sampler and upkeep task, HTTP endpoint.
 //! * `respond`: the request handler; `parse_vm_rss`: the `/proc` parser.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,10 +37,9 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Response, StatusCode};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use sluice_gateway::health::{Health, LIVE_PATH, READY_PATH};
@@ -193,94 +191,51 @@ pub fn parse_vm_rss(text: &str) -> Option<u64> {
     (fields.next() == Some("kB")).then_some(kib.checked_mul(1024)?)
 }
 
-/// Accepts scrape connections, at most [`MAX_SCRAPE_CONNECTIONS`] at once,
-/// each closed after one request or [`SCRAPE_TIMEOUT`]. Runs until aborted;
-/// connection tasks end by themselves within the timeout.
+/// Serves `/metrics` and `/health/live|ready` on `listener`, at most
+/// [`MAX_SCRAPE_CONNECTIONS`] connections at once, each closed after one
+/// request or [`SCRAPE_TIMEOUT`]. Runs until aborted.
 async fn serve(listener: TcpListener, handle: PrometheusHandle, ready: ReadyProbe) {
-    let permits = Arc::new(Semaphore::new(MAX_SCRAPE_CONNECTIONS));
-    loop {
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return;
-        };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Out of file descriptors and the like: back off, keep serving.
-                tracing::warn!(error = %e, "accepting a metrics connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    let handler: crate::http::Handler = Arc::new(move |method: Method, path: String| {
         let (handle, ready) = (handle.clone(), Arc::clone(&ready));
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let (method, path) = (req.method().clone(), req.uri().path().to_string());
-                let (handle, ready) = (handle.clone(), Arc::clone(&ready));
-                async move {
-                    let health = match (&method, path.as_str()) {
-                        (&Method::GET | &Method::HEAD, LIVE_PATH) => {
-                            Some(Health::ok("live: process up"))
-                        }
-                        (&Method::GET | &Method::HEAD, READY_PATH) => Some(ready().await),
-                        _ => None,
-                    };
-                    let response = match health {
-                        Some(h) => health_response(&h),
-                        None => respond(&method, &path, &handle),
-                    };
-                    Ok::<_, Infallible>(response)
+        Box::pin(async move {
+            match (&method, path.as_str()) {
+                (&Method::GET | &Method::HEAD, LIVE_PATH) => {
+                    health_response(&Health::ok("live: process up"))
                 }
-            });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .keep_alive(false)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            match tokio::time::timeout(SCRAPE_TIMEOUT, connection).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::debug!(error = %e, "metrics connection"),
-                Err(_) => tracing::debug!("metrics connection timed out"),
+                (&Method::GET | &Method::HEAD, READY_PATH) => health_response(&ready().await),
+                _ => respond(&method, &path, &handle),
             }
-            drop(permit);
-        });
-    }
+        })
+    });
+    crate::http::serve(
+        listener,
+        MAX_SCRAPE_CONNECTIONS,
+        SCRAPE_TIMEOUT,
+        handler,
+        "metrics",
+    )
+    .await
 }
 
 /// A health answer: 200 or 503, the reason as one line of text.
 fn health_response(health: &Health) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(format!("{}\n", health.reason))));
-    *response.status_mut() = health.status();
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
+    crate::http::text(health.status(), format!("{}\n", health.reason))
 }
 
 /// `GET /metrics` renders the exposition; other paths 404, other methods 405.
 fn respond(method: &Method, path: &str, handle: &PrometheusHandle) -> Response<Full<Bytes>> {
-    let (status, content_type, body) = match (method, path) {
-        (&Method::GET | &Method::HEAD, "/metrics") => (
+    match (method, path) {
+        (&Method::GET | &Method::HEAD, "/metrics") => crate::http::respond(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
             handle.render(),
         ),
-        (_, "/metrics") => (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain; charset=utf-8",
-            "only GET /metrics\n".to_string(),
-        ),
-        _ => (
+        (_, "/metrics") => crate::http::text(StatusCode::METHOD_NOT_ALLOWED, "only GET /metrics\n"),
+        _ => crate::http::text(
             StatusCode::NOT_FOUND,
-            "text/plain; charset=utf-8",
-            "not found; metrics are at /metrics\n".to_string(),
+            "not found; metrics are at /metrics\n",
         ),
-    };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(content_type),
-    );
-    response
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! End to end: `sluice dev` started as a process, then `sluice admin status
-//! --json` and the health checks on its metrics listener, as an operator
-//! would use them.
+//! --json`, the health checks on its metrics listener and the `sluice admin
+//! serve` status page (in headless Chromium when it is installed; `.ci/run`
+//! installs it), as an operator would use them.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -66,7 +67,7 @@ fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Result<T, String>) -> T {
 }
 
 #[test]
-fn admin_status_json_and_health_against_sluice_dev() {
+fn admin_status_status_page_and_health_against_sluice_dev() {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = free_port_range(10);
     let (s3_port, grpc_base, metrics_port) = (base, base + 1, base + 9);
@@ -157,5 +158,139 @@ fn admin_status_json_and_health_against_sluice_dev() {
     let text = String::from_utf8(out.stdout).expect("utf-8");
     assert!(text.starts_with("meta: leader 1, term "), "{text}");
     assert_eq!(text.matches(" up ").count(), 6, "{text}");
+
+    // A request on the S3 port (unsigned: 403) is counted and reported to
+    // meta with the gateway's next epoch renewal.
+    let (code, _) = get(s3, "/").expect("anonymous ListBuckets");
+    assert_eq!(code, 403);
+    wait_for("the gateway's request count in Status", || {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["admin", "status", "--json", "--meta", &meta])
+            .envs(admin_cert.clone())
+            .env("RUST_LOG", "error")
+            .output()
+            .map_err(|e| e.to_string())?;
+        let json: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        match json["gateways"][0]["requests_total"].as_u64() {
+            Some(n) if n >= 1 => Ok(()),
+            _ => Err(json["gateways"].to_string()),
+        }
+    });
+
+    status_page(base + 8, &meta, &admin_cert, dir.path());
     drop(guard);
+}
+
+/// `sluice admin serve` on `port`: the page and its JSON name the leader
+/// and every datanode; headless Chromium renders it.
+fn status_page(
+    port: u16,
+    meta: &str,
+    admin_cert: &[(&str, std::path::PathBuf)],
+    dir: &std::path::Path,
+) {
+    let page = SocketAddr::from(([127, 0, 0, 1], port));
+    let serve = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["admin", "serve", "--meta", meta, "--interval", "1s"])
+        .args(["--listen", &page.to_string()])
+        .envs(admin_cert.iter().cloned())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start sluice admin serve");
+    let _serve = Guard(serve);
+    // Two polls: the charts need two samples.
+    let html = wait_for("the status page with its charts", || match get(page, "/") {
+        Ok((200, body)) if body.contains("<polyline") => Ok(body),
+        other => Err(format!("{other:?}")),
+    });
+    assert!(html.contains("<title>Sluice cluster status</title>"));
+    assert!(
+        html.contains("meta leader<b class=\"ok\">node 1 · term "),
+        "{html}"
+    );
+    assert!(
+        html.contains("datanodes up<b class=\"ok\">6 / 6</b>"),
+        "{html}"
+    );
+    assert_eq!(
+        html.matches("<td class=\"ok\">up</td>").count(),
+        6,
+        "{html}"
+    );
+    assert!(html.contains("RSS / memory budgets"));
+    assert_eq!(html.matches("<svg ").count(), 3);
+    let (code, json) = get(page, "/status.json").expect("status.json");
+    assert_eq!(code, 200);
+    let json: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(json["status"]["leader_id"], 1);
+    assert_eq!(
+        json["status"]["datanodes"]
+            .as_array()
+            .expect("datanodes")
+            .len(),
+        6
+    );
+    assert!(json["error"].is_null());
+
+    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install chromium (.ci/run) for the status page test"
+        );
+        eprintln!(
+            "SKIPPED the headless-browser part: no chromium on PATH (apt-get install chromium)"
+        );
+        return;
+    };
+    let url = format!("http://{page}/");
+    let shot = dir.join("status-page.png");
+    let headless = |extra: &[&str]| {
+        Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .arg(format!(
+                "--user-data-dir={}",
+                dir.join("chromium-profile").display()
+            ))
+            .args(extra)
+            .arg(&url)
+            .stderr(Stdio::null())
+            .output()
+            .expect("run chromium")
+    };
+    // The DOM after the browser parsed and laid out the page.
+    let dom = headless(&["--dump-dom"]);
+    assert!(dom.status.success());
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        dom.contains("datanodes up<b class=\"ok\">6 / 6</b>"),
+        "{dom}"
+    );
+    assert!(dom.contains("<polyline"), "{dom}");
+    let out = headless(&[
+        "--window-size=1400,1500",
+        &format!("--screenshot={}", shot.display()),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let png = std::fs::read(&shot).expect("screenshot written");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "a PNG file");
+    let width = u32::from_be_bytes(png[16..20].try_into().expect("IHDR width"));
+    let height = u32::from_be_bytes(png[20..24].try_into().expect("IHDR height"));
+    assert_eq!((width, height), (1400, 1500));
+    // A blank 1400x1500 page compresses to a few KiB; tables, text and
+    // charts take far more.
+    assert!(png.len() > 40_000, "screenshot of {} bytes", png.len());
 }

@@ -73,15 +73,23 @@ struct DatanodeLoad {
     memory: Reported,
 }
 
+/// A gateway's last renewal report.
+#[derive(Debug, Clone, Copy)]
+struct GatewayLoad {
+    memory: Reported,
+    requests_total: u64,
+    slowdowns_total: u64,
+}
+
 #[derive(Debug, Default)]
 struct LoadState {
     /// Datanode id -> its last heartbeat's load. Only registered ids are
     /// recorded (the heartbeat handler registers first), so bounded by the
     /// registry.
     datanodes: HashMap<u64, DatanodeLoad>,
-    /// Write epoch -> the memory its gateway reported with its last
+    /// Write epoch -> the load its gateway reported with its last
     /// renewal; at most [`MAX_GATEWAY_LOADS`] entries.
-    gateways: HashMap<u64, Reported>,
+    gateways: HashMap<u64, GatewayLoad>,
 }
 
 /// Loads reported with datanode heartbeats and gateway epoch renewals,
@@ -109,17 +117,29 @@ impl Loads {
         );
     }
 
-    /// Records the memory of the gateway renewing `epoch`.
-    pub(crate) fn gateway(&self, epoch: u64, rss: u64, budget: u64) {
+    /// Records the load of the gateway renewing `epoch`.
+    pub(crate) fn gateway(&self, epoch: u64, report: crate::GatewayReport) {
         let mut s = self.lock();
-        s.gateways.retain(|_, r| r.at.elapsed() < GATEWAY_LOAD_TTL);
+        s.gateways
+            .retain(|_, r| r.memory.at.elapsed() < GATEWAY_LOAD_TTL);
         if s.gateways.len() >= MAX_GATEWAY_LOADS
             && !s.gateways.contains_key(&epoch)
-            && let Some(oldest) = s.gateways.iter().min_by_key(|(_, r)| r.at).map(|(e, _)| *e)
+            && let Some(oldest) = s
+                .gateways
+                .iter()
+                .min_by_key(|(_, r)| r.memory.at)
+                .map(|(e, _)| *e)
         {
             s.gateways.remove(&oldest);
         }
-        s.gateways.insert(epoch, Reported::now(rss, budget));
+        s.gateways.insert(
+            epoch,
+            GatewayLoad {
+                memory: Reported::now(report.rss_bytes, report.memory_budget_bytes),
+                requests_total: report.requests_total,
+                slowdowns_total: report.slowdowns_total,
+            },
+        );
     }
 }
 
@@ -326,9 +346,13 @@ pub(crate) async fn status<K: KvStore>(
         g.open_epochs.push(epoch);
         g.last_renewed_ms = g.last_renewed_ms.max(record.renewed_ms);
         if let Some(r) = loads.gateways.get(&epoch)
-            && g.memory.as_ref().is_none_or(|m| m.reported_ms < r.ms)
+            && g.memory
+                .as_ref()
+                .is_none_or(|m| m.reported_ms < r.memory.ms)
         {
-            g.memory = Some(r.to_proto());
+            g.memory = Some(r.memory.to_proto());
+            g.requests_total = r.requests_total;
+            g.slowdowns_total = r.slowdowns_total;
         }
     }
     drop(loads);
@@ -362,7 +386,15 @@ mod tests {
     fn gateway_loads_are_bounded() {
         let loads = Loads::default();
         for epoch in 0..(MAX_GATEWAY_LOADS as u64 + 10) {
-            loads.gateway(epoch, 1, 2);
+            loads.gateway(
+                epoch,
+                crate::GatewayReport {
+                    rss_bytes: 1,
+                    memory_budget_bytes: 2,
+                    requests_total: 3,
+                    slowdowns_total: 4,
+                },
+            );
         }
         let s = loads.lock();
         assert_eq!(s.gateways.len(), MAX_GATEWAY_LOADS);

@@ -12,11 +12,13 @@
 //! * [`datanodes`]: `sluice admin datanode list|drain|undrain|remove`.
 //! * `certs.rs`: `sluice admin certs init|issue`.
 //! * `status.rs`: `sluice admin status [--json]`.
+//! * [`serve`]: `sluice admin serve` (the HTML status page).
 
 mod certs;
 mod datanodes;
 mod keys;
 pub mod meta;
+pub mod serve;
 pub mod status;
 
 use std::path::PathBuf;
@@ -78,6 +80,8 @@ pub enum AdminCommand {
     /// The cluster at a glance: meta voters, datanodes, gateways, degraded
     /// blobs and heal progress, memory against budgets.
     Status(status::StatusArgs),
+    /// Serve a read-only HTML status page of the cluster (polls Status).
+    Serve(serve::ServeArgs),
     /// Cluster CA and node certificates.
     Certs {
         #[command(subcommand)]
@@ -118,9 +122,18 @@ pub fn transport(conn: &AdminConn) -> anyhow::Result<sluice_auth::Transport> {
 
 /// A leader-following client for the admin service on `conn.meta`.
 pub fn connect(conn: &AdminConn) -> anyhow::Result<MetaClient> {
+    connect_with(conn, ADMIN_RETRY_DEADLINE, ADMIN_RPC_TIMEOUT)
+}
+
+/// [`connect`] with its own retry deadline and per-call timeout.
+pub fn connect_with(
+    conn: &AdminConn,
+    retry_deadline: Duration,
+    rpc_timeout: Duration,
+) -> anyhow::Result<MetaClient> {
     anyhow::ensure!(!conn.meta.is_empty(), "no meta endpoint given (--meta)");
     Ok(
-        MetaClient::with_timeouts(conn.meta.clone(), ADMIN_RETRY_DEADLINE, ADMIN_RPC_TIMEOUT)
+        MetaClient::with_timeouts(conn.meta.clone(), retry_deadline, rpc_timeout)
             .with_transport(transport(conn)?),
     )
 }
@@ -132,6 +145,7 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::Meta { conn, command } => meta::run(&conn, command).await,
         AdminCommand::Datanode { conn, command } => datanodes::run(&conn, command).await,
         AdminCommand::Status(args) => status::run(args).await,
+        AdminCommand::Serve(args) => serve::run(args).await,
         AdminCommand::Certs { command } => certs::run(command),
     }
 }

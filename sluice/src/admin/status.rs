@@ -105,6 +105,10 @@ pub struct GatewayJson {
     pub open_epochs: Vec<u64>,
     pub last_renewed_ms: i64,
     pub memory: Option<MemoryJson>,
+    /// S3 requests answered and `503 SlowDown` answers since the gateway
+    /// process started (as of its last renewal).
+    pub requests_total: u64,
+    pub slowdowns_total: u64,
 }
 
 /// `sluice admin status --json`.
@@ -125,7 +129,7 @@ pub struct StatusJson {
     pub now_ms: i64,
 }
 
-fn non_empty(s: &str) -> Option<String> {
+pub(crate) fn non_empty(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
 
@@ -176,6 +180,8 @@ impl From<&StatusResponse> for StatusJson {
                     open_epochs: g.open_epochs.clone(),
                     last_renewed_ms: g.last_renewed_ms,
                     memory: MemoryJson::from(g.memory.as_ref()),
+                    requests_total: g.requests_total,
+                    slowdowns_total: g.slowdowns_total,
                 })
                 .collect(),
             degraded_blobs: s.degraded_blobs,
@@ -188,7 +194,7 @@ impl From<&StatusResponse> for StatusJson {
 }
 
 /// `1.5 GiB`-style sizes.
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
@@ -212,7 +218,7 @@ fn memory(m: Option<&ProcessMemory>) -> String {
 }
 
 /// How long ago `ms` was, relative to `now_ms`.
-fn ago(now_ms: i64, ms: i64) -> String {
+pub(crate) fn ago(now_ms: i64, ms: i64) -> String {
     let secs = (now_ms - ms).max(0) / 1000;
     match secs {
         s if s < 120 => format!("{s}s ago"),
@@ -334,7 +340,14 @@ pub fn render(s: &StatusResponse) -> String {
         out.push_str("gateways: none with an open write epoch\n");
     } else {
         out.push_str(&table(
-            &["GATEWAY", "OPEN EPOCHS", "LAST RENEWAL", "MEMORY"],
+            &[
+                "GATEWAY",
+                "OPEN EPOCHS",
+                "LAST RENEWAL",
+                "MEMORY",
+                "REQUESTS",
+                "SLOWDOWNS",
+            ],
             s.gateways
                 .iter()
                 .map(|g| {
@@ -347,6 +360,8 @@ pub fn render(s: &StatusResponse) -> String {
                             .join(","),
                         ago(s.now_ms, g.last_renewed_ms),
                         memory(g.memory.as_ref()),
+                        g.requests_total.to_string(),
+                        g.slowdowns_total.to_string(),
                     ]
                 })
                 .collect(),
@@ -362,11 +377,11 @@ pub fn render(s: &StatusResponse) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use sluice_proto::admin::{GatewayStatus, MetaVoterStatus, StatusDatanode};
 
-    fn sample() -> StatusResponse {
+    pub(crate) fn sample() -> StatusResponse {
         StatusResponse {
             leader_id: 1,
             term: 3,
@@ -424,6 +439,8 @@ mod tests {
                 open_epochs: vec![4, 5],
                 last_renewed_ms: 995_000,
                 memory: None,
+                requests_total: 120,
+                slowdowns_total: 3,
             }],
             degraded_blobs: 2,
             degraded_capped: false,
@@ -451,6 +468,7 @@ mod tests {
         assert!(text.contains("1.0 MiB / 64.0 MiB"), "{text}");
         assert!(text.contains("100.0 MiB / 64.0 MiB"), "{text}");
         assert!(text.contains("gw-1     4,5"), "{text}");
+        assert!(text.contains("-       120       3\n"), "{text}");
         assert!(
             text.ends_with("\ndegraded blobs: 2; heals in progress: 1\n"),
             "{text}"
@@ -460,6 +478,8 @@ mod tests {
     #[test]
     fn json_names_states_and_labels() {
         let json = serde_json::to_value(StatusJson::from(&sample())).unwrap();
+        assert_eq!(json["gateways"][0]["requests_total"], 120);
+        assert_eq!(json["gateways"][0]["slowdowns_total"], 3);
         assert_eq!(json["datanodes"][0]["state"], "down");
         assert_eq!(json["datanodes"][0]["down_since_ms"], 910_000);
         assert_eq!(json["datanodes"][0]["zone"], "a");
