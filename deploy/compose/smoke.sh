@@ -34,6 +34,10 @@ export COMPOSE_PROJECT_NAME="sluice-smoke-$suffix"
 export SLUICE_S3_PORT="${SLUICE_S3_PORT:-$(free_port)}"
 export SLUICE_STATUS_PORT="${SLUICE_STATUS_PORT:-$(free_port)}"
 while [ "$SLUICE_STATUS_PORT" = "$SLUICE_S3_PORT" ]; do SLUICE_STATUS_PORT=$(free_port); done
+export SLUICE_PAGE_PORT="${SLUICE_PAGE_PORT:-$(free_port)}"
+while [ "$SLUICE_PAGE_PORT" = "$SLUICE_S3_PORT" ] || [ "$SLUICE_PAGE_PORT" = "$SLUICE_STATUS_PORT" ]; do
+    SLUICE_PAGE_PORT=$(free_port)
+done
 export SLUICE_IMAGE="sluice:smoke-$suffix"
 export HAPROXY_IMAGE="haproxy:smoke-$suffix"
 work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-compose-smoke.XXXXXX")"
@@ -120,7 +124,8 @@ host_a_is() {
 all_healthy() {
     local ids id state
     ids=$("${compose[@]}" ps -q)
-    [ "$(printf '%s\n' "$ids" | grep -c .)" -eq 12 ] || return 1
+    # Every service the compose file defines has its container.
+    [ "$(printf '%s\n' "$ids" | grep -c .)" -eq "$("${compose[@]}" config --services | grep -c .)" ] || return 1
     for id in $ids; do
         state=$(docker inspect -f '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}' "$id")
         case "$state" in
@@ -138,6 +143,13 @@ haproxy_ready() {
     curl -fsS --cacert "$S3_CA_BUNDLE" -o /dev/null "$S3_ENDPOINT/health/ready"
 }
 
+# The status page (`sluice admin serve`) contains $1.
+page_shows() {
+    local page
+    page=$(curl -fsS "http://127.0.0.1:$SLUICE_PAGE_PORT/") || return 1
+    [[ "$page" == *"$1"* ]]
+}
+
 # docker-compose COMMAND... with its progress lines on stderr, minus the
 # "Stopping x ... " halves that the "... done" lines repeat.
 dc() { "${compose[@]}" --ansi never "$@" 2>&1 | { grep -v '\.\.\. *$' || true; } >&2; }
@@ -149,6 +161,9 @@ smoke_stop_host() {
     # Placement must know: writes go to the 4 datanodes left.
     wait_for 60 "meta to see host-a's datanodes down" host_a_is down
     log "meta sees host-a (dn1, dn2) down"
+    # The status page shows it within a poll (5 s).
+    wait_for 30 "the status page to show 4 of 6 datanodes up" page_shows '4 / 6</b>'
+    log "the status page shows 4 / 6 datanodes up"
     # ... and the gateways' datanode set (refreshed every 2 s).
     sleep 3
 }
@@ -160,6 +175,7 @@ smoke_start_host() {
 smoke_wait_ready() {
     wait_for 180 "every container healthy" all_healthy
     wait_for 60 "haproxy to see both gateways up" haproxy_ready
+    wait_for 30 "the status page to show 6 of 6 datanodes up" page_shows '6 / 6</b>'
     log "every container healthy, haproxy sees both gateways up"
 }
 smoke_restart_all() {

@@ -17,6 +17,7 @@
 #
 # Environment: COMPOSE_PROJECT_NAME (default sluice), SLUICE_CLUSTER_DIR,
 # SLUICE_S3_PORT (default 8443), SLUICE_STATUS_PORT (default 8404),
+# SLUICE_PAGE_PORT (the cluster status page, default 9300),
 # SLUICE_BIN, SLUICE_IMAGE, HAPROXY_IMAGE, UP_TIMEOUT (seconds, default 180).
 # Stop and delete everything: see README.md ("Teardown").
 set -euo pipefail
@@ -27,6 +28,7 @@ export SLUICE_CLUSTER_DIR="${SLUICE_CLUSTER_DIR:-$here/.cluster}"
 case "$SLUICE_CLUSTER_DIR" in /*) ;; *) SLUICE_CLUSTER_DIR="$PWD/$SLUICE_CLUSTER_DIR" ;; esac
 export SLUICE_S3_PORT="${SLUICE_S3_PORT:-8443}"
 export SLUICE_STATUS_PORT="${SLUICE_STATUS_PORT:-8404}"
+export SLUICE_PAGE_PORT="${SLUICE_PAGE_PORT:-9300}"
 export SLUICE_IMAGE="${SLUICE_IMAGE:-sluice:local}"
 export HAPROXY_IMAGE="${HAPROXY_IMAGE:-haproxy:local}"
 dir="$SLUICE_CLUSTER_DIR"
@@ -214,7 +216,8 @@ fi
 
 cat >&2 <<MSG
 Sluice is up: S3 at https://127.0.0.1:$SLUICE_S3_PORT (CA: $dir/s3/ca.pem),
-access key in $dir/s3/credentials, haproxy status at http://127.0.0.1:$SLUICE_STATUS_PORT/
+access key in $dir/s3/credentials, cluster status page at http://127.0.0.1:$SLUICE_PAGE_PORT/,
+haproxy status at http://127.0.0.1:$SLUICE_STATUS_PORT/
   set -a; . $dir/s3/credentials; set +a
   aws --endpoint-url https://127.0.0.1:$SLUICE_S3_PORT --ca-bundle $dir/s3/ca.pem s3 mb s3://mybucket
 MSG
