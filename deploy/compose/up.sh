@@ -89,9 +89,13 @@ make_cluster() {
     for i in 1 2; do
         sluice_run admin certs issue --dir /cluster/pki --role gateway --id "gw$i" --dns "gw$i"
     done
-    # The S3 certificate haproxy presents: issued by the cluster CA, so S3
-    # clients trust $dir/s3/ca.pem.
-    sluice_run admin certs issue --dir /cluster/pki --role gateway --id s3 \
+    # The S3 certificate haproxy presents, from a CA of its own (s3pki): S3
+    # clients trust $dir/s3/ca.pem, and the certificate is no cluster
+    # identity (the cluster trusts pki/ca.pem only), so haproxy, which holds
+    # its key, cannot act as a gateway inside the cluster.
+    mkdir -p "$dir/s3pki"
+    sluice_run admin certs init --dir /cluster/s3pki
+    sluice_run admin certs issue --dir /cluster/s3pki --role gateway --id s3 \
         --dns localhost --ip 127.0.0.1
     sluice_run admin certs issue --dir /cluster/pki --role admin --id admin
 
@@ -162,11 +166,11 @@ TOML
     mkdir -p "$dir/haproxy" "$dir/admin/tls" "$dir/s3"
     cp "$here/haproxy.cfg" "$dir/haproxy/haproxy.cfg"
     cp "$dir/pki/ca.pem" "$dir/haproxy/ca.pem"
-    cat "$dir/pki/gateway-s3.pem" "$dir/pki/gateway-s3.key" >"$dir/haproxy/s3.pem"
+    cat "$dir/s3pki/gateway-s3.pem" "$dir/s3pki/gateway-s3.key" >"$dir/haproxy/s3.pem"
     cp "$dir/pki/ca.pem" "$dir/admin/tls/ca.pem"
     cp "$dir/pki/admin-admin.pem" "$dir/admin/tls/admin.pem"
     cp "$dir/pki/admin-admin.key" "$dir/admin/tls/admin.key"
-    cp "$dir/pki/ca.pem" "$dir/s3/ca.pem"
+    cp "$dir/s3pki/ca.pem" "$dir/s3/ca.pem"
     printf 'AWS_ACCESS_KEY_ID=SLUICEROOT\nAWS_SECRET_ACCESS_KEY=%s\n' "$secret" >"$dir/s3/root-credentials"
     # The containers run as uid 10001 (haproxy 10002): their files are made
     # world-readable, and $dir itself (0700) keeps everyone else out.

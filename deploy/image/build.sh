@@ -14,7 +14,7 @@
 #
 # The image's entrypoint is `sluice`; give the role as the command, e.g.
 #   docker run --rm sluice:local --version
-#   docker run -v ./meta1:/etc/sluice:ro sluice:local meta --config /etc/sluice/sluice.toml
+#   docker run -v "$PWD/meta1:/etc/sluice:ro" sluice:local meta --config /etc/sluice/sluice.toml
 # SLUICE_CONFIG=/etc/sluice/sluice.toml is set, and the HEALTHCHECK runs
 # `sluice health`, which asks GET /health/ready on that config's
 # metrics_listen (so every role's config must set metrics_listen).

@@ -175,10 +175,12 @@ vm_setup() {
     ip -n "$VM_BR_NS" link set br0 up
 
     # Certificates as in the guide: one CA, a certificate per node, the S3
-    # certificate naming the balancer, an admin certificate for the operator.
-    local pki="$VM_WORK/pki"
+    # certificate naming the balancer from an S3 CA of its own, an admin
+    # certificate for the operator.
+    local pki="$VM_WORK/pki" s3pki="$VM_WORK/s3pki"
     "$VM_BIN" admin certs init --dir "$pki" >/dev/null
-    "$VM_BIN" admin certs issue --dir "$pki" --role gateway --id s3 \
+    "$VM_BIN" admin certs init --dir "$s3pki" >/dev/null
+    "$VM_BIN" admin certs issue --dir "$s3pki" --role gateway --id s3 \
         --dns s3.sluice.test --ip "$VM_LB_IP" >/dev/null
     "$VM_BIN" admin certs issue --dir "$pki" --role admin --id ops >/dev/null
 
@@ -240,8 +242,8 @@ vm_issue_for() {
     install -m 0644 "$pki/$base.pem" "$hostdir/tls/"
     install -m 0600 "$pki/$base.key" "$hostdir/tls/"
     if [ "$role" = gateway ]; then
-        install -m 0644 "$pki/gateway-s3.pem" "$hostdir/tls/"
-        install -m 0600 "$pki/gateway-s3.key" "$hostdir/tls/"
+        install -m 0644 "$VM_WORK/s3pki/gateway-s3.pem" "$hostdir/tls/"
+        install -m 0600 "$VM_WORK/s3pki/gateway-s3.key" "$hostdir/tls/"
     fi
 }
 
@@ -453,7 +455,7 @@ vm_main() {
     AWS_SECRET_ACCESS_KEY=$(sed -n 's/^secret_key *= *"\(.*\)"/\1/p' "$gw_cfg")
     export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
     export S3_ENDPOINT="https://$VM_LB_IP:443"
-    export S3_CA_BUNDLE="$VM_WORK/pki/ca.pem"
+    export S3_CA_BUNDLE="$VM_WORK/s3pki/ca.pem"
     SMOKE_WORK="$VM_WORK/smoke"
     smoke_wait_ready
     smoke_run
