@@ -85,15 +85,8 @@ set +a
 export S3_ENDPOINT="https://127.0.0.1:$SLUICE_S3_PORT"
 export S3_CA_BUNDLE="$SLUICE_CLUSTER_DIR/s3/ca.pem"
 
-admin() {
-    docker run --rm --network "${COMPOSE_PROJECT_NAME}_default" \
-        -v "$SLUICE_CLUSTER_DIR/admin:/etc/sluice:ro" \
-        -e SLUICE_META=https://meta1:7001,https://meta2:7001,https://meta3:7001 \
-        -e SLUICE_ADMIN_CA=/etc/sluice/tls/ca.pem \
-        -e SLUICE_ADMIN_CERT=/etc/sluice/tls/admin.pem \
-        -e SLUICE_ADMIN_KEY=/etc/sluice/tls/admin.key \
-        "$SLUICE_IMAGE" admin "$@"
-}
+# shellcheck source=deploy/compose/lib.sh
+source "$here/lib.sh"
 
 # wait_for SECONDS WHAT COMMAND...: runs COMMAND every second until it succeeds.
 wait_for() {

@@ -197,15 +197,8 @@ done
 log "S3 served at https://127.0.0.1:$SLUICE_S3_PORT"
 
 # `sluice admin ARGS...` on the compose network with the admin certificate.
-admin() {
-    docker run --rm --network "${COMPOSE_PROJECT_NAME}_default" \
-        -v "$dir/admin:/etc/sluice:ro" \
-        -e SLUICE_META=https://meta1:7001,https://meta2:7001,https://meta3:7001 \
-        -e SLUICE_ADMIN_CA=/etc/sluice/tls/ca.pem \
-        -e SLUICE_ADMIN_CERT=/etc/sluice/tls/admin.pem \
-        -e SLUICE_ADMIN_KEY=/etc/sluice/tls/admin.key \
-        "$SLUICE_IMAGE" admin "$@"
-}
+# shellcheck source=deploy/compose/lib.sh
+source "$here/lib.sh"
 
 # ---- 4. an access key (first run)
 if [ ! -e "$dir/s3/credentials" ]; then

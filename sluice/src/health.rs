@@ -39,7 +39,7 @@ pub fn fixed(health: Health) -> ReadyProbe {
 
 /// The address to reach a listener bound to `listen` from this host: the
 /// loopback address when it is bound to every address.
-fn reachable(listen: SocketAddr) -> SocketAddr {
+pub(crate) fn reachable(listen: SocketAddr) -> SocketAddr {
     match listen.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => {
             SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), listen.port())

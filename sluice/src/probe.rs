@@ -11,12 +11,14 @@
 //! (`sd_notify(3)`), sent once a role's listener is bound.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
+
+use crate::health::reachable;
 
 /// Longest the probe waits to connect, and then for the whole answer.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -93,19 +95,6 @@ fn addr_of_url(url: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("resolving {authority}"))?
         .next()
         .with_context(|| format!("{authority} resolves to no address"))
-}
-
-/// Loopback for an unspecified address (a listener bound to every address).
-fn reachable(addr: SocketAddr) -> SocketAddr {
-    match addr.ip() {
-        IpAddr::V4(ip) if ip.is_unspecified() => {
-            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
-        }
-        IpAddr::V6(ip) if ip.is_unspecified() => {
-            SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), addr.port())
-        }
-        _ => addr,
-    }
 }
 
 /// One HTTP/1.1 GET with `Connection: close`; returns the status code and

@@ -66,6 +66,23 @@ fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Result<T, String>) -> T {
     }
 }
 
+/// `sluice admin status --json` against `meta` with the admin certificate.
+fn status_json(
+    meta: &str,
+    admin_cert: &[(&str, std::path::PathBuf)],
+) -> Result<serde_json::Value, String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["admin", "status", "--json", "--meta", meta])
+        .envs(admin_cert.iter().cloned())
+        .env("RUST_LOG", "error")
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
+}
+
 #[test]
 fn admin_status_status_page_and_health_against_sluice_dev() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -118,17 +135,7 @@ fn admin_status_status_page_and_health_against_sluice_dev() {
         ("SLUICE_ADMIN_KEY", tls.join("admin-dev.key")),
     ];
     let status: serde_json::Value = wait_for("status with every datanode up", || {
-        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["admin", "status", "--json", "--meta", &meta])
-            .envs(admin_cert.clone())
-            .env("RUST_LOG", "error")
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-        }
-        let json: serde_json::Value =
-            serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        let json = status_json(&meta, &admin_cert)?;
         let datanodes = json["datanodes"].as_array().cloned().unwrap_or_default();
         if datanodes.len() == 6 && datanodes.iter().all(|d| d["state"] == "up") {
             Ok(json)
@@ -164,14 +171,7 @@ fn admin_status_status_page_and_health_against_sluice_dev() {
     let (code, _) = get(s3, "/").expect("anonymous ListBuckets");
     assert_eq!(code, 403);
     wait_for("the gateway's request count in Status", || {
-        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["admin", "status", "--json", "--meta", &meta])
-            .envs(admin_cert.clone())
-            .env("RUST_LOG", "error")
-            .output()
-            .map_err(|e| e.to_string())?;
-        let json: serde_json::Value =
-            serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        let json = status_json(&meta, &admin_cert)?;
         match json["gateways"][0]["requests_total"].as_u64() {
             Some(n) if n >= 1 => Ok(()),
             _ => Err(json["gateways"].to_string()),

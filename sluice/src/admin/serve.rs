@@ -38,7 +38,7 @@ use sluice_meta::MetaClient;
 use sluice_proto::admin::{ProcessMemory, StatusResponse};
 
 use super::AdminConn;
-use super::status::{StatusJson, ago, fetch, non_empty, size};
+use super::status::{StatusJson, ago, fetch, non_empty, size, voter_cells};
 
 /// Most connections served at once; more wait in the TCP backlog.
 pub const MAX_PAGE_CONNECTIONS: usize = 32;
@@ -454,29 +454,13 @@ fn voters(out: &mut String, s: &StatusResponse) {
          <th>term</th><th>applied index</th><th>matched index</th></tr>",
     );
     for v in &s.voters {
-        let (role, class) = if v.leader {
-            ("leader", "ok")
-        } else if v.reachable {
-            ("follower", "ok")
-        } else {
-            ("unreachable", "bad")
-        };
+        let [role, term, applied, matched] = voter_cells(v);
+        let class = if v.reachable { "ok" } else { "bad" };
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td class=\"{class}\">{role}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"{class}\">{role}</td><td>{term}</td><td>{applied}</td><td>{matched}</td></tr>",
             v.id,
             esc(&v.addr),
-            if v.reachable {
-                v.term.to_string()
-            } else {
-                "-".into()
-            },
-            if v.reachable {
-                v.applied_index.to_string()
-            } else {
-                "-".into()
-            },
-            v.matched_index.map_or("-".into(), |m| m.to_string()),
         );
     }
     let _ = write!(

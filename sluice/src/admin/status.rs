@@ -11,7 +11,7 @@ use clap::Args;
 use serde::Serialize;
 use sluice_meta::MetaClient;
 use sluice_proto::admin::admin_client::AdminClient;
-use sluice_proto::admin::{ProcessMemory, StatusRequest, StatusResponse};
+use sluice_proto::admin::{MetaVoterStatus, ProcessMemory, StatusRequest, StatusResponse};
 
 use super::AdminConn;
 
@@ -252,6 +252,31 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     out
 }
 
+/// A voter's role (`leader`, `follower`, `unreachable`), term, applied
+/// index and matched index as table cells (`-` where unknown).
+pub(crate) fn voter_cells(v: &MetaVoterStatus) -> [String; 4] {
+    let role = if v.leader {
+        "leader"
+    } else if v.reachable {
+        "follower"
+    } else {
+        "unreachable"
+    };
+    let known = |n: u64| {
+        if v.reachable {
+            n.to_string()
+        } else {
+            "-".into()
+        }
+    };
+    [
+        role.to_string(),
+        known(v.term),
+        known(v.applied_index),
+        v.matched_index.map_or("-".into(), |m| m.to_string()),
+    ]
+}
+
 /// The human-readable status.
 pub fn render(s: &StatusResponse) -> String {
     let mut out = format!(
@@ -267,27 +292,14 @@ pub fn render(s: &StatusResponse) -> String {
         s.voters
             .iter()
             .map(|v| {
+                let [role, term, applied, matched] = voter_cells(v);
                 vec![
                     v.id.to_string(),
                     v.addr.clone(),
-                    if v.leader {
-                        "leader".into()
-                    } else if v.reachable {
-                        "follower".into()
-                    } else {
-                        "unreachable".into()
-                    },
-                    if v.reachable {
-                        v.term.to_string()
-                    } else {
-                        "-".into()
-                    },
-                    if v.reachable {
-                        v.applied_index.to_string()
-                    } else {
-                        "-".into()
-                    },
-                    v.matched_index.map_or("-".into(), |m| m.to_string()),
+                    role.to_string(),
+                    term,
+                    applied,
+                    matched,
                 ]
             })
             .collect(),
