@@ -12,8 +12,10 @@ use crate::access::Caller;
 
 /// Whether `name` is a valid general-purpose bucket name: 3 to 63
 /// characters of lowercase letters, digits, dots and hyphens, beginning and
-/// ending with a letter or digit, no `..`, not shaped like an IPv4 address,
-/// and none of the prefixes/suffixes S3 reserves.
+/// ending with a letter or digit, no `..`, `.-` or `-.` (each dot-separated
+/// label begins and ends with a letter or digit, as S3 answers
+/// `InvalidBucketName` for `foo-.bar`), not shaped like an IPv4 address, and
+/// none of the prefixes/suffixes S3 reserves.
 pub fn is_valid_bucket_name(name: &str) -> bool {
     let bytes = name.as_bytes();
     if !(3..=63).contains(&bytes.len()) {
@@ -29,7 +31,7 @@ pub fn is_valid_bucket_name(name: &str) -> bool {
     if !alnum(bytes.first()) || !alnum(bytes.last()) {
         return false;
     }
-    if name.contains("..") || looks_like_ipv4(name) {
+    if name.contains("..") || name.contains(".-") || name.contains("-.") || looks_like_ipv4(name) {
         return false;
     }
     let reserved_prefix = ["xn--", "sthree-", "amzn-s3-demo-"]
@@ -212,6 +214,8 @@ mod tests {
             ".bucket",
             "bucket.",
             "my..bucket",
+            "foo-.bar",
+            "foo.-bar",
             "192.168.5.4",
             "10.0.0.1",
             "xn--bucket",

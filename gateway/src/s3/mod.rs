@@ -205,13 +205,26 @@ pub(crate) fn http_meta(
 ) -> pb::HttpMeta {
     pb::HttpMeta {
         content_type,
-        content_encoding,
+        content_encoding: content_encoding.and_then(|e| stored_content_encoding(&e)),
         cache_control,
         content_disposition,
         content_language,
         expires_ms: expires.map(timestamp_ms),
         user_metadata: metadata.unwrap_or_default().into_iter().collect(),
     }
+}
+
+/// The `Content-Encoding` an object keeps: the request's codings without
+/// `aws-chunked`, which only describes how the body was sent (S3 drops it:
+/// <https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-streaming.html>).
+/// `None` when nothing else is left.
+fn stored_content_encoding(header: &str) -> Option<String> {
+    let codings: Vec<&str> = header
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!codings.is_empty()).then(|| codings.join(", "))
 }
 
 /// The key the blob of a single-PUT (or copied) object is placed under: `bucket/key`.
@@ -381,6 +394,30 @@ mod tests {
         let ms = 1_700_000_000_123;
         assert_eq!(timestamp_ms(&timestamp(ms)), ms);
         assert_eq!(timestamp_ms(&timestamp(0)), 0);
+    }
+
+    #[test]
+    fn aws_chunked_is_not_stored_as_a_content_encoding() {
+        assert_eq!(
+            stored_content_encoding("gzip, aws-chunked").as_deref(),
+            Some("gzip")
+        );
+        assert_eq!(stored_content_encoding("aws-chunked"), None);
+        assert_eq!(
+            stored_content_encoding("AWS-Chunked,gzip,br").as_deref(),
+            Some("gzip, br")
+        );
+        assert_eq!(stored_content_encoding("gzip").as_deref(), Some("gzip"));
+        let meta = http_meta(
+            None,
+            Some("gzip, aws-chunked".into()),
+            None,
+            None,
+            None,
+            None,
+            None,
+        );
+        assert_eq!(meta.content_encoding.as_deref(), Some("gzip"));
     }
 
     #[test]
