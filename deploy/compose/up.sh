@@ -216,5 +216,6 @@ Sluice is up: S3 at https://127.0.0.1:$SLUICE_S3_PORT (CA: $dir/s3/ca.pem),
 access key in $dir/s3/credentials, cluster status page at http://127.0.0.1:$SLUICE_PAGE_PORT/,
 haproxy status at http://127.0.0.1:$SLUICE_STATUS_PORT/
   set -a; . $dir/s3/credentials; set +a
+  export AWS_EC2_METADATA_DISABLED=true
   aws --endpoint-url https://127.0.0.1:$SLUICE_S3_PORT --ca-bundle $dir/s3/ca.pem s3 mb s3://mybucket
 MSG

@@ -49,6 +49,14 @@ smoke_put_check() {
     smoke_get_check "$1" "$2"
 }
 
+# Writes 24 MiB of random bytes as s3://$SMOKE_BUCKET/$1, checks a read of
+# it, and adds it to what smoke_check_all reads back.
+smoke_put_new() {
+    head -c $((24 * 1024 * 1024)) /dev/urandom >"$SMOKE_WORK/$1"
+    smoke_put_check "$SMOKE_WORK/$1" "$1"
+    SMOKE_EXTRA+=("$1")
+}
+
 # Reads s3://$SMOKE_BUCKET/$2 and compares it with local file `$1`.
 smoke_get_check() {
     local out="$SMOKE_WORK/get.tmp"
@@ -108,10 +116,9 @@ smoke_run() {
     s0=$(smoke_now)
     smoke_aws s3 cp --only-show-errors --recursive "$SMOKE_WORK/small/" "s3://$SMOKE_BUCKET/small/"
     s1=$(smoke_now)
-    # length(Contents), not KeyCount: the CLI paginates and drops KeyCount
-    # from the merged pages (prints None).
     local listed
-    # length(Contents), not KeyCount: the aws CLI merges its pages and drops KeyCount.
+    # length(Contents), not KeyCount: the aws CLI merges its pages and drops
+    # KeyCount (prints None).
     listed=$(smoke_aws s3api list-objects-v2 --bucket "$SMOKE_BUCKET" --prefix small/ \
         --query 'length(Contents)' --output text)
     [ "$listed" = "$small_count" ] || smoke_fail "listed $listed small objects, wrote $small_count"
@@ -119,9 +126,7 @@ smoke_run() {
 
     smoke_log "one gateway stopped: uploads and reads go through the other"
     smoke_stop_gateway
-    head -c $((24 * 1024 * 1024)) /dev/urandom >"$SMOKE_WORK/after-gateway.bin"
-    smoke_put_check "$SMOKE_WORK/after-gateway.bin" after-gateway.bin
-    SMOKE_EXTRA+=(after-gateway.bin)
+    smoke_put_new after-gateway.bin
     smoke_check_all
     smoke_start_gateway
     smoke_wait_ready
@@ -129,9 +134,7 @@ smoke_run() {
     smoke_log "one host (two datanodes) stopped: reads work, writes succeed"
     smoke_stop_host
     smoke_check_all
-    head -c $((24 * 1024 * 1024)) /dev/urandom >"$SMOKE_WORK/after-host.bin"
-    smoke_put_check "$SMOKE_WORK/after-host.bin" after-host.bin
-    SMOKE_EXTRA+=(after-host.bin)
+    smoke_put_new after-host.bin
     smoke_start_host
     smoke_wait_ready
 

@@ -107,6 +107,7 @@ fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
     // One write (`write!` on the socket would send each piece on its own).
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes())?;
+    // Bounded: at most MAX_ANSWER_BYTES are read.
     let mut answer = Vec::new();
     stream
         .take(MAX_ANSWER_BYTES)

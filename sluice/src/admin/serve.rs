@@ -112,18 +112,27 @@ impl Sample {
 
 /// SlowDown answers per second and their share of requests between two
 /// samples, over the gateways present in both (a restarted gateway has a
-/// new id and starts from zero).
-fn slowdown_rate(before: &Sample, after: &Sample) -> Option<(f64, f64)> {
+/// new id and starts from zero), or over `gateway` only: `None` when it is
+/// not in both.
+fn slowdown_rate(before: &Sample, after: &Sample, gateway: Option<&str>) -> Option<(f64, f64)> {
     let secs = (after.at_ms - before.at_ms) as f64 / 1000.0;
     if secs <= 0.0 {
         return None;
     }
-    let (mut requests, mut slowdowns) = (0u64, 0u64);
-    for (id, (r1, s1)) in &after.gateways {
+    let (mut requests, mut slowdowns, mut seen) = (0u64, 0u64, false);
+    let chosen = after
+        .gateways
+        .iter()
+        .filter(|(id, _)| gateway.is_none_or(|g| g == id.as_str()));
+    for (id, (r1, s1)) in chosen {
         if let Some((r0, s0)) = before.gateways.get(id) {
+            seen = true;
             requests += r1.saturating_sub(*r0);
             slowdowns += s1.saturating_sub(*s0);
         }
+    }
+    if gateway.is_some() && !seen {
+        return None;
     }
     let share = if requests == 0 {
         0.0
@@ -152,6 +161,14 @@ struct Page {
 }
 
 impl Page {
+    fn new(interval: Duration, history: usize) -> Page {
+        Page {
+            state: Mutex::new(PageState::default()),
+            interval,
+            history,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, PageState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -197,11 +214,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         args.interval,
         Duration::from_secs(5).min(args.interval),
     )?;
-    let page = Arc::new(Page {
-        state: Mutex::new(PageState::default()),
-        interval: args.interval,
-        history: args.history,
-    });
+    let page = Arc::new(Page::new(args.interval, args.history));
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let local = listener.local_addr()?;
     println!(
@@ -371,7 +384,7 @@ fn tiles(out: &mut String, s: &StatusResponse, history: &VecDeque<Sample>) {
         (u + d.used_bytes, f + if d.live { d.free_bytes } else { 0 })
     });
     let reachable = s.voters.iter().filter(|v| v.reachable).count();
-    let rate = latest_rate(history);
+    let rate = latest_rate(history, None);
     let tile = |out: &mut String, label: &str, value: String, class: &str| {
         let _ = write!(
             out,
@@ -440,11 +453,12 @@ fn tiles(out: &mut String, s: &StatusResponse, history: &VecDeque<Sample>) {
     out.push_str("</div>");
 }
 
-/// SlowDown rate between the last two samples.
-fn latest_rate(history: &VecDeque<Sample>) -> Option<(f64, f64)> {
+/// SlowDown rate between the last two samples, over every gateway or over
+/// `gateway` only.
+fn latest_rate(history: &VecDeque<Sample>, gateway: Option<&str>) -> Option<(f64, f64)> {
     let n = history.len();
     (n >= 2)
-        .then(|| slowdown_rate(&history[n - 2], &history[n - 1]))
+        .then(|| slowdown_rate(&history[n - 2], &history[n - 1], gateway))
         .flatten()
 }
 
@@ -515,17 +529,8 @@ fn gateways(out: &mut String, s: &StatusResponse, history: &VecDeque<Sample>) {
         "<table><tr><th>gateway</th><th>open epochs</th><th>last renewal</th>\
          <th>RSS / memory budgets</th><th>requests</th><th>SlowDowns</th><th>SlowDown/s</th></tr>",
     );
-    let n = history.len();
     for g in &s.gateways {
-        let rate = (n >= 2)
-            .then(|| {
-                let (a, b) = (&history[n - 2], &history[n - 1]);
-                let secs = (b.at_ms - a.at_ms) as f64 / 1000.0;
-                let (_, s0) = a.gateways.get(&g.gateway_id)?;
-                let (_, s1) = b.gateways.get(&g.gateway_id)?;
-                (secs > 0.0).then(|| s1.saturating_sub(*s0) as f64 / secs)
-            })
-            .flatten();
+        let rate = latest_rate(history, Some(&g.gateway_id)).map(|(per_sec, _)| per_sec);
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -587,7 +592,7 @@ fn charts(out: &mut String, history: &VecDeque<Sample>, interval: Duration) {
     let slowdowns = vec![Series {
         label: "SlowDown/s".into(),
         points: pairs()
-            .filter_map(|(a, b)| slowdown_rate(a, b).map(|(r, _)| (b.at_ms, r)))
+            .filter_map(|(a, b)| slowdown_rate(a, b, None).map(|(r, _)| (b.at_ms, r)))
             .collect(),
     }];
     let healing = vec![
@@ -734,14 +739,17 @@ mod tests {
     fn slowdown_rate_follows_each_gateway() {
         let a = sample_at(1_000_000, 100, 10);
         let b = sample_at(1_005_000, 300, 60);
-        let (per_sec, share) = slowdown_rate(&a, &b).unwrap();
+        let (per_sec, share) = slowdown_rate(&a, &b, None).unwrap();
         assert_eq!(per_sec, 10.0);
         assert_eq!(share, 0.25);
         // A restarted gateway (counters back to 0) counts as no SlowDowns,
         // not as a negative rate.
         let c = sample_at(1_010_000, 5, 0);
-        assert_eq!(slowdown_rate(&b, &c).unwrap(), (0.0, 0.0));
-        assert_eq!(slowdown_rate(&b, &b), None);
+        assert_eq!(slowdown_rate(&b, &c, None).unwrap(), (0.0, 0.0));
+        assert_eq!(slowdown_rate(&b, &b, None), None);
+        // One gateway: its own rate, or none when a sample lacks it.
+        assert_eq!(slowdown_rate(&a, &b, Some("gw-1")), Some((10.0, 0.25)));
+        assert_eq!(slowdown_rate(&a, &b, Some("gw-2")), None);
     }
 
     #[test]
@@ -752,11 +760,7 @@ mod tests {
 
     #[test]
     fn history_is_bounded() {
-        let page = Page {
-            state: Mutex::new(PageState::default()),
-            interval: Duration::from_secs(5),
-            history: 3,
-        };
+        let page = Page::new(Duration::from_secs(5), 3);
         for i in 0..10 {
             let mut s = sample();
             s.now_ms = i;
@@ -772,11 +776,7 @@ mod tests {
 
     #[test]
     fn page_shows_nodes_states_memory_and_escapes_names() {
-        let page = Page {
-            state: Mutex::new(PageState::default()),
-            interval: Duration::from_secs(5),
-            history: 10,
-        };
+        let page = Page::new(Duration::from_secs(5), 10);
         let mut first = sample();
         first.gateways[0].gateway_id = "gw-<1>".into();
         first.gateways[0].slowdowns_total = 3;
@@ -815,11 +815,7 @@ mod tests {
 
     #[test]
     fn before_the_first_answer_the_page_says_why() {
-        let page = Page {
-            state: Mutex::new(PageState::default()),
-            interval: Duration::from_secs(5),
-            history: 10,
-        };
+        let page = Page::new(Duration::from_secs(5), 10);
         page.record(Err(anyhow::anyhow!("connection refused")));
         let text = render_page(&page.lock(), Duration::from_secs(5));
         assert!(text.contains("No answer from the meta cluster yet: connection refused"));
