@@ -115,9 +115,11 @@ fn admin_status_status_page_and_health_against_sluice_dev() {
     let s3 = SocketAddr::from(([127, 0, 0, 1], s3_port));
     assert_eq!(get(metrics, "/health/live").expect("live").0, 200);
     assert_eq!(get(s3, "/health/live").expect("live on S3").0, 200);
-    let body = wait_for("ready on the metrics listener", || {
+    // Ready once write_quorum (5) datanodes are writable; wait for all six,
+    // which register one after another.
+    let body = wait_for("ready with 6 writable datanodes", || {
         match get(metrics, "/health/ready") {
-            Ok((200, body)) => Ok(body),
+            Ok((200, body)) if body.contains(", 6 writable datanodes") => Ok(body),
             other => Err(format!("{other:?}")),
         }
     });
