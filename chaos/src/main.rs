@@ -1,0 +1,3 @@
+//! `sluice-chaos`: see the crate docs and chaos/README.md.
+
+fn main() {}
