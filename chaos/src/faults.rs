@@ -1,1 +1,365 @@
-//! (being written)
+//! Injecting and healing the faults of [`crate::schedule`] on a running
+//! [`Cluster`].
+//!
+//! | kind | how | healed by |
+//! |---|---|---|
+//! | kill-* | SIGKILL (`kill -9`) | starting it again on the same data |
+//! | pause-* | SIGSTOP | SIGCONT |
+//! | partition-host | the host's veth on the bridge set down | set up |
+//! | isolate-meta-leader | iptables DROP to/from both followers' addresses in the leader's namespace | rules deleted |
+//! | partition-gateway-datanodes | iptables DROP to/from one storage host in the gateway's namespace | rules deleted |
+//! | packet-loss | iptables `statistic --mode random` DROP in and out of a storage host | rules deleted |
+//! | slow-link | fault-proxy toxics: latency, jitter (a third of it), bandwidth cap | toxics cleared |
+//! | slow-disk | cgroup v1 `blkio.throttle.{read,write}_bps_device` on the volume's loop device | back to the root cgroup |
+//! | full-disk | a ballast file taking every free block of the volume | ballast removed |
+//! | wipe-disk | SIGKILL, data dir emptied, started again at once | (heal rebuilds its shards) |
+//! | bitrot | one byte flipped in one shard file | (scrub or read repair) |
+//! | clock-jump | restarted under libfaketime, realtime ± 1 h..3 d | restarted on the true clock |
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use nix::sys::signal::Signal;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::cluster::{Cluster, Role, ns_sh, sh};
+use crate::history::now_us;
+use crate::proxy::{Toxics, write_control};
+use crate::schedule::{Fault, FaultKind, Target};
+
+/// What undoes an injected fault.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case", tag = "undo")]
+pub enum Undo {
+    /// Start the process again.
+    Restart {
+        /// Node name.
+        name: String,
+    },
+    /// SIGCONT.
+    Continue {
+        /// Node name.
+        name: String,
+    },
+    /// Bring the host's bridge link back.
+    LinkUp {
+        /// Host name.
+        host: String,
+    },
+    /// Delete these iptables rules (each an `-I` rule, deleted with `-D`).
+    Iptables {
+        /// Namespace.
+        ns: String,
+        /// Rules, as given after `-I`.
+        rules: Vec<Vec<String>>,
+    },
+    /// Clear the datanode's proxy toxics.
+    ClearToxics {
+        /// Node name.
+        name: String,
+    },
+    /// Lift the disk throttle.
+    Unthrottle {
+        /// Node name.
+        name: String,
+    },
+    /// Remove the ballast file.
+    RemoveBallast {
+        /// Its path.
+        path: PathBuf,
+    },
+    /// Restart on the true clock.
+    RestartTrueClock {
+        /// Node name.
+        name: String,
+    },
+    /// Nothing to undo.
+    Nothing,
+}
+
+/// One fault as it happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// The scheduled fault.
+    pub fault: Fault,
+    /// What it hit, resolved at run time (`m2 (leader)`, `dn3`, ...).
+    pub hit: String,
+    /// Injected at (CLOCK_MONOTONIC µs).
+    pub start_us: u64,
+    /// Healed at (CLOCK_MONOTONIC µs); 0 while active.
+    pub end_us: u64,
+    /// How to heal it.
+    pub undo: Undo,
+    /// An error injecting or healing it, if any.
+    pub error: Option<String>,
+}
+
+/// The leader's name, asking a few times (there may be an election on).
+async fn leader(cluster: &Cluster) -> Option<String> {
+    for _ in 0..10 {
+        if let Some(l) = cluster.leader().await {
+            return Some(l);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    None
+}
+
+fn ipt(ns: &str, op: &str, rule: &[String]) -> anyhow::Result<()> {
+    let mut args: Vec<&str> = vec!["iptables", "-w", op];
+    args.extend(rule.iter().map(String::as_str));
+    ns_sh(ns, &args).map(|_| ())
+}
+
+fn rules_drop_between(peer_ips: &[String]) -> Vec<Vec<String>> {
+    let mut rules = Vec::new();
+    for ip in peer_ips {
+        rules.push(vec!["INPUT".into(), "-s".into(), ip.clone(), "-j".into(), "DROP".into()]);
+        rules.push(vec!["OUTPUT".into(), "-d".into(), ip.clone(), "-j".into(), "DROP".into()]);
+    }
+    rules
+}
+
+/// Injects `fault`.
+///
+/// # Errors
+/// The fault could not be put in place (the event is still returned by the
+/// caller's bookkeeping with the error).
+pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(String, Undo)> {
+    match (fault.kind, &fault.target) {
+        (FaultKind::KillDatanode, Target::Datanode(n)) | (FaultKind::KillGateway, Target::Gateway(n)) => {
+            cluster.kill9(n).await?;
+            Ok((n.clone(), Undo::Restart { name: n.clone() }))
+        }
+        (FaultKind::KillMetaLeader, _) => {
+            let l = leader(cluster).await.context("no meta leader to kill")?;
+            cluster.kill9(&l).await?;
+            Ok((format!("{l} (leader)"), Undo::Restart { name: l }))
+        }
+        (FaultKind::KillMetaFollower, Target::MetaFollower(from)) => {
+            let l = leader(cluster).await;
+            let f = (0..3)
+                .map(|i| format!("m{}", (from - 1 + i) % 3 + 1))
+                .find(|m| Some(m) != l.as_ref())
+                .expect("a follower");
+            cluster.kill9(&f).await?;
+            Ok((format!("{f} (follower)"), Undo::Restart { name: f }))
+        }
+        (FaultKind::PauseGateway, Target::Gateway(n)) => {
+            cluster.signal(n, Signal::SIGSTOP)?;
+            Ok((n.clone(), Undo::Continue { name: n.clone() }))
+        }
+        (FaultKind::PauseMetaLeader, _) => {
+            let l = leader(cluster).await.context("no meta leader to pause")?;
+            cluster.signal(&l, Signal::SIGSTOP)?;
+            Ok((format!("{l} (leader)"), Undo::Continue { name: l }))
+        }
+        (FaultKind::PartitionHost, Target::Host(h)) => {
+            let veth = format!("v{}", cluster.hosts[h].idx);
+            ns_sh(&cluster.bridge_ns, &["ip", "link", "set", &veth, "down"])?;
+            Ok((h.clone(), Undo::LinkUp { host: h.clone() }))
+        }
+        (FaultKind::IsolateMetaLeader, _) => {
+            let l = leader(cluster).await.context("no meta leader to isolate")?;
+            let peers: Vec<String> =
+                ["m1", "m2", "m3"].iter().filter(|m| **m != l).map(|m| cluster.hosts[*m].ip.clone()).collect();
+            let ns = cluster.hosts[&l].ns.clone();
+            let rules = rules_drop_between(&peers);
+            for r in &rules {
+                ipt(&ns, "-I", r)?;
+            }
+            Ok((format!("{l} (leader)"), Undo::Iptables { ns, rules }))
+        }
+        (FaultKind::PartitionGatewayDatanodes, Target::GatewayHost(g, h)) => {
+            let ns = cluster.hosts[g].ns.clone();
+            let rules = rules_drop_between(&[cluster.hosts[h].ip.clone()]);
+            for r in &rules {
+                ipt(&ns, "-I", r)?;
+            }
+            Ok((format!("{g} -/- {h}"), Undo::Iptables { ns, rules }))
+        }
+        (FaultKind::PacketLoss, Target::Host(h)) => {
+            let ns = cluster.hosts[h].ns.clone();
+            let p = format!("{:.3}", fault.param as f64 / 1000.0);
+            let rules: Vec<Vec<String>> = ["INPUT", "OUTPUT"]
+                .iter()
+                .map(|chain| {
+                    [*chain, "-p", "tcp", "-m", "statistic", "--mode", "random", "--probability", &p, "-j", "DROP"]
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect()
+                })
+                .collect();
+            for r in &rules {
+                ipt(&ns, "-I", r)?;
+            }
+            Ok((format!("{h} loss {}‰", fault.param), Undo::Iptables { ns, rules }))
+        }
+        (FaultKind::SlowLink, Target::Datanode(n)) => {
+            let control = cluster.node(n).proxy_control.clone().context("no proxy")?;
+            let toxics = Toxics {
+                latency_ms: fault.param,
+                jitter_ms: fault.param / 3,
+                bandwidth_bytes_per_sec: Some(fault.param2 * 1024),
+                down: false,
+            };
+            write_control(&control, &toxics)?;
+            Ok((
+                format!("{n} +{} ms ±{} ms, {} KiB/s", fault.param, fault.param / 3, fault.param2),
+                Undo::ClearToxics { name: n.clone() },
+            ))
+        }
+        (FaultKind::SlowDisk, Target::Datanode(n)) => {
+            cluster.throttle_disk(n, fault.param)?;
+            Ok((format!("{n} disk {} B/s", fault.param), Undo::Unthrottle { name: n.clone() }))
+        }
+        (FaultKind::FullDisk, Target::Datanode(n)) => {
+            let vol = cluster.node(n).volume.clone().context("no volume")?;
+            let ballast = vol.join("ballast");
+            fill(&vol, &ballast)?;
+            Ok((n.clone(), Undo::RemoveBallast { path: ballast }))
+        }
+        (FaultKind::WipeDisk, Target::Datanode(n)) => {
+            cluster.kill9(n).await?;
+            let data = cluster.node(n).data_dir.clone();
+            std::fs::remove_dir_all(&data).with_context(|| format!("wiping {}", data.display()))?;
+            std::fs::create_dir_all(&data)?;
+            cluster.start(n, None)?;
+            Ok((n.clone(), Undo::Nothing))
+        }
+        (FaultKind::Bitrot, Target::Datanode(n)) => {
+            let data = cluster.node(n).data_dir.clone();
+            let what = flip_a_byte(&data, fault.n as u64)?;
+            Ok((format!("{n}: {what}"), Undo::Nothing))
+        }
+        (FaultKind::ClockJump, Target::Process(p)) => {
+            let sign = if fault.param2 == 0 { "+" } else { "-" };
+            let offset = format!("{sign}{}", fault.param);
+            cluster.kill9(p).await?;
+            cluster.start(p, Some(&offset))?;
+            Ok((format!("{p} clock {offset} s"), Undo::RestartTrueClock { name: p.clone() }))
+        }
+        (kind, target) => bail!("fault {kind} cannot hit {target:?}"),
+    }
+}
+
+/// Undoes an injected fault.
+///
+/// # Errors
+/// The undo step failed.
+pub async fn heal(cluster: &mut Cluster, undo: &Undo) -> anyhow::Result<()> {
+    match undo {
+        Undo::Restart { name } => {
+            if !cluster.running(name) {
+                cluster.start(name, None)?;
+            }
+        }
+        Undo::Continue { name } => cluster.signal(name, Signal::SIGCONT)?,
+        Undo::LinkUp { host } => {
+            let veth = format!("v{}", cluster.hosts[host].idx);
+            ns_sh(&cluster.bridge_ns, &["ip", "link", "set", &veth, "up"])?;
+        }
+        Undo::Iptables { ns, rules } => {
+            for r in rules {
+                ipt(ns, "-D", r)?;
+            }
+        }
+        Undo::ClearToxics { name } => {
+            let control = cluster.node(name).proxy_control.clone().context("no proxy")?;
+            write_control(&control, &Toxics::default())?;
+        }
+        Undo::Unthrottle { name } => cluster.unthrottle_disk(name),
+        Undo::RemoveBallast { path } => std::fs::remove_file(path)?,
+        Undo::RestartTrueClock { name } => {
+            cluster.kill9(name).await?;
+            cluster.start(name, None)?;
+        }
+        Undo::Nothing => {}
+    }
+    Ok(())
+}
+
+/// Injects, recording the event (an injection error is recorded, not
+/// returned: the run goes on).
+pub async fn inject_event(cluster: &mut Cluster, fault: &Fault) -> Event {
+    let start_us = now_us();
+    let (hit, undo, error) = match inject(cluster, fault).await {
+        Ok((hit, undo)) => (hit, undo, None),
+        Err(e) => (String::new(), Undo::Nothing, Some(format!("{e:#}"))),
+    };
+    tracing::info!(fault = %fault.describe(), %hit, error = ?error, "fault injected");
+    Event { fault: fault.clone(), hit, start_us, end_us: 0, undo, error }
+}
+
+/// Heals an event, recording the time and any error.
+pub async fn heal_event(cluster: &mut Cluster, event: &mut Event) {
+    if let Err(e) = heal(cluster, &event.undo).await {
+        let msg = format!("heal: {e:#}");
+        tracing::warn!(fault = %event.fault.describe(), error = %msg, "heal failed");
+        event.error = Some(event.error.take().map_or(msg.clone(), |p| format!("{p}; {msg}")));
+    }
+    event.end_us = now_us();
+    tracing::info!(fault = %event.fault.describe(), "fault healed");
+}
+
+/// Fills the filesystem of `vol` with `ballast` (every free block).
+fn fill(vol: &Path, ballast: &Path) -> anyhow::Result<()> {
+    let avail = sh(&["df", "-B1", "--output=avail", &vol.display().to_string()])?;
+    let avail: u64 = avail.lines().nth(1).context("df output")?.trim().parse()?;
+    // fallocate takes what is free; a last few blocks may stay (metadata).
+    let mut len = avail;
+    while len > 0 {
+        if sh(&["fallocate", "-l", &len.to_string(), &ballast.display().to_string()]).is_ok() {
+            return Ok(());
+        }
+        len = len.saturating_sub(4 << 20);
+    }
+    bail!("could not fill {}", vol.display())
+}
+
+/// Flips one byte of one shard file under `data` (the files sorted, one
+/// picked with `seed`; a byte past the file's first 64 bytes so that the
+/// damage is in block data, which the block CRC guards).
+fn flip_a_byte(data: &Path, seed: u64) -> anyhow::Result<String> {
+    let mut files = Vec::new();
+    walk(&data.join("shards"), &mut files);
+    files.retain(|(_, len)| *len > 4096);
+    files.sort();
+    if files.is_empty() {
+        bail!("no shard files under {}", data.display());
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (path, len) = files[rng.gen_range(0..files.len())].clone();
+    let offset = rng.gen_range(64..len);
+    let mut bytes = std::fs::read(&path)?;
+    bytes[offset as usize] ^= 0x5a;
+    std::fs::write(&path, &bytes)?;
+    Ok(format!("{} byte {offset} flipped", path.strip_prefix(data).unwrap_or(&path).display()))
+}
+
+fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64)>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let Ok(md) = e.metadata() else { continue };
+        if md.is_dir() {
+            walk(&e.path(), out);
+        } else if md.is_file() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if !name.starts_with('.') && !name.contains("tmp") {
+                out.push((e.path(), md.len()));
+            }
+        }
+    }
+}
+
+/// The role a fault's restart concerns (for logs).
+pub fn role_of(name: &str) -> Role {
+    match name.as_bytes().first() {
+        Some(b'm') => Role::Meta,
+        Some(b'g') => Role::Gateway,
+        _ => Role::Datanode,
+    }
+}

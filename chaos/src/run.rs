@@ -1,1 +1,533 @@
-//! (being written)
+//! `sluice-chaos run`: for each seed, a fresh cluster, the workload, the
+//! seeded faults, healing, settling, the read-back and the checks; then a
+//! table over all seeds.
+//!
+//! One seed's run, in order:
+//! 1. [`Cluster::setup`] and [`Cluster::start_all`] (baseline RSS taken).
+//! 2. The workload starts in the client namespace (`sluice-chaos workload`,
+//!    its history streamed to `history.jsonl`); the RSS sampler starts.
+//! 3. Faults are injected and healed at their scheduled times; a process
+//!    that exits on its own is a crash (reported, then restarted).
+//! 4. At `--duration` the workload is stopped (SIGTERM), every fault is
+//!    healed (they all end before the cool-down anyway), and the cluster
+//!    must settle: every process ready, every datanode up, no degraded
+//!    blob and no heal in progress (`sluice admin status --json`), within
+//!    `--settle-timeout`.
+//! 5. `sluice-chaos read-back` reads every key ever written and lists the
+//!    bucket; the checker ([`crate::checker`]) checks the whole history.
+//! 6. Liveness: each leader fault's recovery (first acknowledged write that
+//!    started after the fault, minus the fault's start) within the
+//!    election timeout + 5 s when no other fault overlapped it; no request
+//!    ended by the client's attempt timeout; every sample of every process's
+//!    RSS within its bound ([`crate::monitor`]).
+//!
+//! A failing seed prints the seed, the fault schedule and the checker's
+//! minimal evidence, and keeps every process's log in its run directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use tokio::process::Command;
+use tokio::time::Instant;
+
+use crate::checker::{self, CheckOptions, CheckReport};
+use crate::cluster::{ACCESS_KEY, Cluster, ClusterOptions, ELECTION_TIMEOUT, RSS_SLACK_BYTES, Role, SECRET_KEY};
+use crate::faults::{self, Event};
+use crate::history::{self, Entry, Op, Outcome};
+use crate::monitor::{self, Peaks, Pids, Sample};
+use crate::schedule::{self, Fault, FaultKind, ScheduleOptions};
+
+/// `sluice-chaos run` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Fault kinds: `all` or a comma list (see `sluice-chaos faults`).
+    #[arg(long, default_value = "all")]
+    pub faults: String,
+    /// First seed (printed; `--seed N --seeds 1` replays one run). Random
+    /// when not given.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Number of seeds run one after another (seed, seed+1, ...).
+    #[arg(long, default_value_t = 1)]
+    pub seeds: u64,
+    /// Workload time per seed; faults start after 15 s and end 30 s
+    /// before it.
+    #[arg(long, default_value = "5m")]
+    pub duration: humantime::Duration,
+    /// Concurrent S3 clients.
+    #[arg(long, default_value_t = 6)]
+    pub clients: u32,
+    /// Shortest fault.
+    #[arg(long, default_value = "5s")]
+    pub fault_min: humantime::Duration,
+    /// Longest fault.
+    #[arg(long, default_value = "25s")]
+    pub fault_max: humantime::Duration,
+    /// Mean time between fault starts.
+    #[arg(long, default_value = "12s")]
+    pub fault_gap: humantime::Duration,
+    /// The `sluice` binary (default: `sluice` beside this binary).
+    #[arg(long)]
+    pub sluice_bin: Option<PathBuf>,
+    /// Output directory (one `seed-N/` per seed: logs, history, schedule,
+    /// events, check report, summary).
+    #[arg(long, default_value = "/tmp/sluice-chaos")]
+    pub out: PathBuf,
+    /// RUST_LOG of the cluster's processes.
+    #[arg(long, default_value = "info")]
+    pub log_filter: String,
+    /// Longest wait for the cluster to settle after the faults.
+    #[arg(long, default_value = "5m")]
+    pub settle_timeout: humantime::Duration,
+    /// S3 client attempt timeout (a request still open then is a hung
+    /// request: a liveness violation).
+    #[arg(long, default_value = "60s")]
+    pub attempt_timeout: humantime::Duration,
+}
+
+/// What one seed's run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct SeedResult {
+    /// The seed.
+    pub seed: u64,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// The schedule.
+    pub schedule: Vec<Fault>,
+    /// The faults as they happened.
+    pub events: Vec<Event>,
+    /// The checker's report.
+    pub check: CheckReport,
+    /// Leader recovery times, ms, per leader fault (with whether another
+    /// fault overlapped it).
+    pub leader_recovery_ms: Vec<(u64, bool)>,
+    /// Requests the client gave up on (its attempt timeout).
+    pub hung_requests: usize,
+    /// Processes that exited on their own.
+    pub crashes: Vec<String>,
+    /// Seconds to settle after the workload stopped (`None`: did not).
+    pub settle_secs: Option<f64>,
+    /// RSS peaks.
+    pub peaks: BTreeMap<String, (Role, Sample)>,
+    /// Every liveness and safety failure, one line each.
+    pub failures: Vec<String>,
+}
+
+impl SeedResult {
+    /// No failure of any kind.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// Runs every seed; prints and writes the table.
+///
+/// # Errors
+/// Setup failures (not check failures: those are in the results).
+pub async fn run(args: RunArgs) -> anyhow::Result<Vec<SeedResult>> {
+    crate::cluster::preflight()?;
+    let kinds = schedule::parse_kinds(&args.faults).map_err(anyhow::Error::msg)?;
+    if kinds.contains(&FaultKind::ClockJump) {
+        crate::cluster::faketime_lib()?;
+    }
+    let chaos_bin = std::env::current_exe()?;
+    let sluice_bin = match &args.sluice_bin {
+        Some(b) => b.clone(),
+        None => chaos_bin.with_file_name("sluice"),
+    };
+    if !sluice_bin.exists() {
+        bail!("no sluice binary at {} (give --sluice-bin)", sluice_bin.display());
+    }
+    let first = args.seed.unwrap_or_else(|| u64::from(rand::random::<u32>()));
+    println!("sluice-chaos: seeds {first}..{} (replay one with --seed N --seeds 1), faults {}", first + args.seeds - 1, kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(","));
+    std::fs::create_dir_all(&args.out)?;
+    let mut results = Vec::new();
+    for seed in first..first + args.seeds {
+        let r = run_seed(&args, &kinds, seed, &sluice_bin, &chaos_bin).await?;
+        println!("{}", seed_line(&r));
+        if !r.passed() {
+            println!("{}", failure_report(&r));
+        }
+        results.push(r);
+    }
+    let table = table(&results, &kinds);
+    println!("{table}");
+    std::fs::write(args.out.join("summary.md"), &table)?;
+    Ok(results)
+}
+
+/// The schedule shape `run` uses.
+pub fn schedule_options(args: &RunArgs, kinds: &[FaultKind]) -> ScheduleOptions {
+    ScheduleOptions {
+        kinds: kinds.to_vec(),
+        duration: *args.duration,
+        warmup: Duration::from_secs(15),
+        cooldown: Duration::from_secs(30),
+        fault_duration: (*args.fault_min, *args.fault_max),
+        mean_gap: *args.fault_gap,
+    }
+}
+
+/// One action of the timeline: inject or heal fault `i`.
+enum Action {
+    Inject(usize),
+    Heal(usize),
+}
+
+async fn run_seed(args: &RunArgs, kinds: &[FaultKind], seed: u64, sluice_bin: &Path, chaos_bin: &Path) -> anyhow::Result<SeedResult> {
+    let dir = args.out.join(format!("seed-{seed}"));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    let plan = schedule::schedule(seed, &schedule_options(args, kinds));
+    std::fs::write(dir.join("schedule.json"), serde_json::to_string_pretty(&plan)?)?;
+    println!("seed {seed}: {} faults scheduled ({}):", plan.len(), dir.join("schedule.json").display());
+    for f in &plan {
+        println!("  {}", f.describe());
+    }
+    let mut cluster = Cluster::setup(ClusterOptions {
+        bin: sluice_bin.to_owned(),
+        chaos_bin: chaos_bin.to_owned(),
+        dir: dir.clone(),
+        prefix: format!("sc{}", std::process::id() % 100_000),
+        log_filter: args.log_filter.clone(),
+    })?;
+    let result = drive(args, seed, &dir, &plan, &mut cluster).await;
+    cluster.cleanup().await;
+    cluster.remove_images();
+    let result = result?;
+    std::fs::write(dir.join("summary.json"), serde_json::to_string_pretty(&result)?)?;
+    Ok(result)
+}
+
+fn publish_pids(cluster: &Cluster, pids: &Pids) {
+    let mut p = pids.lock().expect("pids");
+    for n in &cluster.nodes {
+        let bound = n.baseline_rss.unwrap_or(0) + n.role.budget_bytes() + RSS_SLACK_BYTES;
+        p.insert(n.name.clone(), (n.role, n.pid, bound));
+    }
+}
+
+fn connection_args(cluster: &Cluster, args: &RunArgs) -> Vec<String> {
+    vec![
+        "--endpoints".into(),
+        cluster.s3_endpoints().join(","),
+        "--ca-bundle".into(),
+        cluster.s3_ca.display().to_string(),
+        "--access-key".into(),
+        ACCESS_KEY.into(),
+        "--secret-key".into(),
+        SECRET_KEY.into(),
+        "--bucket".into(),
+        "chaos".into(),
+        "--attempt-timeout".into(),
+        args.attempt_timeout.to_string(),
+    ]
+}
+
+async fn drive(args: &RunArgs, seed: u64, dir: &Path, plan: &[Fault], cluster: &mut Cluster) -> anyhow::Result<SeedResult> {
+    cluster.start_all().await?;
+    let pids: Pids = Arc::new(Mutex::new(BTreeMap::new()));
+    let peaks: Peaks = Arc::new(Mutex::new(BTreeMap::new()));
+    publish_pids(cluster, &pids);
+    let sampler = monitor::spawn(pids.clone(), peaks.clone());
+
+    let history_path = dir.join("history.jsonl");
+    let client_ns = cluster.hosts["client"].ns.clone();
+    let mut workload = Command::new("ip")
+        .args(["netns", "exec", &client_ns])
+        .arg(&cluster.opts.chaos_bin)
+        .arg("workload")
+        .args(connection_args(cluster, args))
+        .arg("--clients")
+        .arg(args.clients.to_string())
+        .arg("--seed")
+        .arg(seed.to_string())
+        .arg("--history")
+        .arg(&history_path)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.join("workload.out"))?)
+        .stderr(std::fs::File::create(dir.join("logs").join("workload.log"))?)
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the workload")?;
+    let t0 = Instant::now();
+
+    let mut timeline: Vec<(Duration, Action)> = Vec::new();
+    for (i, f) in plan.iter().enumerate() {
+        timeline.push((f.at, Action::Inject(i)));
+        timeline.push((f.end(), Action::Heal(i)));
+    }
+    timeline.sort_by_key(|(t, a)| (*t, matches!(a, Action::Inject(_))));
+    let mut events: Vec<Option<Event>> = vec![None; plan.len()];
+    let mut crashes = Vec::new();
+    let mut next = 0;
+    let end = t0 + *args.duration;
+    loop {
+        let now = Instant::now();
+        if next < timeline.len() && now >= t0 + timeline[next].0 {
+            match timeline[next].1 {
+                Action::Inject(i) => events[i] = Some(faults::inject_event(cluster, &plan[i]).await),
+                Action::Heal(i) => {
+                    if let Some(ev) = events[i].as_mut() {
+                        faults::heal_event(cluster, ev).await;
+                    }
+                }
+            }
+            publish_pids(cluster, &pids);
+            next += 1;
+            continue;
+        }
+        if now >= end && next >= timeline.len() {
+            break;
+        }
+        for (name, status) in cluster.exited() {
+            tracing::error!(%name, %status, "process exited on its own: restarting it");
+            crashes.push(format!("{name} exited on its own ({status}); log {}", cluster.node(&name).log.display()));
+            cluster.start(&name, None)?;
+            publish_pids(cluster, &pids);
+        }
+        if let Ok(Some(status)) = workload.try_wait() {
+            bail!("the workload exited early ({status}): {}", crate::cluster::tail(&dir.join("logs").join("workload.log"), 20));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Stop the workload: in-flight requests end within the attempt timeout.
+    if let Some(pid) = workload.id() {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+    }
+    let grace = *args.attempt_timeout + Duration::from_secs(30);
+    match tokio::time::timeout(grace, workload.wait()).await {
+        Ok(status) => tracing::info!(status = ?status, "workload stopped"),
+        Err(_) => {
+            let _ = workload.start_kill();
+            bail!("the workload did not stop within {grace:?}");
+        }
+    }
+    let events: Vec<Event> = events.into_iter().flatten().collect();
+    std::fs::write(dir.join("events.json"), serde_json::to_string_pretty(&events)?)?;
+
+    let settle_secs = settle(cluster, *args.settle_timeout, &mut crashes).await;
+    publish_pids(cluster, &pids);
+
+    // The read-back phase.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &client_ns])
+        .arg(&cluster.opts.chaos_bin)
+        .arg("read-back")
+        .args(connection_args(cluster, args))
+        .arg("--history")
+        .arg(&history_path)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("logs").join("read-back.log"))?)
+        .output()
+        .await
+        .context("running the read-back")?;
+    if !out.status.success() {
+        bail!("the read-back failed ({}): {}", out.status, crate::cluster::tail(&dir.join("logs").join("read-back.log"), 20));
+    }
+    let final_phase_start_us = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| v.get("final_phase_start_us")?.as_u64());
+    sampler.abort();
+    for (name, status) in cluster.exited() {
+        crashes.push(format!("{name} exited on its own ({status}); log {}", cluster.node(&name).log.display()));
+    }
+
+    let history = history::read_jsonl(&history_path)?;
+    let check = checker::check(&history, &CheckOptions { final_phase_start_us, ..CheckOptions::default() });
+    std::fs::write(dir.join("check.txt"), check.render())?;
+    let leader_recovery_ms = leader_recovery(&events, &history);
+    let hung_requests = history
+        .iter()
+        .filter(|e| matches!(&e.outcome, Outcome::Indeterminate { reason } if reason.contains("timeout") || reason.contains("timed out")))
+        .count();
+    let peaks = peaks.lock().expect("peaks").clone();
+
+    let mut failures = Vec::new();
+    for v in &check.violations {
+        failures.push(format!("{:?} on {:?}: {}", v.kind, v.key, v.message));
+    }
+    for k in &check.inconclusive_keys {
+        failures.push(format!("linearizability search budget exceeded on key {k} (inconclusive)"));
+    }
+    failures.extend(crashes.iter().cloned());
+    if settle_secs.is_none() {
+        failures.push(format!("did not settle (all up, nothing degraded, no heal running) within {}", args.settle_timeout));
+    }
+    let recovery_bound = ELECTION_TIMEOUT.1 + Duration::from_secs(5);
+    for (ms, overlapped) in &leader_recovery_ms {
+        if !overlapped && *ms > recovery_bound.as_millis() as u64 {
+            failures.push(format!("writes resumed {ms} ms after a leader fault (bound {} ms)", recovery_bound.as_millis()));
+        }
+    }
+    if hung_requests > 0 {
+        failures.push(format!("{hung_requests} requests hit the client's {} attempt timeout", args.attempt_timeout));
+    }
+    for (name, (_, s)) in &peaks {
+        if s.over_bound > 0 {
+            failures.push(format!("{name}: RSS {} MiB over its bound {} MiB in {} of {} samples", s.peak_bytes >> 20, s.bound_bytes >> 20, s.over_bound, s.samples));
+        }
+    }
+    for e in &events {
+        if let Some(err) = &e.error {
+            tracing::warn!(fault = %e.fault.describe(), error = %err, "fault not fully applied");
+        }
+    }
+    Ok(SeedResult {
+        seed,
+        dir: dir.to_owned(),
+        schedule: plan.to_vec(),
+        events,
+        check,
+        leader_recovery_ms,
+        hung_requests,
+        crashes,
+        settle_secs,
+        peaks,
+        failures,
+    })
+}
+
+/// Waits until every process is ready, every datanode is up, nothing is
+/// degraded and no heal runs; seconds it took, or `None` at the timeout.
+async fn settle(cluster: &mut Cluster, timeout: Duration, crashes: &mut Vec<String>) -> Option<f64> {
+    let started = Instant::now();
+    let deadline = started + timeout;
+    for (name, status) in cluster.exited() {
+        crashes.push(format!("{name} exited on its own ({status})"));
+        let _ = cluster.start(&name, None);
+    }
+    let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
+    if let Err(e) = cluster.wait_ready(&names, timeout).await {
+        tracing::error!(error = %e, "not every process became ready");
+        return None;
+    }
+    let mut calm = 0;
+    while Instant::now() < deadline {
+        if let Ok(s) = cluster.status().await {
+            let up = s["datanodes"].as_array().is_some_and(|d| d.len() == 6 && d.iter().all(|n| n["state"] == "up"));
+            let degraded = s["degraded_blobs"].as_u64().unwrap_or(u64::MAX);
+            let heals = s["heals_in_progress"].as_u64().unwrap_or(u64::MAX);
+            tracing::info!(up, degraded, heals, "settling");
+            if up && degraded == 0 && heals == 0 {
+                calm += 1;
+                if calm >= 3 {
+                    return Some(started.elapsed().as_secs_f64());
+                }
+            } else {
+                calm = 0;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    None
+}
+
+/// For each leader fault: ms from its start to the end of the first
+/// acknowledged write or delete that started after it, and whether another
+/// fault was active then.
+pub fn leader_recovery(events: &[Event], history: &[Entry]) -> Vec<(u64, bool)> {
+    let mut out = Vec::new();
+    for e in events.iter().filter(|e| e.fault.kind.hits_leader() && e.error.is_none()) {
+        let first = history
+            .iter()
+            .filter(|h| matches!(h.op, Op::Put { .. } | Op::Delete { .. }) && h.outcome == Outcome::Ok && h.start_us >= e.start_us)
+            .map(|h| h.end_us)
+            .min();
+        let Some(end) = first else { continue };
+        let ms = (end - e.start_us) / 1000;
+        let window_end = end;
+        let overlapped = events.iter().any(|o| {
+            o.fault.n != e.fault.n && o.start_us < window_end && (o.end_us == 0 || o.end_us > e.start_us)
+        });
+        out.push((ms, overlapped));
+    }
+    out
+}
+
+fn seed_line(r: &SeedResult) -> String {
+    format!(
+        "seed {}: {} — {} ops ({} acknowledged, {} indeterminate), {} faults, {} violations, settle {}, dir {}",
+        r.seed,
+        if r.passed() { "PASS" } else { "FAIL" },
+        r.check.operations,
+        r.check.acknowledged,
+        r.check.indeterminate,
+        r.events.len(),
+        r.failures.len(),
+        r.settle_secs.map_or("-".into(), |s| format!("{s:.0}s")),
+        r.dir.display()
+    )
+}
+
+/// The seed, the schedule, the failures and the checker's evidence.
+pub fn failure_report(r: &SeedResult) -> String {
+    let mut s = format!("FAILED seed {} (replay: sluice-chaos run --seed {} --seeds 1 ...)\nschedule:\n", r.seed, r.seed);
+    for e in &r.events {
+        s.push_str(&format!("  {} -> {}{}\n", e.fault.describe(), e.hit, e.error.as_ref().map_or(String::new(), |x| format!(" [{x}]"))));
+    }
+    s.push_str("failures:\n");
+    for f in &r.failures {
+        s.push_str(&format!("  {f}\n"));
+    }
+    s.push_str(&r.check.render());
+    s.push_str(&format!("\nlogs of every process: {}\n", r.dir.join("logs").display()));
+    s
+}
+
+fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    Some(sorted[i])
+}
+
+/// The markdown table of chaos/README.md.
+pub fn table(results: &[SeedResult], kinds: &[FaultKind]) -> String {
+    let mut s = String::new();
+    s.push_str(&format!("Seeds {}; {} passed.\n\n", results.iter().map(|r| r.seed.to_string()).collect::<Vec<_>>().join(", "), results.iter().filter(|r| r.passed()).count()));
+    s.push_str("| fault kind | injected | not applied |\n|---|---:|---:|\n");
+    for k in kinds {
+        let n = results.iter().flat_map(|r| &r.events).filter(|e| e.fault.kind == *k).count();
+        let err = results.iter().flat_map(|r| &r.events).filter(|e| e.fault.kind == *k && e.error.is_some()).count();
+        s.push_str(&format!("| {k} | {n} | {err} |\n"));
+    }
+    let ops: usize = results.iter().map(|r| r.check.operations).sum();
+    let ack: usize = results.iter().map(|r| r.check.acknowledged).sum();
+    let ind: usize = results.iter().map(|r| r.check.indeterminate).sum();
+    let viol: usize = results.iter().map(|r| r.failures.len()).sum();
+    let mut rec: Vec<u64> = results.iter().flat_map(|r| r.leader_recovery_ms.iter().map(|(ms, _)| *ms)).collect();
+    rec.sort();
+    s.push_str(&format!(
+        "\n| operations | acknowledged, checked | indeterminate | violations | leader recovery p50 / max |\n|---:|---:|---:|---:|---|\n| {ops} | {ack} | {ind} | {viol} | {} / {} ms ({} faults) |\n",
+        percentile(&rec, 0.5).map_or("-".into(), |v| v.to_string()),
+        rec.last().map_or("-".into(), |v| v.to_string()),
+        rec.len()
+    ));
+    s.push_str("\n| role | peak RSS (MiB) | bound (MiB) |\n|---|---:|---:|\n");
+    for role in [Role::Meta, Role::Datanode, Role::Gateway] {
+        let mut peak = 0;
+        let mut bound = 0;
+        for r in results {
+            for (_, (rl, smp)) in r.peaks.iter() {
+                if *rl == role && smp.peak_bytes >= peak {
+                    peak = smp.peak_bytes;
+                    bound = smp.bound_bytes;
+                }
+            }
+        }
+        s.push_str(&format!("| {} | {} | {} |\n", role.as_str(), peak >> 20, bound >> 20));
+    }
+    s
+}

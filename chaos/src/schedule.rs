@@ -1,1 +1,428 @@
-//! (being written)
+//! The seeded fault schedule: which fault, on what, when, for how long.
+//!
+//! Same seed and options → same schedule (rand's `StdRng`, ChaCha12, from
+//! the seed; stable for one Cargo.lock). Targets that exist only at run time
+//! (the meta leader) are named by their role in the schedule and resolved
+//! when the fault starts; the run's fault log records what was hit.
+//!
+//! Every enabled kind occurs at least once per run (in a seeded order),
+//! then further faults are drawn at random until the fault window is
+//! filled; faults overlap (combined faults) when they fit the cluster's
+//! failure budget: at most one meta node, one gateway and two datanodes
+//! impaired at a time. Beyond that budget the cluster is not expected to
+//! stay available (3 voters tolerate 1; 3+2 erasure coding with write
+//! quorum 4 tolerates 2 datanodes), only safe, and a schedule that made it
+//! unavailable would test nothing but timeouts.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+/// A fault kind (`--faults` names, kebab-case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// `kill -9` of a datanode, restarted when the fault ends.
+    KillDatanode,
+    /// `kill -9` of the meta leader, restarted when the fault ends.
+    KillMetaLeader,
+    /// `kill -9` of a meta follower, restarted when the fault ends.
+    KillMetaFollower,
+    /// `kill -9` of a gateway, restarted when the fault ends.
+    KillGateway,
+    /// SIGSTOP of a gateway under write load (a GC pause / VM freeze,
+    /// landing between shard writes and the metadata commit for the
+    /// requests in flight), SIGCONT when the fault ends.
+    PauseGateway,
+    /// SIGSTOP / SIGCONT of the meta leader.
+    PauseMetaLeader,
+    /// A storage host (two datanodes) cut off the network.
+    PartitionHost,
+    /// The meta leader cut off from both followers (not from gateways and
+    /// datanodes).
+    IsolateMetaLeader,
+    /// A gateway that reaches meta but not the datanodes of one host.
+    PartitionGatewayDatanodes,
+    /// Random packet loss into a storage host (iptables `statistic`).
+    PacketLoss,
+    /// Latency, jitter and a bandwidth cap on the links to a datanode (the
+    /// fault proxy's toxics).
+    SlowLink,
+    /// A datanode's disk throttled (cgroup v1 blkio) to a few MiB/s.
+    SlowDisk,
+    /// A datanode's volume filled to the last byte (a ballast file).
+    FullDisk,
+    /// A datanode killed and restarted with an empty data dir.
+    WipeDisk,
+    /// A byte flipped in one of a datanode's shard files (bitrot).
+    Bitrot,
+    /// A process restarted with its wall clock jumped forward or back
+    /// (libfaketime, realtime only), and restarted on the true clock when
+    /// the fault ends.
+    ClockJump,
+}
+
+/// Every kind, in declaration order.
+pub const ALL: &[FaultKind] = &[
+    FaultKind::KillDatanode,
+    FaultKind::KillMetaLeader,
+    FaultKind::KillMetaFollower,
+    FaultKind::KillGateway,
+    FaultKind::PauseGateway,
+    FaultKind::PauseMetaLeader,
+    FaultKind::PartitionHost,
+    FaultKind::IsolateMetaLeader,
+    FaultKind::PartitionGatewayDatanodes,
+    FaultKind::PacketLoss,
+    FaultKind::SlowLink,
+    FaultKind::SlowDisk,
+    FaultKind::FullDisk,
+    FaultKind::WipeDisk,
+    FaultKind::Bitrot,
+    FaultKind::ClockJump,
+];
+
+impl FaultKind {
+    /// The `--faults` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::KillDatanode => "kill-datanode",
+            FaultKind::KillMetaLeader => "kill-meta-leader",
+            FaultKind::KillMetaFollower => "kill-meta-follower",
+            FaultKind::KillGateway => "kill-gateway",
+            FaultKind::PauseGateway => "pause-gateway",
+            FaultKind::PauseMetaLeader => "pause-meta-leader",
+            FaultKind::PartitionHost => "partition-host",
+            FaultKind::IsolateMetaLeader => "isolate-meta-leader",
+            FaultKind::PartitionGatewayDatanodes => "partition-gateway-datanodes",
+            FaultKind::PacketLoss => "packet-loss",
+            FaultKind::SlowLink => "slow-link",
+            FaultKind::SlowDisk => "slow-disk",
+            FaultKind::FullDisk => "full-disk",
+            FaultKind::WipeDisk => "wipe-disk",
+            FaultKind::Bitrot => "bitrot",
+            FaultKind::ClockJump => "clock-jump",
+        }
+    }
+
+    /// Whether a leader election follows (recovery time is measured).
+    pub fn hits_leader(self) -> bool {
+        matches!(
+            self,
+            FaultKind::KillMetaLeader | FaultKind::PauseMetaLeader | FaultKind::IsolateMetaLeader
+        )
+    }
+}
+
+impl std::fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FaultKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        ALL.iter()
+            .copied()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown fault kind `{s}` (known: all, {})", names().join(", ")))
+    }
+}
+
+/// Every kind's name.
+pub fn names() -> Vec<&'static str> {
+    ALL.iter().map(|k| k.name()).collect()
+}
+
+/// Parses `--faults`: `all` or a comma list of kinds.
+///
+/// # Errors
+/// An unknown name.
+pub fn parse_kinds(s: &str) -> Result<Vec<FaultKind>, String> {
+    if s == "all" {
+        return Ok(ALL.to_vec());
+    }
+    let mut kinds = s.split(',').map(|p| p.trim().parse()).collect::<Result<Vec<FaultKind>, _>>()?;
+    kinds.sort();
+    kinds.dedup();
+    if kinds.is_empty() {
+        return Err("no fault kinds".into());
+    }
+    Ok(kinds)
+}
+
+/// What a fault hits, fixed by the schedule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "type", content = "name")]
+pub enum Target {
+    /// A datanode (`dn1`..`dn6`).
+    Datanode(String),
+    /// A storage host (`s1`..`s3`).
+    Host(String),
+    /// A gateway (`g1`, `g2`).
+    Gateway(String),
+    /// A gateway and the storage host it loses.
+    GatewayHost(String, String),
+    /// The meta leader when the fault starts.
+    MetaLeader,
+    /// A meta follower when the fault starts (the first non-leader from
+    /// `m<n>` on).
+    MetaFollower(u64),
+    /// Any process, for clock jumps.
+    Process(String),
+}
+
+/// One scheduled fault.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fault {
+    /// Number in the schedule.
+    pub n: usize,
+    /// Kind.
+    pub kind: FaultKind,
+    /// What it hits.
+    pub target: Target,
+    /// Start, from the workload's start.
+    #[serde(with = "humantime_serde_ms")]
+    pub at: Duration,
+    /// How long until it is healed.
+    #[serde(with = "humantime_serde_ms")]
+    pub duration: Duration,
+    /// Kind-specific strength: loss per mille, latency ms, bandwidth KiB/s,
+    /// disk bytes/s, clock offset seconds (signed, as i64 in `param2`).
+    pub param: u64,
+    /// Second parameter (jitter ms; clock offset sign: 0 forward, 1 back).
+    pub param2: u64,
+}
+
+mod humantime_serde_ms {
+    use std::time::Duration;
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+}
+
+impl Fault {
+    /// When it ends, from the workload's start.
+    pub fn end(&self) -> Duration {
+        self.at + self.duration
+    }
+
+    /// One line for logs and failure reports.
+    pub fn describe(&self) -> String {
+        format!(
+            "#{} {} on {:?} at {:.1}s for {:.1}s (param {}, {})",
+            self.n,
+            self.kind,
+            self.target,
+            self.at.as_secs_f64(),
+            self.duration.as_secs_f64(),
+            self.param,
+            self.param2
+        )
+    }
+
+    /// Impairment it puts on the cluster: (meta nodes, gateways, datanodes).
+    fn load(&self) -> (usize, usize, Vec<String>) {
+        let host_dns = |h: &str| {
+            let n: u64 = h[1..].parse().unwrap_or(1);
+            vec![format!("dn{}", 2 * n - 1), format!("dn{}", 2 * n)]
+        };
+        match &self.target {
+            Target::MetaLeader | Target::MetaFollower(_) => (1, 0, vec![]),
+            Target::Gateway(_) => (0, 1, vec![]),
+            Target::Datanode(d) => (0, 0, vec![d.clone()]),
+            Target::Host(h) => (0, 0, host_dns(h)),
+            // Only one gateway loses the host; the other keeps all six.
+            Target::GatewayHost(_, h) => (0, 1, host_dns(h)),
+            Target::Process(p) if p.starts_with('m') => (1, 0, vec![]),
+            Target::Process(p) if p.starts_with('g') => (0, 1, vec![]),
+            Target::Process(p) => (0, 0, vec![p.clone()]),
+        }
+    }
+}
+
+/// Schedule shape.
+#[derive(Debug, Clone)]
+pub struct ScheduleOptions {
+    /// Kinds to draw from.
+    pub kinds: Vec<FaultKind>,
+    /// Workload duration; faults start after `warmup` and end by
+    /// `duration - cooldown`.
+    pub duration: Duration,
+    /// Fault-free time at the start.
+    pub warmup: Duration,
+    /// Fault-free time at the end (all faults healed).
+    pub cooldown: Duration,
+    /// Shortest and longest fault.
+    pub fault_duration: (Duration, Duration),
+    /// Mean gap between fault starts.
+    pub mean_gap: Duration,
+}
+
+/// Draws the schedule for `seed`.
+pub fn schedule(seed: u64, opts: &ScheduleOptions) -> Vec<Fault> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let window_end = opts.duration.saturating_sub(opts.cooldown);
+    let mut first: Vec<FaultKind> = opts.kinds.clone();
+    first.shuffle(&mut rng);
+    let mut faults: Vec<Fault> = Vec::new();
+    let mut t = opts.warmup;
+    let mut attempts = 0;
+    while t < window_end && attempts < 10_000 {
+        attempts += 1;
+        let kind = if let Some(k) = first.first().copied() { k } else { opts.kinds[rng.gen_range(0..opts.kinds.len())] };
+        let (lo, hi) = opts.fault_duration;
+        let mut duration = Duration::from_millis(rng.gen_range(lo.as_millis() as u64..=hi.as_millis() as u64));
+        if t + duration > window_end {
+            duration = window_end.saturating_sub(t);
+        }
+        if duration < lo / 2 {
+            break;
+        }
+        let fault = draw(&mut rng, faults.len() + 1, kind, t, duration);
+        if fits(&faults, &fault) {
+            if !first.is_empty() {
+                first.remove(0);
+            }
+            faults.push(fault);
+            let gap = rng.gen_range(opts.mean_gap.as_millis() as u64 / 2..=opts.mean_gap.as_millis() as u64 * 3 / 2);
+            t += Duration::from_millis(gap.max(500));
+        } else {
+            // Try again a little later, when something has healed.
+            t += Duration::from_secs(1);
+        }
+    }
+    faults
+}
+
+fn draw(rng: &mut StdRng, n: usize, kind: FaultKind, at: Duration, duration: Duration) -> Fault {
+    let pick_dn = |rng: &mut StdRng| format!("dn{}", rng.gen_range(1..=6));
+    let pick_host = |rng: &mut StdRng| format!("s{}", rng.gen_range(1..=3));
+    let pick_gw = |rng: &mut StdRng| format!("g{}", rng.gen_range(1..=2));
+    let (target, param, param2) = match kind {
+        FaultKind::KillDatanode | FaultKind::WipeDisk | FaultKind::Bitrot | FaultKind::FullDisk => {
+            (Target::Datanode(pick_dn(rng)), 0, 0)
+        }
+        FaultKind::SlowDisk => (Target::Datanode(pick_dn(rng)), rng.gen_range(1..=4) << 20, 0),
+        FaultKind::SlowLink => (
+            Target::Datanode(pick_dn(rng)),
+            rng.gen_range(20..=300),
+            // Bandwidth cap, KiB/s; jitter is a third of the latency.
+            rng.gen_range(512..=8192),
+        ),
+        FaultKind::KillMetaLeader | FaultKind::PauseMetaLeader | FaultKind::IsolateMetaLeader => {
+            (Target::MetaLeader, 0, 0)
+        }
+        FaultKind::KillMetaFollower => (Target::MetaFollower(rng.gen_range(1..=3)), 0, 0),
+        FaultKind::KillGateway | FaultKind::PauseGateway => (Target::Gateway(pick_gw(rng)), 0, 0),
+        FaultKind::PartitionHost => (Target::Host(pick_host(rng)), 0, 0),
+        FaultKind::PartitionGatewayDatanodes => {
+            let g = pick_gw(rng);
+            (Target::GatewayHost(g, pick_host(rng)), 0, 0)
+        }
+        FaultKind::PacketLoss => (Target::Host(pick_host(rng)), rng.gen_range(50..=300), 0),
+        FaultKind::ClockJump => {
+            let who = match rng.gen_range(0..3) {
+                0 => pick_dn(rng),
+                1 => pick_gw(rng),
+                _ => format!("m{}", rng.gen_range(1..=3)),
+            };
+            // 1 hour to 3 days, forward or back.
+            (Target::Process(who), rng.gen_range(3600..=3 * 86_400), rng.gen_range(0..=1))
+        }
+    };
+    Fault { n, kind, target, at, duration, param, param2 }
+}
+
+/// Whether `f` fits the failure budget beside the faults active at its start.
+fn fits(faults: &[Fault], f: &Fault) -> bool {
+    let active: Vec<&Fault> = faults.iter().filter(|g| g.at < f.end() && f.at < g.end()).collect();
+    let (mut meta, mut gw, mut dns) = f.load();
+    for g in &active {
+        let (m, w, d) = g.load();
+        meta += m;
+        gw += w;
+        dns.extend(d);
+    }
+    dns.sort();
+    dns.dedup();
+    // Two faults on one process at once would heal each other's effects.
+    let same_process = active.iter().any(|g| g.target == f.target || overlap_target(g, f));
+    meta <= 1 && gw <= 1 && dns.len() <= 2 && !same_process
+}
+
+fn overlap_target(a: &Fault, b: &Fault) -> bool {
+    let (_, _, da) = a.load();
+    let (_, _, db) = b.load();
+    da.iter().any(|d| db.contains(d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(kinds: Vec<FaultKind>) -> ScheduleOptions {
+        ScheduleOptions {
+            kinds,
+            duration: Duration::from_secs(300),
+            warmup: Duration::from_secs(10),
+            cooldown: Duration::from_secs(30),
+            fault_duration: (Duration::from_secs(5), Duration::from_secs(25)),
+            mean_gap: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn same_seed_same_schedule_other_seed_other_schedule() {
+        let o = opts(ALL.to_vec());
+        assert_eq!(schedule(7, &o), schedule(7, &o));
+        assert_ne!(schedule(7, &o), schedule(8, &o));
+    }
+
+    #[test]
+    fn every_kind_occurs_and_faults_stay_in_the_window_and_budget() {
+        for seed in 0..20 {
+            let o = opts(ALL.to_vec());
+            let s = schedule(seed, &o);
+            for k in ALL {
+                assert!(s.iter().any(|f| f.kind == *k), "seed {seed}: {k} missing");
+            }
+            for f in &s {
+                assert!(f.at >= o.warmup && f.end() <= o.duration - o.cooldown, "{}", f.describe());
+                let active: Vec<Fault> = s.iter().filter(|g| g.n != f.n && g.at < f.end() && f.at < g.end() && g.n < f.n).cloned().collect();
+                assert!(fits(&active, f), "seed {seed}: {} over budget", f.describe());
+            }
+            // Some faults are combined (overlap in time).
+            assert!(s.iter().any(|f| s.iter().any(|g| g.n != f.n && g.at < f.end() && f.at < g.end())), "seed {seed}: no overlap");
+        }
+    }
+
+    #[test]
+    fn kinds_parse_and_unknown_names_are_refused() {
+        assert_eq!(parse_kinds("all").unwrap().len(), ALL.len());
+        assert_eq!(
+            parse_kinds("bitrot,kill-datanode").unwrap(),
+            vec![FaultKind::KillDatanode, FaultKind::Bitrot]
+        );
+        assert!(parse_kinds("kill-everything").unwrap_err().contains("unknown fault kind"));
+    }
+
+    #[test]
+    fn budget_refuses_a_third_datanode_and_a_second_meta_fault() {
+        let host = draw(&mut StdRng::seed_from_u64(1), 1, FaultKind::PartitionHost, Duration::ZERO, Duration::from_secs(10));
+        let Target::Host(h) = &host.target else { panic!() };
+        let n: u64 = h[1..].parse().unwrap();
+        let other = format!("dn{}", if n == 3 { 1 } else { 2 * n + 1 });
+        let third = Fault { n: 2, kind: FaultKind::KillDatanode, target: Target::Datanode(other), at: Duration::from_secs(1), duration: Duration::from_secs(5), param: 0, param2: 0 };
+        assert!(!fits(std::slice::from_ref(&host), &third));
+        let leader = Fault { n: 3, kind: FaultKind::KillMetaLeader, target: Target::MetaLeader, at: Duration::from_secs(1), duration: Duration::from_secs(5), param: 0, param2: 0 };
+        assert!(fits(std::slice::from_ref(&host), &leader));
+        let follower = Fault { n: 4, kind: FaultKind::KillMetaFollower, target: Target::MetaFollower(1), at: Duration::from_secs(2), duration: Duration::from_secs(5), param: 0, param2: 0 };
+        assert!(!fits(&[host, leader], &follower));
+    }
+}

@@ -1,0 +1,87 @@
+//! The short chaos run of the README's test command: one seed, a few fault
+//! kinds (a leader kill, a datanode kill, a host partition, a gateway
+//! pause, a wiped disk, bitrot), about three minutes, against the `sluice`
+//! binary of this build. Needs root, `ip`, `iptables`, `mkfs.xfs`: without
+//! them it says so and passes without running (`.ci/run` installs them).
+//! The long run is `sluice-chaos run --faults all --seeds 10 --duration 5m`
+//! (chaos/README.md).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn have_everything() -> Result<(), String> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Err("not root".into());
+    }
+    for tool in sluice_chaos::cluster::TOOLS {
+        let ok = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().map(|o| o.status.success()).unwrap_or(false);
+        if !ok {
+            return Err(format!("no {tool}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_short_seeded_run_loses_nothing_and_stays_live() {
+    if let Err(why) = have_everything() {
+        eprintln!("skipping the chaos short run: {why}");
+        return;
+    }
+    let chaos = PathBuf::from(env!("CARGO_BIN_EXE_sluice-chaos"));
+    let sluice = chaos.with_file_name("sluice");
+    assert!(sluice.exists(), "no sluice binary beside {} (cargo build -p sluice)", chaos.display());
+    let out = tempfile::Builder::new().prefix("sluice-chaos-ci").tempdir_in("/tmp").unwrap();
+    let output = Command::new(&chaos)
+        .args([
+            "run",
+            "--faults",
+            "kill-meta-leader,kill-datanode,partition-host,pause-gateway,wipe-disk,bitrot",
+            "--seed",
+            "1",
+            "--seeds",
+            "1",
+            "--duration",
+            "150s",
+            "--clients",
+            "4",
+            "--fault-min",
+            "5s",
+            "--fault-max",
+            "15s",
+            "--fault-gap",
+            "12s",
+            "--settle-timeout",
+            "4m",
+            "--log-filter",
+            "info",
+        ])
+        .arg("--sluice-bin")
+        .arg(&sluice)
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .expect("running sluice-chaos");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        // Keep the run directory (logs of every process) for the CI log.
+        let kept = out.keep();
+        panic!("chaos run failed ({}); kept {}\n--- stdout\n{stdout}\n--- stderr (tail)\n{}", output.status, kept.display(), tail(&stderr, 60));
+    }
+    let line = stdout.lines().find(|l| l.starts_with("seed 1:")).unwrap_or_else(|| panic!("no seed line in\n{stdout}"));
+    assert!(line.contains("PASS") && line.contains(" 0 violations"), "{line}");
+    // Every scheduled kind was injected and the workload did real work.
+    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.path().join("seed-1/summary.json")).unwrap()).unwrap();
+    let kinds: Vec<&str> = summary["events"].as_array().unwrap().iter().map(|e| e["fault"]["kind"].as_str().unwrap()).collect();
+    for k in ["kill-meta-leader", "kill-datanode", "partition-host", "pause-gateway", "wipe-disk", "bitrot"] {
+        assert!(kinds.contains(&k), "{k} not injected: {kinds:?}");
+    }
+    let acknowledged = summary["check"]["acknowledged"].as_u64().unwrap();
+    assert!(acknowledged >= 100, "only {acknowledged} acknowledged operations checked");
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
