@@ -796,3 +796,147 @@ fn a_planted_stale_final_read_in_a_big_history_is_caught() {
         r.render()
     );
 }
+
+// ---------------------------------------------------------------------
+// The search and its reductions against a plain exhaustive search
+// ---------------------------------------------------------------------
+
+/// An operation for [`brute_force`]: start, end (`u64::MAX` if
+/// indeterminate), write (else read), the value written or seen.
+type BruteOp = (u64, u64, bool, Option<u64>);
+
+/// Linearizable as a register, by trying every order of every choice of
+/// indeterminate writes, with no reduction at all.
+fn brute_force(history: &[Entry]) -> bool {
+    let mut required = Vec::new();
+    let mut optional = Vec::new();
+    for e in history {
+        let acked = e.outcome == Outcome::Ok;
+        let end = if acked { e.end_us } else { u64::MAX };
+        match (&e.op, &e.outcome) {
+            (_, Outcome::Failed { .. }) => {}
+            (Op::Put { value, .. }, _) => {
+                let op = (e.start_us, end, true, Some(value.id));
+                if acked {
+                    required.push(op)
+                } else {
+                    optional.push(op)
+                }
+            }
+            (Op::Delete { .. }, _) => {
+                let op = (e.start_us, end, true, None);
+                if acked {
+                    required.push(op)
+                } else {
+                    optional.push(op)
+                }
+            }
+            (Op::Get { .. }, Outcome::Read { result }) => {
+                let seen = match result {
+                    ReadResult::NotFound => None,
+                    ReadResult::Found { value_id, .. } => *value_id,
+                };
+                required.push((e.start_us, e.end_us, false, seen));
+            }
+            _ => {}
+        }
+    }
+    fn orders(ops: &[BruteOp], placed: u32, state: Option<u64>) -> bool {
+        if placed.count_ones() as usize == ops.len() {
+            return true;
+        }
+        let unplaced = |i: usize| placed & (1 << i) == 0;
+        (0..ops.len()).filter(|&a| unplaced(a)).any(|a| {
+            let (start, _, write, val) = ops[a];
+            let blocked = (0..ops.len()).any(|b| b != a && unplaced(b) && ops[b].1 < start);
+            if blocked || (!write && val != state) {
+                return false;
+            }
+            orders(ops, placed | 1 << a, if write { val } else { state })
+        })
+    }
+    (0..1u32 << optional.len()).any(|mask| {
+        let mut ops = required.clone();
+        ops.extend(
+            (0..optional.len())
+                .filter(|i| mask & (1 << i) != 0)
+                .map(|i| optional[i]),
+        );
+        orders(&ops, 0, None)
+    })
+}
+
+/// A small random history of one key: up to `n` operations with random
+/// outcomes and reads of random (but existing, not failed) values.
+fn random_history(rng: &mut StdRng, n: usize) -> H {
+    let mut h = H::default();
+    let mut ids = Vec::new();
+    for i in 0..rng.gen_range(1..=n) {
+        let start = rng.gen_range(0..30);
+        let end = start + rng.gen_range(0..12);
+        let c = i as u32;
+        match rng.gen_range(0..10) {
+            0..=3 => {
+                let id = i as u64 + 1;
+                let outcome = match rng.gen_range(0..6) {
+                    0 => indet(),
+                    1 => failed(),
+                    _ => ok(),
+                };
+                if outcome != failed() {
+                    ids.push(id);
+                }
+                h.put(c, "k", id, start, end, outcome);
+            }
+            4..=5 => {
+                h.delete(
+                    c,
+                    "k",
+                    start,
+                    end,
+                    if rng.gen_bool(0.3) { indet() } else { ok() },
+                );
+            }
+            _ => {
+                let seen = if ids.is_empty() || rng.gen_bool(0.3) {
+                    None
+                } else {
+                    Some(ids[rng.gen_range(0..ids.len())])
+                };
+                h.get(c, "k", start, end, seen);
+            }
+        }
+    }
+    h
+}
+
+#[test]
+fn verdicts_and_evidence_agree_with_an_exhaustive_search() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let (mut passed, mut failed_) = (0, 0);
+    for round in 0..4000 {
+        let h = random_history(&mut rng, 7);
+        let r = h.check();
+        let expected = brute_force(&h.entries);
+        assert!(r.inconclusive_keys.is_empty());
+        assert_eq!(
+            r.passed(),
+            expected,
+            "round {round}: brute force says {expected}:\n{}",
+            r.render()
+        );
+        for v in &r.violations {
+            assert!(
+                !brute_force(&v.entries),
+                "round {round}: the evidence is linearizable:\n{}",
+                r.render()
+            );
+        }
+        if expected { passed += 1 } else { failed_ += 1 }
+    }
+    // Both kinds of history were tried.
+    assert!(
+        passed > 500 && failed_ > 500,
+        "{passed} passed, {failed_} failed"
+    );
+}
