@@ -52,6 +52,7 @@
 //! key the search rejects is shrunk to a small failing sub-history.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use super::{CheckOptions, Violation, ViolationKind, describe, evidence};
 use crate::history::{Entry, Op, Outcome, ReadResult};
@@ -62,8 +63,9 @@ const OPEN: u64 = u64::MAX;
 /// Findings reported per key at most (the rest are counted).
 const MAX_FINDINGS_PER_KEY: usize = 10;
 
-/// Explored states per shrinking attempt at most.
-const SHRINK_BUDGET: usize = 100_000;
+/// Time spent shrinking one key's failure at most (then the smallest
+/// failing history found so far is reported).
+const SHRINK_TIME: Duration = Duration::from_secs(10);
 
 /// Shrinking attempts per key at most.
 const SHRINK_TRIALS: usize = 200;
@@ -126,7 +128,7 @@ pub(super) fn check_key(
         Search::Linearizable => KeyVerdict::Linearizable,
         Search::Inconclusive => KeyVerdict::Inconclusive,
         Search::NotLinearizable => {
-            let small = shrink(ops.clone(), opts.max_search_states.min(SHRINK_BUDGET));
+            let small = shrink(ops.clone(), opts.max_search_states);
             let message = format!(
                 "no order of these {} operations (of {} on the key) is a valid register history; \
                  they are the smallest failing part found",
@@ -258,6 +260,20 @@ fn find_patterns(ops: &[RegOp]) -> (Vec<Finding>, usize) {
         // before the read ends.
         let floor = match seen {
             Some(v) => match writer.get(&v) {
+                Some(&wv) if read.precedes(&ops[wv]) => {
+                    // A value read before its write began.
+                    total += 1;
+                    if found.len() < MAX_FINDINGS_PER_KEY {
+                        let kind = ViolationKind::NotLinearizable;
+                        found.push(Finding {
+                            kind,
+                            read: r,
+                            against: wv,
+                            writer: Some(wv),
+                        });
+                    }
+                    continue;
+                }
                 Some(&wv) if !ops[wv].is_open() => Some(ops[wv].end),
                 _ => continue,
             },
@@ -345,6 +361,13 @@ fn pattern_violations(
                     describe(seen),
                     we.end_us,
                     re.start_us
+                ),
+                ViolationKind::NotLinearizable => format!(
+                    "read #{} returned {} but ended at {} µs, before {what} started at {} µs",
+                    re.id,
+                    describe(seen),
+                    re.end_us,
+                    we.start_us
                 ),
                 _ => format!(
                     "read #{} returned {}, already superseded by {what}, acknowledged at {} µs before the read \
@@ -651,20 +674,21 @@ impl Searcher {
 // Shrinking
 // ---------------------------------------------------------------------
 
-/// A small sub-history of `ops` (which fails) that still fails: first the
+/// A small sub-history of `ops` (which fails) that still fails, within
+/// [`SHRINK_TRIALS`] searches and [`SHRINK_TIME`]: first the
 /// shortest failing prefix in time, then removal of whole values (a write
 /// with all its reads), single reads, and Deletes once no read of "absent"
 /// is left. Each removal is one that cannot turn a linearizable history
 /// into a failing one, so what remains fails for the original reason.
 fn shrink(ops: Vec<RegOp>, budget: usize) -> Vec<RegOp> {
+    let deadline = Instant::now() + SHRINK_TIME;
     let mut trials = 0;
     let mut fails = |o: &[RegOp]| {
         trials += 1;
-        trials <= SHRINK_TRIALS && search(o, budget) == Search::NotLinearizable
+        trials <= SHRINK_TRIALS
+            && Instant::now() < deadline
+            && search(o, budget) == Search::NotLinearizable
     };
-    if !fails(&ops) {
-        return ops;
-    }
     let ops = shortest_failing_prefix(ops, &mut fails);
     let ops = remove_units(ops, value_units, &mut fails);
     let ops = remove_units(ops, read_units, &mut fails);

@@ -940,3 +940,31 @@ fn verdicts_and_evidence_agree_with_an_exhaustive_search() {
         "{passed} passed, {failed_} failed"
     );
 }
+
+/// Two reads of a big valid history swap results: whatever is caught is
+/// caught at once, with a few entries of evidence.
+#[test]
+fn swapped_reads_in_a_big_history_are_caught_with_small_evidence() {
+    let mut caught = 0;
+    for seed in 0..12u64 {
+        let mut history = simulated_history(seed, 2000, 8, 30);
+        let mut rng = StdRng::seed_from_u64(seed + 100);
+        let reads: Vec<usize> = (0..history.len())
+            .filter(|&i| matches!(history[i].op, Op::Get { .. }))
+            .collect();
+        let k = rng.gen_range(0..reads.len() - 3);
+        let (a, b) = (reads[k], reads[k + 2]);
+        let (oa, ob) = (history[a].outcome.clone(), history[b].outcome.clone());
+        history[a].outcome = ob;
+        history[b].outcome = oa;
+        let r = check(&history, &CheckOptions::default());
+        assert!(r.inconclusive_keys.is_empty(), "seed {seed}");
+        assert!(
+            r.violations.iter().all(|v| v.entries.len() <= 4),
+            "seed {seed}:\n{}",
+            r.render()
+        );
+        caught += usize::from(!r.passed());
+    }
+    assert!(caught >= 4, "{caught} caught");
+}
