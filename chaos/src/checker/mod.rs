@@ -134,7 +134,8 @@ pub enum ViolationKind {
     /// unique).
     ResurrectedDelete,
     /// The key's history is not linearizable as a register, in a way none
-    /// of the named patterns shows.
+    /// of the named patterns shows (or a read that ended before the write
+    /// of the value it returned started).
     NotLinearizable,
     /// A listing contains a key that was absent throughout it, or lacks
     /// one that was present throughout it.

@@ -48,7 +48,8 @@
 //! that ended before it started: if none of the writes that could sit
 //! between that write and the read produces what the read saw, the read
 //! is a definite violation, named by the write it contradicts (see
-//! [`ViolationKind`]). Only keys with no such pattern are searched, and a
+//! [`ViolationKind`]); so is a read that ended before the write of the
+//! value it returned started. Only keys with no such pattern are searched, and a
 //! key the search rejects is shrunk to a small failing sub-history.
 
 use std::collections::{HashMap, HashSet};

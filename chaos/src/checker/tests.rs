@@ -968,3 +968,99 @@ fn swapped_reads_in_a_big_history_are_caught_with_small_evidence() {
     }
     assert!(caught >= 4, "{caught} caught");
 }
+
+/// Listings of a simulated run on a few keys, each listing taken at one
+/// random point of its interval, always pass.
+#[test]
+fn listings_of_a_simulated_run_pass() {
+    let keys = ["a/1", "a/2", "b/1", "b/2"];
+    for seed in 0..5u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut free = [0u64; 6];
+        // (effect time, op index); ops: (client, start, end, op, outcome).
+        let mut ops: Vec<(u32, u64, u64, Op, Outcome)> = Vec::new();
+        let mut effects = Vec::new();
+        for i in 0..600u64 {
+            let c = (0..free.len()).min_by_key(|&c| free[c]).unwrap();
+            let start = free[c] + rng.gen_range(0..5);
+            let end = start + rng.gen_range(1..60);
+            free[c] = end;
+            let key = keys[rng.gen_range(0..keys.len())].to_string();
+            let unknown = rng.gen_bool(0.05);
+            let (op, outcome) = match rng.gen_range(0..10) {
+                0..=3 => (
+                    Op::Put {
+                        key,
+                        value: value(i + 1),
+                        multipart: false,
+                    },
+                    if unknown { indet() } else { ok() },
+                ),
+                4..=5 => (Op::Delete { key }, if unknown { indet() } else { ok() }),
+                6 => (
+                    Op::Put {
+                        key,
+                        value: value(i + 1),
+                        multipart: false,
+                    },
+                    failed(),
+                ),
+                _ => (
+                    Op::List {
+                        prefix: ["", "a/", "b/"][rng.gen_range(0..3)].to_string(),
+                    },
+                    Outcome::Listed { keys: vec![] },
+                ),
+            };
+            let effect = match (&outcome, rng.gen_bool(0.5)) {
+                (Outcome::Failed { .. }, _) | (Outcome::Indeterminate { .. }, false) => None,
+                (Outcome::Indeterminate { .. }, true) => Some(rng.gen_range(start..end + 500)),
+                _ => Some(rng.gen_range(start..=end)),
+            };
+            if let Some(t) = effect {
+                effects.push((t, ops.len()));
+            }
+            ops.push((c as u32, start, end, op, outcome));
+        }
+        effects.sort_unstable();
+        let mut present: std::collections::BTreeSet<String> = Default::default();
+        for (_, i) in effects {
+            match &ops[i].3 {
+                Op::Put { key, .. } => {
+                    present.insert(key.clone());
+                }
+                Op::Delete { key } => {
+                    present.remove(key);
+                }
+                Op::List { prefix } => {
+                    let listed = present
+                        .iter()
+                        .filter(|k| k.starts_with(prefix.as_str()))
+                        .cloned()
+                        .collect();
+                    ops[i].4 = Outcome::Listed { keys: listed };
+                }
+                _ => {}
+            }
+        }
+        let mut h = H::default();
+        for (c, start, end, op, outcome) in ops {
+            h.push(c, start, end, op, outcome);
+        }
+        let r = h.check();
+        assert!(r.passed(), "seed {seed}:\n{}", r.render());
+        // Listings that drop every key are caught.
+        for e in &mut h.entries {
+            if let Outcome::Listed { keys } = &mut e.outcome {
+                keys.clear();
+            }
+        }
+        let r = h.check();
+        assert!(
+            !r.violations.is_empty()
+                && r.violations
+                    .iter()
+                    .all(|v| v.kind == ViolationKind::ListingMismatch)
+        );
+    }
+}
