@@ -247,12 +247,14 @@ pub fn now_us() -> u64 {
 /// I/O, or a line that is not an entry (its line number is given).
 pub fn read_jsonl(path: &std::path::Path) -> anyhow::Result<Vec<Entry>> {
     use anyhow::Context;
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str(l).with_context(|| format!("{}:{}: not a history entry", path.display(), i + 1))
+            serde_json::from_str(l)
+                .with_context(|| format!("{}:{}: not a history entry", path.display(), i + 1))
         })
         .collect()
 }
@@ -287,7 +289,13 @@ mod tests {
         let mut p2 = vec![0u8; 5];
         sluice_bench::data::fill(8, &mut p2);
         assert_eq!(&all[10..], &p2[..]);
-        assert_eq!(v.range_bytes(Some(ByteRange { first: 12, last: 100 })), p2[2..].to_vec());
+        assert_eq!(
+            v.range_bytes(Some(ByteRange {
+                first: 12,
+                last: 100
+            })),
+            p2[2..].to_vec()
+        );
         assert_eq!(content_hash(&v.range_bytes(None)), content_hash(&all));
     }
 
@@ -298,9 +306,16 @@ mod tests {
             client: 1,
             start_us: 10,
             end_us: 20,
-            op: Op::Get { key: "k".into(), range: Some(ByteRange { first: 0, last: 9 }) },
+            op: Op::Get {
+                key: "k".into(),
+                range: Some(ByteRange { first: 0, last: 9 }),
+            },
             outcome: Outcome::Read {
-                result: ReadResult::Found { value_id: Some(4), len: 10, hash: "ab".into() },
+                result: ReadResult::Found {
+                    value_id: Some(4),
+                    len: 10,
+                    hash: "ab".into(),
+                },
             },
         };
         let dir = tempfile::tempdir().unwrap();
