@@ -41,8 +41,24 @@ enum Command {
     Proxy(proxy::ProxyArgs),
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // The SDK's futures are large, and unoptimised builds keep every one
+    // of them on the stack while polling: the default 2 MiB overflows.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(32 << 20)
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("sluice-chaos: starting the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    runtime.block_on(async_main())
+}
+
+async fn async_main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
