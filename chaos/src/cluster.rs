@@ -201,7 +201,15 @@ pub fn ns_sh(ns: &str, args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// The tools a run needs on PATH.
-pub const TOOLS: &[&str] = &["ip", "iptables", "mkfs.xfs", "losetup", "mount", "umount", "fallocate"];
+pub const TOOLS: &[&str] = &[
+    "ip",
+    "iptables",
+    "mkfs.xfs",
+    "losetup",
+    "mount",
+    "umount",
+    "fallocate",
+];
 
 /// Checks root and [`TOOLS`].
 ///
@@ -247,7 +255,10 @@ impl Cluster {
     fn setup_inner(&mut self) -> anyhow::Result<()> {
         sh(&["ip", "netns", "add", &self.bridge_ns])?;
         self.namespaces.push(self.bridge_ns.clone());
-        ns_sh(&self.bridge_ns, &["ip", "link", "add", "br0", "type", "bridge"])?;
+        ns_sh(
+            &self.bridge_ns,
+            &["ip", "link", "add", "br0", "type", "bridge"],
+        )?;
         ns_sh(&self.bridge_ns, &["ip", "link", "set", "br0", "up"])?;
         let layout = [
             ("m1", "10.0.0.11"),
@@ -277,10 +288,26 @@ impl Cluster {
         sh(&[&bin, "admin", "certs", "init", "--dir", &pki])?;
         sh(&[&bin, "admin", "certs", "init", "--dir", &s3pki])?;
         sh(&[
-            &bin, "admin", "certs", "issue", "--dir", &s3pki, "--role", "gateway", "--id", "s3", "--ip",
-            "10.0.0.31", "--ip", "10.0.0.32", "--dns", "s3.chaos.test",
+            &bin,
+            "admin",
+            "certs",
+            "issue",
+            "--dir",
+            &s3pki,
+            "--role",
+            "gateway",
+            "--id",
+            "s3",
+            "--ip",
+            "10.0.0.31",
+            "--ip",
+            "10.0.0.32",
+            "--dns",
+            "s3.chaos.test",
         ])?;
-        sh(&[&bin, "admin", "certs", "issue", "--dir", &pki, "--role", "admin", "--id", "chaos"])?;
+        sh(&[
+            &bin, "admin", "certs", "issue", "--dir", &pki, "--role", "admin", "--id", "chaos",
+        ])?;
 
         for id in 1..=3u64 {
             self.plan_meta(id)?;
@@ -301,10 +328,26 @@ impl Cluster {
         let veth = format!("v{}", host.idx);
         ns_sh(
             &self.bridge_ns,
-            &["ip", "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &host.ns],
+            &[
+                "ip", "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns",
+                &host.ns,
+            ],
         )?;
-        ns_sh(&self.bridge_ns, &["ip", "link", "set", &veth, "master", "br0", "up"])?;
-        ns_sh(&host.ns, &["ip", "addr", "add", &format!("{}/24", host.ip), "dev", "eth0"])?;
+        ns_sh(
+            &self.bridge_ns,
+            &["ip", "link", "set", &veth, "master", "br0", "up"],
+        )?;
+        ns_sh(
+            &host.ns,
+            &[
+                "ip",
+                "addr",
+                "add",
+                &format!("{}/24", host.ip),
+                "dev",
+                "eth0",
+            ],
+        )?;
         ns_sh(&host.ns, &["ip", "link", "set", "eth0", "up"])?;
         Ok(())
     }
@@ -312,14 +355,22 @@ impl Cluster {
     fn issue(&self, role: &str, id: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
         let bin = self.opts.bin.display().to_string();
         let pki = self.pki.display().to_string();
-        sh(&[&bin, "admin", "certs", "issue", "--dir", &pki, "--role", role, "--id", id])?;
-        Ok((self.pki.join(format!("{role}-{id}.pem")), self.pki.join(format!("{role}-{id}.key"))))
+        sh(&[
+            &bin, "admin", "certs", "issue", "--dir", &pki, "--role", role, "--id", id,
+        ])?;
+        Ok((
+            self.pki.join(format!("{role}-{id}.pem")),
+            self.pki.join(format!("{role}-{id}.key")),
+        ))
     }
 
     fn tls_table(&self, role: &str, id: &str) -> anyhow::Result<toml::Table> {
         let (cert, key) = self.issue(role, id)?;
         let mut t = toml::Table::new();
-        t.insert("ca_file".into(), self.pki.join("ca.pem").display().to_string().into());
+        t.insert(
+            "ca_file".into(),
+            self.pki.join("ca.pem").display().to_string().into(),
+        );
         t.insert("cert_file".into(), cert.display().to_string().into());
         t.insert("key_file".into(), key.display().to_string().into());
         Ok(t)
@@ -327,7 +378,9 @@ impl Cluster {
 
     fn meta_endpoints() -> toml::Value {
         toml::Value::Array(
-            (1..=3).map(|i| toml::Value::from(format!("https://10.0.0.1{i}:7001"))).collect(),
+            (1..=3)
+                .map(|i| toml::Value::from(format!("https://10.0.0.1{i}:7001")))
+                .collect(),
         )
     }
 
@@ -339,7 +392,15 @@ impl Cluster {
         Ok(path)
     }
 
-    fn push_node(&mut self, name: String, role: Role, id: u64, host: &str, port: u16, metrics_port: u16, config: PathBuf, data_dir: PathBuf) -> &mut Node {
+    fn push_node(
+        &mut self,
+        name: String,
+        role: Role,
+        id: u64,
+        host: &str,
+        (port, metrics_port): (u16, u16),
+        (config, data_dir): (PathBuf, PathBuf),
+    ) -> &mut Node {
         self.nodes.push(Node {
             log: self.opts.dir.join("logs").join(format!("{name}.log")),
             name,
@@ -372,24 +433,44 @@ impl Cluster {
         t.insert("data_dir".into(), data_dir.display().to_string().into());
         t.insert("metrics_listen".into(), "0.0.0.0:7091".into());
         t.insert("sled_cache_bytes".into(), (META_SLED_CACHE as i64).into());
-        t.insert("election_timeout_min".into(), humantime::format_duration(ELECTION_TIMEOUT.0).to_string().into());
-        t.insert("election_timeout_max".into(), humantime::format_duration(ELECTION_TIMEOUT.1).to_string().into());
+        t.insert(
+            "election_timeout_min".into(),
+            humantime::format_duration(ELECTION_TIMEOUT.0)
+                .to_string()
+                .into(),
+        );
+        t.insert(
+            "election_timeout_max".into(),
+            humantime::format_duration(ELECTION_TIMEOUT.1)
+                .to_string()
+                .into(),
+        );
         // Deleted blobs are reclaimed soon, so the small volumes do not fill.
         t.insert("delete_delay".into(), "30s".into());
-        t.insert("cluster_tls".into(), self.tls_table("meta", &id.to_string())?.into());
+        t.insert(
+            "cluster_tls".into(),
+            self.tls_table("meta", &id.to_string())?.into(),
+        );
         let mut voters = toml::Table::new();
         for i in 1..=3 {
             voters.insert(i.to_string(), format!("https://10.0.0.1{i}:7001").into());
         }
         t.insert("voters".into(), voters.into());
         let config = self.write_config(&name, &t)?;
-        self.push_node(name.clone(), Role::Meta, id, &name, 7001, 7091, config, data_dir);
+        self.push_node(
+            name.clone(),
+            Role::Meta,
+            id,
+            &name,
+            (7001, 7091),
+            (config, data_dir),
+        );
         Ok(())
     }
 
     fn plan_datanode(&mut self, id: u64) -> anyhow::Result<()> {
         let name = format!("dn{id}");
-        let host = format!("s{}", (id + 1) / 2);
+        let host = format!("s{}", id.div_ceil(2));
         let slot = 2 - (id % 2); // 1 or 2 on its host
         let ip = self.hosts[&host].ip.clone();
         let port = 7100 + slot as u16;
@@ -397,23 +478,51 @@ impl Cluster {
         let data_dir = volume.join("data");
         let mut t = toml::Table::new();
         t.insert("node_id".into(), (id as i64).into());
-        t.insert("listen".into(), format!("127.0.0.1:{}", 17100 + slot).into());
-        t.insert("advertise_addr".into(), format!("https://{ip}:{port}").into());
+        t.insert(
+            "listen".into(),
+            format!("127.0.0.1:{}", 17100 + slot).into(),
+        );
+        t.insert(
+            "advertise_addr".into(),
+            format!("https://{ip}:{port}").into(),
+        );
         t.insert("data_dir".into(), data_dir.display().to_string().into());
         t.insert("meta_endpoints".into(), Self::meta_endpoints());
-        t.insert("metrics_listen".into(), format!("0.0.0.0:{}", 7190 + slot).into());
-        t.insert("write_budget_bytes".into(), (DATANODE_WRITE_BUDGET as i64).into());
-        t.insert("reserved_free_bytes".into(), (RESERVED_FREE_BYTES as i64).into());
+        t.insert(
+            "metrics_listen".into(),
+            format!("0.0.0.0:{}", 7190 + slot).into(),
+        );
+        t.insert(
+            "write_budget_bytes".into(),
+            (DATANODE_WRITE_BUDGET as i64).into(),
+        );
+        t.insert(
+            "reserved_free_bytes".into(),
+            (RESERVED_FREE_BYTES as i64).into(),
+        );
         t.insert("zone".into(), format!("zone-{host}").into());
         t.insert("host".into(), host.clone().into());
         // Unreferenced shards are collected within the run.
         t.insert("gc_interval".into(), "30s".into());
         t.insert("gc_grace".into(), "60s".into());
-        t.insert("cluster_tls".into(), self.tls_table("datanode", &id.to_string())?.into());
+        // Bitrot is found within the run (the scrub reads at its default
+        // 10 MiB/s), so settling includes healing it.
+        t.insert("scrub_interval".into(), "60s".into());
+        t.insert(
+            "cluster_tls".into(),
+            self.tls_table("datanode", &id.to_string())?.into(),
+        );
         let config = self.write_config(&name, &t)?;
         let control = self.opts.dir.join(&name).join("proxy.json");
         crate::proxy::write_control(&control, &crate::proxy::Toxics::default())?;
-        let n = self.push_node(name, Role::Datanode, id, &host, port, 7190 + slot as u16, config, data_dir);
+        let n = self.push_node(
+            name,
+            Role::Datanode,
+            id,
+            &host,
+            (port, 7190 + slot as u16),
+            (config, data_dir),
+        );
         n.volume = Some(volume);
         n.proxy_control = Some(control);
         let idx = self.nodes.len() - 1;
@@ -433,20 +542,42 @@ impl Cluster {
         t.insert("data_shards".into(), 3.into());
         t.insert("parity_shards".into(), 2.into());
         t.insert("write_quorum".into(), 4.into());
-        t.insert("buffer_budget_bytes".into(), (GATEWAY_BUFFER_BUDGET as i64).into());
-        t.insert("read_budget_bytes".into(), (GATEWAY_READ_BUDGET as i64).into());
+        t.insert(
+            "buffer_budget_bytes".into(),
+            (GATEWAY_BUFFER_BUDGET as i64).into(),
+        );
+        t.insert(
+            "read_budget_bytes".into(),
+            (GATEWAY_READ_BUDGET as i64).into(),
+        );
         // Heal within the run: audit often, a datanode is down after 20 s.
         t.insert("audit_interval".into(), "20s".into());
         t.insert("heal_interval".into(), "5s".into());
         t.insert("node_down_after".into(), "20s".into());
-        t.insert("cluster_tls".into(), self.tls_table("gateway", &name)?.into());
+        t.insert(
+            "cluster_tls".into(),
+            self.tls_table("gateway", &name)?.into(),
+        );
         let s3pki = self.opts.dir.join("s3pki");
         let mut s3 = toml::Table::new();
-        s3.insert("cert_file".into(), s3pki.join("gateway-s3.pem").display().to_string().into());
-        s3.insert("key_file".into(), s3pki.join("gateway-s3.key").display().to_string().into());
+        s3.insert(
+            "cert_file".into(),
+            s3pki.join("gateway-s3.pem").display().to_string().into(),
+        );
+        s3.insert(
+            "key_file".into(),
+            s3pki.join("gateway-s3.key").display().to_string().into(),
+        );
         t.insert("s3_tls".into(), s3.into());
         let config = self.write_config(&name, &t)?;
-        self.push_node(name.clone(), Role::Gateway, 0, &name, 9000, 9090, config, PathBuf::new());
+        self.push_node(
+            name.clone(),
+            Role::Gateway,
+            0,
+            &name,
+            (9000, 9090),
+            (config, PathBuf::new()),
+        );
         Ok(())
     }
 
@@ -459,7 +590,9 @@ impl Cluster {
         f.set_len(VOLUME_BYTES)?;
         drop(f);
         sh(&["mkfs.xfs", "-q", &img.display().to_string()])?;
-        let dev = sh(&["losetup", "--find", "--show", &img.display().to_string()])?.trim().to_string();
+        let dev = sh(&["losetup", "--find", "--show", &img.display().to_string()])?
+            .trim()
+            .to_string();
         sh(&["mount", &dev, &vol.display().to_string()])?;
         self.mounts.push(vol.clone());
         std::fs::create_dir_all(vol.join("data"))?;
@@ -469,21 +602,34 @@ impl Cluster {
 
     /// The node named `name`.
     pub fn node(&self, name: &str) -> &Node {
-        self.nodes.iter().find(|n| n.name == name).unwrap_or_else(|| panic!("no node {name}"))
+        self.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no node {name}"))
     }
 
     fn node_mut(&mut self, name: &str) -> &mut Node {
-        self.nodes.iter_mut().find(|n| n.name == name).unwrap_or_else(|| panic!("no node {name}"))
+        self.nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no node {name}"))
     }
 
     /// Names of the nodes of `role`.
     pub fn names(&self, role: Role) -> Vec<String> {
-        self.nodes.iter().filter(|n| n.role == role).map(|n| n.name.clone()).collect()
+        self.nodes
+            .iter()
+            .filter(|n| n.role == role)
+            .map(|n| n.name.clone())
+            .collect()
     }
 
     /// The S3 endpoints of the gateways.
     pub fn s3_endpoints(&self) -> Vec<String> {
-        self.names(Role::Gateway).iter().map(|g| format!("https://{}:9000", self.hosts[g].ip)).collect()
+        self.names(Role::Gateway)
+            .iter()
+            .map(|g| format!("https://{}:9000", self.hosts[g].ip))
+            .collect()
     }
 
     /// Starts `name` (and, for a datanode, its proxy if not running).
@@ -550,7 +696,8 @@ impl Cluster {
     /// Sends `signal` to `name` (no wait).
     pub fn signal(&self, name: &str, signal: Signal) -> anyhow::Result<()> {
         if let Some(pid) = self.node(name).pid {
-            kill(Pid::from_raw(pid as i32), signal).with_context(|| format!("{signal} to {name}"))?;
+            kill(Pid::from_raw(pid as i32), signal)
+                .with_context(|| format!("{signal} to {name}"))?;
         }
         Ok(())
     }
@@ -638,13 +785,21 @@ impl Cluster {
         for name in names {
             loop {
                 if !self.running(name) {
-                    bail!("{name} exited; log {}:\n{}", self.node(name).log.display(), tail(&self.node(name).log, 20));
+                    bail!(
+                        "{name} exited; log {}:\n{}",
+                        self.node(name).log.display(),
+                        tail(&self.node(name).log, 20)
+                    );
                 }
                 if self.ready(name).await {
                     break;
                 }
                 if Instant::now() >= deadline {
-                    bail!("{name} not ready after {timeout:?}; log {}:\n{}", self.node(name).log.display(), tail(&self.node(name).log, 20));
+                    bail!(
+                        "{name} not ready after {timeout:?}; log {}:\n{}",
+                        self.node(name).log.display(),
+                        tail(&self.node(name).log, 20)
+                    );
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
@@ -680,7 +835,10 @@ impl Cluster {
     /// The command fails.
     pub async fn admin(&self, args: &[&str]) -> anyhow::Result<String> {
         let client = self.hosts["client"].ns.clone();
-        let meta = (1..=3).map(|i| format!("https://10.0.0.1{i}:7001")).collect::<Vec<_>>().join(",");
+        let meta = (1..=3)
+            .map(|i| format!("https://10.0.0.1{i}:7001"))
+            .collect::<Vec<_>>()
+            .join(",");
         let out = Command::new("ip")
             .args(["netns", "exec", &client])
             .arg(&self.opts.bin)
@@ -692,9 +850,15 @@ impl Cluster {
             .env("SLUICE_ADMIN_KEY", self.pki.join("admin-chaos.key"))
             .stdin(Stdio::null())
             .output();
-        let out = tokio::time::timeout(Duration::from_secs(20), out).await.context("sluice admin timed out")??;
+        let out = tokio::time::timeout(Duration::from_secs(20), out)
+            .await
+            .context("sluice admin timed out")??;
         if !out.status.success() {
-            bail!("sluice admin {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+            bail!(
+                "sluice admin {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -724,15 +888,27 @@ impl Cluster {
         let node = self.node(name);
         let pid = node.pid.context("not running")?;
         let dev = node.loop_dev.clone().context("no loop device")?;
-        let sysname = Path::new(&dev).file_name().context("loop dev")?.to_string_lossy().to_string();
-        let majmin = std::fs::read_to_string(format!("/sys/block/{sysname}/dev"))?.trim().to_string();
+        let sysname = Path::new(&dev)
+            .file_name()
+            .context("loop dev")?
+            .to_string_lossy()
+            .to_string();
+        let majmin = std::fs::read_to_string(format!("/sys/block/{sysname}/dev"))?
+            .trim()
+            .to_string();
         let cg = PathBuf::from("/sys/fs/cgroup/blkio").join(format!("{}-{name}", self.opts.prefix));
         std::fs::create_dir_all(&cg).context("blkio cgroup (cgroup v1)")?;
         if !self.cgroups.contains(&cg) {
             self.cgroups.push(cg.clone());
         }
-        std::fs::write(cg.join("blkio.throttle.write_bps_device"), format!("{majmin} {bps}"))?;
-        std::fs::write(cg.join("blkio.throttle.read_bps_device"), format!("{majmin} {bps}"))?;
+        std::fs::write(
+            cg.join("blkio.throttle.write_bps_device"),
+            format!("{majmin} {bps}"),
+        )?;
+        std::fs::write(
+            cg.join("blkio.throttle.read_bps_device"),
+            format!("{majmin} {bps}"),
+        )?;
         for task in threads(pid) {
             let _ = std::fs::write(cg.join("tasks"), task.to_string());
         }
@@ -810,7 +986,10 @@ impl Cluster {
 
 /// Opens a log for appending.
 fn append(path: &Path) -> anyhow::Result<std::fs::File> {
-    Ok(std::fs::OpenOptions::new().create(true).append(true).open(path)?)
+    Ok(std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?)
 }
 
 /// The last `n` lines of a file.
@@ -829,7 +1008,10 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 /// Thread ids of a process.
 fn threads(pid: u32) -> Vec<u32> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -117,8 +117,20 @@ fn ipt(ns: &str, op: &str, rule: &[String]) -> anyhow::Result<()> {
 fn rules_drop_between(peer_ips: &[String]) -> Vec<Vec<String>> {
     let mut rules = Vec::new();
     for ip in peer_ips {
-        rules.push(vec!["INPUT".into(), "-s".into(), ip.clone(), "-j".into(), "DROP".into()]);
-        rules.push(vec!["OUTPUT".into(), "-d".into(), ip.clone(), "-j".into(), "DROP".into()]);
+        rules.push(vec![
+            "INPUT".into(),
+            "-s".into(),
+            ip.clone(),
+            "-j".into(),
+            "DROP".into(),
+        ]);
+        rules.push(vec![
+            "OUTPUT".into(),
+            "-d".into(),
+            ip.clone(),
+            "-j".into(),
+            "DROP".into(),
+        ]);
     }
     rules
 }
@@ -130,7 +142,8 @@ fn rules_drop_between(peer_ips: &[String]) -> Vec<Vec<String>> {
 /// caller's bookkeeping with the error).
 pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(String, Undo)> {
     match (fault.kind, &fault.target) {
-        (FaultKind::KillDatanode, Target::Datanode(n)) | (FaultKind::KillGateway, Target::Gateway(n)) => {
+        (FaultKind::KillDatanode, Target::Datanode(n))
+        | (FaultKind::KillGateway, Target::Gateway(n)) => {
             cluster.kill9(n).await?;
             Ok((n.clone(), Undo::Restart { name: n.clone() }))
         }
@@ -164,8 +177,11 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(Str
         }
         (FaultKind::IsolateMetaLeader, _) => {
             let l = leader(cluster).await.context("no meta leader to isolate")?;
-            let peers: Vec<String> =
-                ["m1", "m2", "m3"].iter().filter(|m| **m != l).map(|m| cluster.hosts[*m].ip.clone()).collect();
+            let peers: Vec<String> = ["m1", "m2", "m3"]
+                .iter()
+                .filter(|m| **m != l)
+                .map(|m| cluster.hosts[*m].ip.clone())
+                .collect();
             let ns = cluster.hosts[&l].ns.clone();
             let rules = rules_drop_between(&peers);
             for r in &rules {
@@ -187,16 +203,31 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(Str
             let rules: Vec<Vec<String>> = ["INPUT", "OUTPUT"]
                 .iter()
                 .map(|chain| {
-                    [*chain, "-p", "tcp", "-m", "statistic", "--mode", "random", "--probability", &p, "-j", "DROP"]
-                        .iter()
-                        .map(|s| s.to_string())
-                        .collect()
+                    [
+                        *chain,
+                        "-p",
+                        "tcp",
+                        "-m",
+                        "statistic",
+                        "--mode",
+                        "random",
+                        "--probability",
+                        &p,
+                        "-j",
+                        "DROP",
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
                 })
                 .collect();
             for r in &rules {
                 ipt(&ns, "-I", r)?;
             }
-            Ok((format!("{h} loss {}‰", fault.param), Undo::Iptables { ns, rules }))
+            Ok((
+                format!("{h} loss {}‰", fault.param),
+                Undo::Iptables { ns, rules },
+            ))
         }
         (FaultKind::SlowLink, Target::Datanode(n)) => {
             let control = cluster.node(n).proxy_control.clone().context("no proxy")?;
@@ -208,13 +239,21 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(Str
             };
             write_control(&control, &toxics)?;
             Ok((
-                format!("{n} +{} ms ±{} ms, {} KiB/s", fault.param, fault.param / 3, fault.param2),
+                format!(
+                    "{n} +{} ms ±{} ms, {} KiB/s",
+                    fault.param,
+                    fault.param / 3,
+                    fault.param2
+                ),
                 Undo::ClearToxics { name: n.clone() },
             ))
         }
         (FaultKind::SlowDisk, Target::Datanode(n)) => {
             cluster.throttle_disk(n, fault.param)?;
-            Ok((format!("{n} disk {} B/s", fault.param), Undo::Unthrottle { name: n.clone() }))
+            Ok((
+                format!("{n} disk {} B/s", fault.param),
+                Undo::Unthrottle { name: n.clone() },
+            ))
         }
         (FaultKind::FullDisk, Target::Datanode(n)) => {
             let vol = cluster.node(n).volume.clone().context("no volume")?;
@@ -240,7 +279,10 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(Str
             let offset = format!("{sign}{}", fault.param);
             cluster.kill9(p).await?;
             cluster.start(p, Some(&offset))?;
-            Ok((format!("{p} clock {offset} s"), Undo::RestartTrueClock { name: p.clone() }))
+            Ok((
+                format!("{p} clock {offset} s"),
+                Undo::RestartTrueClock { name: p.clone() },
+            ))
         }
         (kind, target) => bail!("fault {kind} cannot hit {target:?}"),
     }
@@ -268,7 +310,11 @@ pub async fn heal(cluster: &mut Cluster, undo: &Undo) -> anyhow::Result<()> {
             }
         }
         Undo::ClearToxics { name } => {
-            let control = cluster.node(name).proxy_control.clone().context("no proxy")?;
+            let control = cluster
+                .node(name)
+                .proxy_control
+                .clone()
+                .context("no proxy")?;
             write_control(&control, &Toxics::default())?;
         }
         Undo::Unthrottle { name } => cluster.unthrottle_disk(name),
@@ -291,7 +337,14 @@ pub async fn inject_event(cluster: &mut Cluster, fault: &Fault) -> Event {
         Err(e) => (String::new(), Undo::Nothing, Some(format!("{e:#}"))),
     };
     tracing::info!(fault = %fault.describe(), %hit, error = ?error, "fault injected");
-    Event { fault: fault.clone(), hit, start_us, end_us: 0, undo, error }
+    Event {
+        fault: fault.clone(),
+        hit,
+        start_us,
+        end_us: 0,
+        undo,
+        error,
+    }
 }
 
 /// Heals an event, recording the time and any error.
@@ -299,7 +352,12 @@ pub async fn heal_event(cluster: &mut Cluster, event: &mut Event) {
     if let Err(e) = heal(cluster, &event.undo).await {
         let msg = format!("heal: {e:#}");
         tracing::warn!(fault = %event.fault.describe(), error = %msg, "heal failed");
-        event.error = Some(event.error.take().map_or(msg.clone(), |p| format!("{p}; {msg}")));
+        event.error = Some(
+            event
+                .error
+                .take()
+                .map_or(msg.clone(), |p| format!("{p}; {msg}")),
+        );
     }
     event.end_us = now_us();
     tracing::info!(fault = %event.fault.describe(), "fault healed");
@@ -312,7 +370,14 @@ fn fill(vol: &Path, ballast: &Path) -> anyhow::Result<()> {
     // fallocate takes what is free; a last few blocks may stay (metadata).
     let mut len = avail;
     while len > 0 {
-        if sh(&["fallocate", "-l", &len.to_string(), &ballast.display().to_string()]).is_ok() {
+        if sh(&[
+            "fallocate",
+            "-l",
+            &len.to_string(),
+            &ballast.display().to_string(),
+        ])
+        .is_ok()
+        {
             return Ok(());
         }
         len = len.saturating_sub(4 << 20);
@@ -337,11 +402,16 @@ fn flip_a_byte(data: &Path, seed: u64) -> anyhow::Result<String> {
     let mut bytes = std::fs::read(&path)?;
     bytes[offset as usize] ^= 0x5a;
     std::fs::write(&path, &bytes)?;
-    Ok(format!("{} byte {offset} flipped", path.strip_prefix(data).unwrap_or(&path).display()))
+    Ok(format!(
+        "{} byte {offset} flipped",
+        path.strip_prefix(data).unwrap_or(&path).display()
+    ))
 }
 
 fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64)>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in rd.flatten() {
         let Ok(md) = e.metadata() else { continue };
         if md.is_dir() {

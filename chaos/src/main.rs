@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use sluice_chaos::{checker, history, proxy, run, schedule, workload};
 
 #[derive(Parser, Debug)]
-#[command(name = "sluice-chaos", version, about = "Seeded fault injection against a real multi-process Sluice cluster, with a history checker")]
+#[command(
+    name = "sluice-chaos",
+    version,
+    about = "Seeded fault injection against a real multi-process Sluice cluster, with a history checker"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,8 +64,11 @@ fn main() -> ExitCode {
 
 async fn async_main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match real_main(Cli::parse()).await {
         Ok(code) => code,
@@ -76,13 +83,30 @@ async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
             let results = run::run(args).await?;
-            Ok(if results.iter().all(|r| r.passed()) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if results.iter().all(|r| r.passed()) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
-        Command::Check { history: path, final_phase_start_us } => {
+        Command::Check {
+            history: path,
+            final_phase_start_us,
+        } => {
             let h = history::read_jsonl(&path)?;
-            let report = checker::check(&h, &checker::CheckOptions { final_phase_start_us, ..Default::default() });
+            let report = checker::check(
+                &h,
+                &checker::CheckOptions {
+                    final_phase_start_us,
+                    ..Default::default()
+                },
+            );
             println!("{}", report.render());
-            Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Schedule(args) => {
             let seed = args.seed.ok_or_else(|| anyhow::anyhow!("give --seed"))?;

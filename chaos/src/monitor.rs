@@ -48,8 +48,12 @@ pub fn spawn(pids: Pids, peaks: Peaks) -> tokio::task::JoinHandle<()> {
                 .collect();
             let mut peaks = peaks.lock().expect("peaks");
             for (name, role, pid, bound) in current {
-                let Some(rss) = pid.and_then(rss_bytes) else { continue };
-                let entry = peaks.entry(name).or_insert_with(|| (role, Sample::default()));
+                let Some(rss) = pid.and_then(rss_bytes) else {
+                    continue;
+                };
+                let entry = peaks
+                    .entry(name)
+                    .or_insert_with(|| (role, Sample::default()));
                 let s = &mut entry.1;
                 s.samples += 1;
                 s.bound_bytes = bound;

@@ -36,7 +36,9 @@ use tokio::process::Command;
 use tokio::time::Instant;
 
 use crate::checker::{self, CheckOptions, CheckReport};
-use crate::cluster::{ACCESS_KEY, Cluster, ClusterOptions, ELECTION_TIMEOUT, RSS_SLACK_BYTES, Role, SECRET_KEY};
+use crate::cluster::{
+    ACCESS_KEY, Cluster, ClusterOptions, ELECTION_TIMEOUT, RSS_SLACK_BYTES, Role, SECRET_KEY,
+};
 use crate::faults::{self, Event};
 use crate::history::{self, Entry, Op, Outcome};
 use crate::monitor::{self, Peaks, Pids, Sample};
@@ -141,10 +143,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Vec<SeedResult>> {
         None => chaos_bin.with_file_name("sluice"),
     };
     if !sluice_bin.exists() {
-        bail!("no sluice binary at {} (give --sluice-bin)", sluice_bin.display());
+        bail!(
+            "no sluice binary at {} (give --sluice-bin)",
+            sluice_bin.display()
+        );
     }
-    let first = args.seed.unwrap_or_else(|| u64::from(rand::random::<u32>()));
-    println!("sluice-chaos: seeds {first}..{} (replay one with --seed N --seeds 1), faults {}", first + args.seeds - 1, kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(","));
+    let first = args
+        .seed
+        .unwrap_or_else(|| u64::from(rand::random::<u32>()));
+    println!(
+        "sluice-chaos: seeds {first}..{} (replay one with --seed N --seeds 1), faults {}",
+        first + args.seeds - 1,
+        kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")
+    );
     std::fs::create_dir_all(&args.out)?;
     let mut results = Vec::new();
     for seed in first..first + args.seeds {
@@ -179,15 +190,28 @@ enum Action {
     Heal(usize),
 }
 
-async fn run_seed(args: &RunArgs, kinds: &[FaultKind], seed: u64, sluice_bin: &Path, chaos_bin: &Path) -> anyhow::Result<SeedResult> {
+async fn run_seed(
+    args: &RunArgs,
+    kinds: &[FaultKind],
+    seed: u64,
+    sluice_bin: &Path,
+    chaos_bin: &Path,
+) -> anyhow::Result<SeedResult> {
     let dir = args.out.join(format!("seed-{seed}"));
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     }
     std::fs::create_dir_all(&dir)?;
     let plan = schedule::schedule(seed, &schedule_options(args, kinds));
-    std::fs::write(dir.join("schedule.json"), serde_json::to_string_pretty(&plan)?)?;
-    println!("seed {seed}: {} faults scheduled ({}):", plan.len(), dir.join("schedule.json").display());
+    std::fs::write(
+        dir.join("schedule.json"),
+        serde_json::to_string_pretty(&plan)?,
+    )?;
+    println!(
+        "seed {seed}: {} faults scheduled ({}):",
+        plan.len(),
+        dir.join("schedule.json").display()
+    );
     for f in &plan {
         println!("  {}", f.describe());
     }
@@ -202,7 +226,10 @@ async fn run_seed(args: &RunArgs, kinds: &[FaultKind], seed: u64, sluice_bin: &P
     cluster.cleanup().await;
     cluster.remove_images();
     let result = result?;
-    std::fs::write(dir.join("summary.json"), serde_json::to_string_pretty(&result)?)?;
+    std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_string_pretty(&result)?,
+    )?;
     Ok(result)
 }
 
@@ -231,7 +258,13 @@ fn connection_args(cluster: &Cluster, args: &RunArgs) -> Vec<String> {
     ]
 }
 
-async fn drive(args: &RunArgs, seed: u64, dir: &Path, plan: &[Fault], cluster: &mut Cluster) -> anyhow::Result<SeedResult> {
+async fn drive(
+    args: &RunArgs,
+    seed: u64,
+    dir: &Path,
+    plan: &[Fault],
+    cluster: &mut Cluster,
+) -> anyhow::Result<SeedResult> {
     cluster.start_all().await?;
     let pids: Pids = Arc::new(Mutex::new(BTreeMap::new()));
     let peaks: Peaks = Arc::new(Mutex::new(BTreeMap::new()));
@@ -254,7 +287,9 @@ async fn drive(args: &RunArgs, seed: u64, dir: &Path, plan: &[Fault], cluster: &
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(dir.join("workload.out"))?)
-        .stderr(std::fs::File::create(dir.join("logs").join("workload.log"))?)
+        .stderr(std::fs::File::create(
+            dir.join("logs").join("workload.log"),
+        )?)
         .kill_on_drop(true)
         .spawn()
         .context("starting the workload")?;
@@ -274,7 +309,9 @@ async fn drive(args: &RunArgs, seed: u64, dir: &Path, plan: &[Fault], cluster: &
         let now = Instant::now();
         if next < timeline.len() && now >= t0 + timeline[next].0 {
             match timeline[next].1 {
-                Action::Inject(i) => events[i] = Some(faults::inject_event(cluster, &plan[i]).await),
+                Action::Inject(i) => {
+                    events[i] = Some(faults::inject_event(cluster, &plan[i]).await)
+                }
                 Action::Heal(i) => {
                     if let Some(ev) = events[i].as_mut() {
                         faults::heal_event(cluster, ev).await;
@@ -290,18 +327,27 @@ async fn drive(args: &RunArgs, seed: u64, dir: &Path, plan: &[Fault], cluster: &
         }
         for (name, status) in cluster.exited() {
             tracing::error!(%name, %status, "process exited on its own: restarting it");
-            crashes.push(format!("{name} exited on its own ({status}); log {}", cluster.node(&name).log.display()));
+            crashes.push(format!(
+                "{name} exited on its own ({status}); log {}",
+                cluster.node(&name).log.display()
+            ));
             cluster.start(&name, None)?;
             publish_pids(cluster, &pids);
         }
         if let Ok(Some(status)) = workload.try_wait() {
-            bail!("the workload exited early ({status}): {}", crate::cluster::tail(&dir.join("logs").join("workload.log"), 20));
+            bail!(
+                "the workload exited early ({status}): {}",
+                crate::cluster::tail(&dir.join("logs").join("workload.log"), 20)
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Stop the workload: in-flight requests end within the attempt timeout.
     if let Some(pid) = workload.id() {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
     }
     let grace = *args.attempt_timeout + Duration::from_secs(30);
     match tokio::time::timeout(grace, workload.wait()).await {
@@ -312,7 +358,10 @@ async fn drive(args: &RunArgs, seed: u64, dir: &Path, plan: &[Fault], cluster: &
         }
     }
     let events: Vec<Event> = events.into_iter().flatten().collect();
-    std::fs::write(dir.join("events.json"), serde_json::to_string_pretty(&events)?)?;
+    std::fs::write(
+        dir.join("events.json"),
+        serde_json::to_string_pretty(&events)?,
+    )?;
 
     let settle_secs = settle(cluster, *args.settle_timeout, &mut crashes).await;
     publish_pids(cluster, &pids);
@@ -327,12 +376,18 @@ async fn drive(args: &RunArgs, seed: u64, dir: &Path, plan: &[Fault], cluster: &
         .arg(&history_path)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("logs").join("read-back.log"))?)
+        .stderr(std::fs::File::create(
+            dir.join("logs").join("read-back.log"),
+        )?)
         .output()
         .await
         .context("running the read-back")?;
     if !out.status.success() {
-        bail!("the read-back failed ({}): {}", out.status, crate::cluster::tail(&dir.join("logs").join("read-back.log"), 20));
+        bail!(
+            "the read-back failed ({}): {}",
+            out.status,
+            crate::cluster::tail(&dir.join("logs").join("read-back.log"), 20)
+        );
     }
     let final_phase_start_us = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -340,11 +395,20 @@ async fn drive(args: &RunArgs, seed: u64, dir: &Path, plan: &[Fault], cluster: &
         .find_map(|v| v.get("final_phase_start_us")?.as_u64());
     sampler.abort();
     for (name, status) in cluster.exited() {
-        crashes.push(format!("{name} exited on its own ({status}); log {}", cluster.node(&name).log.display()));
+        crashes.push(format!(
+            "{name} exited on its own ({status}); log {}",
+            cluster.node(&name).log.display()
+        ));
     }
 
     let history = history::read_jsonl(&history_path)?;
-    let check = checker::check(&history, &CheckOptions { final_phase_start_us, ..CheckOptions::default() });
+    let check = checker::check(
+        &history,
+        &CheckOptions {
+            final_phase_start_us,
+            ..CheckOptions::default()
+        },
+    );
     std::fs::write(dir.join("check.txt"), check.render())?;
     let leader_recovery_ms = leader_recovery(&events, &history);
     let hung_requests = history
@@ -358,24 +422,41 @@ async fn drive(args: &RunArgs, seed: u64, dir: &Path, plan: &[Fault], cluster: &
         failures.push(format!("{:?} on {:?}: {}", v.kind, v.key, v.message));
     }
     for k in &check.inconclusive_keys {
-        failures.push(format!("linearizability search budget exceeded on key {k} (inconclusive)"));
+        failures.push(format!(
+            "linearizability search budget exceeded on key {k} (inconclusive)"
+        ));
     }
     failures.extend(crashes.iter().cloned());
     if settle_secs.is_none() {
-        failures.push(format!("did not settle (all up, nothing degraded) within {}", args.settle_timeout));
+        failures.push(format!(
+            "did not settle (all up, nothing degraded) within {}",
+            args.settle_timeout
+        ));
     }
     let recovery_bound = ELECTION_TIMEOUT.1 + Duration::from_secs(5);
     for (ms, overlapped) in &leader_recovery_ms {
         if !overlapped && *ms > recovery_bound.as_millis() as u64 {
-            failures.push(format!("writes resumed {ms} ms after a leader fault (bound {} ms)", recovery_bound.as_millis()));
+            failures.push(format!(
+                "writes resumed {ms} ms after a leader fault (bound {} ms)",
+                recovery_bound.as_millis()
+            ));
         }
     }
     if hung_requests > 0 {
-        failures.push(format!("{hung_requests} requests hit the client's {} attempt timeout", args.attempt_timeout));
+        failures.push(format!(
+            "{hung_requests} requests hit the client's {} attempt timeout",
+            args.attempt_timeout
+        ));
     }
     for (name, (_, s)) in &peaks {
         if s.over_bound > 0 {
-            failures.push(format!("{name}: RSS {} MiB over its bound {} MiB in {} of {} samples", s.peak_bytes >> 20, s.bound_bytes >> 20, s.over_bound, s.samples));
+            failures.push(format!(
+                "{name}: RSS {} MiB over its bound {} MiB in {} of {} samples",
+                s.peak_bytes >> 20,
+                s.bound_bytes >> 20,
+                s.over_bound,
+                s.samples
+            ));
         }
     }
     for e in &events {
@@ -400,7 +481,11 @@ async fn drive(args: &RunArgs, seed: u64, dir: &Path, plan: &[Fault], cluster: &
 
 /// Waits until every process is ready, every datanode is up and nothing
 /// is degraded; seconds it took, or `None` at the timeout.
-async fn settle(cluster: &mut Cluster, timeout: Duration, crashes: &mut Vec<String>) -> Option<f64> {
+async fn settle(
+    cluster: &mut Cluster,
+    timeout: Duration,
+    crashes: &mut Vec<String>,
+) -> Option<f64> {
     let started = Instant::now();
     let deadline = started + timeout;
     for (name, status) in cluster.exited() {
@@ -415,7 +500,9 @@ async fn settle(cluster: &mut Cluster, timeout: Duration, crashes: &mut Vec<Stri
     let mut calm = 0;
     while Instant::now() < deadline {
         if let Ok(s) = cluster.status().await {
-            let up = s["datanodes"].as_array().is_some_and(|d| d.len() == 6 && d.iter().all(|n| n["state"] == "up"));
+            let up = s["datanodes"]
+                .as_array()
+                .is_some_and(|d| d.len() == 6 && d.iter().all(|n| n["state"] == "up"));
             let degraded = s["degraded_blobs"].as_u64().unwrap_or(u64::MAX);
             let heals = s["heals_in_progress"].as_u64().unwrap_or(u64::MAX);
             tracing::info!(up, degraded, heals, "settling");
@@ -441,17 +528,26 @@ async fn settle(cluster: &mut Cluster, timeout: Duration, crashes: &mut Vec<Stri
 /// fault was active then.
 pub fn leader_recovery(events: &[Event], history: &[Entry]) -> Vec<(u64, bool)> {
     let mut out = Vec::new();
-    for e in events.iter().filter(|e| e.fault.kind.hits_leader() && e.error.is_none()) {
+    for e in events
+        .iter()
+        .filter(|e| e.fault.kind.hits_leader() && e.error.is_none())
+    {
         let first = history
             .iter()
-            .filter(|h| matches!(h.op, Op::Put { .. } | Op::Delete { .. }) && h.outcome == Outcome::Ok && h.start_us >= e.start_us)
+            .filter(|h| {
+                matches!(h.op, Op::Put { .. } | Op::Delete { .. })
+                    && h.outcome == Outcome::Ok
+                    && h.start_us >= e.start_us
+            })
             .map(|h| h.end_us)
             .min();
         let Some(end) = first else { continue };
         let ms = (end - e.start_us) / 1000;
         let window_end = end;
         let overlapped = events.iter().any(|o| {
-            o.fault.n != e.fault.n && o.start_us < window_end && (o.end_us == 0 || o.end_us > e.start_us)
+            o.fault.n != e.fault.n
+                && o.start_us < window_end
+                && (o.end_us == 0 || o.end_us > e.start_us)
         });
         out.push((ms, overlapped));
     }
@@ -475,16 +571,29 @@ fn seed_line(r: &SeedResult) -> String {
 
 /// The seed, the schedule, the failures and the checker's evidence.
 pub fn failure_report(r: &SeedResult) -> String {
-    let mut s = format!("FAILED seed {} (replay: sluice-chaos run --seed {} --seeds 1 ...)\nschedule:\n", r.seed, r.seed);
+    let mut s = format!(
+        "FAILED seed {} (replay: sluice-chaos run --seed {} --seeds 1 ...)\nschedule:\n",
+        r.seed, r.seed
+    );
     for e in &r.events {
-        s.push_str(&format!("  {} -> {}{}\n", e.fault.describe(), e.hit, e.error.as_ref().map_or(String::new(), |x| format!(" [{x}]"))));
+        s.push_str(&format!(
+            "  {} -> {}{}\n",
+            e.fault.describe(),
+            e.hit,
+            e.error
+                .as_ref()
+                .map_or(String::new(), |x| format!(" [{x}]"))
+        ));
     }
     s.push_str("failures:\n");
     for f in &r.failures {
         s.push_str(&format!("  {f}\n"));
     }
     s.push_str(&r.check.render());
-    s.push_str(&format!("\nlogs of every process: {}\n", r.dir.join("logs").display()));
+    s.push_str(&format!(
+        "\nlogs of every process: {}\n",
+        r.dir.join("logs").display()
+    ));
     s
 }
 
@@ -499,18 +608,37 @@ fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
 /// The markdown table of chaos/README.md.
 pub fn table(results: &[SeedResult], kinds: &[FaultKind]) -> String {
     let mut s = String::new();
-    s.push_str(&format!("Seeds {}; {} passed.\n\n", results.iter().map(|r| r.seed.to_string()).collect::<Vec<_>>().join(", "), results.iter().filter(|r| r.passed()).count()));
+    s.push_str(&format!(
+        "Seeds {}; {} passed.\n\n",
+        results
+            .iter()
+            .map(|r| r.seed.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        results.iter().filter(|r| r.passed()).count()
+    ));
     s.push_str("| fault kind | injected | not applied |\n|---|---:|---:|\n");
     for k in kinds {
-        let n = results.iter().flat_map(|r| &r.events).filter(|e| e.fault.kind == *k).count();
-        let err = results.iter().flat_map(|r| &r.events).filter(|e| e.fault.kind == *k && e.error.is_some()).count();
+        let n = results
+            .iter()
+            .flat_map(|r| &r.events)
+            .filter(|e| e.fault.kind == *k)
+            .count();
+        let err = results
+            .iter()
+            .flat_map(|r| &r.events)
+            .filter(|e| e.fault.kind == *k && e.error.is_some())
+            .count();
         s.push_str(&format!("| {k} | {n} | {err} |\n"));
     }
     let ops: usize = results.iter().map(|r| r.check.operations).sum();
     let ack: usize = results.iter().map(|r| r.check.acknowledged).sum();
     let ind: usize = results.iter().map(|r| r.check.indeterminate).sum();
     let viol: usize = results.iter().map(|r| r.failures.len()).sum();
-    let mut rec: Vec<u64> = results.iter().flat_map(|r| r.leader_recovery_ms.iter().map(|(ms, _)| *ms)).collect();
+    let mut rec: Vec<u64> = results
+        .iter()
+        .flat_map(|r| r.leader_recovery_ms.iter().map(|(ms, _)| *ms))
+        .collect();
     rec.sort();
     s.push_str(&format!(
         "\n| operations | acknowledged, checked | indeterminate | violations | leader recovery p50 / max |\n|---:|---:|---:|---:|---|\n| {ops} | {ack} | {ind} | {viol} | {} / {} ms ({} faults) |\n",
@@ -530,7 +658,12 @@ pub fn table(results: &[SeedResult], kinds: &[FaultKind]) -> String {
                 }
             }
         }
-        s.push_str(&format!("| {} | {} | {} |\n", role.as_str(), peak >> 20, bound >> 20));
+        s.push_str(&format!(
+            "| {} | {} | {} |\n",
+            role.as_str(),
+            peak >> 20,
+            bound >> 20
+        ));
     }
     s
 }

@@ -127,10 +127,12 @@ impl std::fmt::Display for FaultKind {
 impl FromStr for FaultKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        ALL.iter()
-            .copied()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown fault kind `{s}` (known: all, {})", names().join(", ")))
+        ALL.iter().copied().find(|k| k.name() == s).ok_or_else(|| {
+            format!(
+                "unknown fault kind `{s}` (known: all, {})",
+                names().join(", ")
+            )
+        })
     }
 }
 
@@ -147,7 +149,10 @@ pub fn parse_kinds(s: &str) -> Result<Vec<FaultKind>, String> {
     if s == "all" {
         return Ok(ALL.to_vec());
     }
-    let mut kinds = s.split(',').map(|p| p.trim().parse()).collect::<Result<Vec<FaultKind>, _>>()?;
+    let mut kinds = s
+        .split(',')
+        .map(|p| p.trim().parse())
+        .collect::<Result<Vec<FaultKind>, _>>()?;
     kinds.sort();
     kinds.dedup();
     if kinds.is_empty() {
@@ -275,9 +280,14 @@ pub fn schedule(seed: u64, opts: &ScheduleOptions) -> Vec<Fault> {
     let mut attempts = 0;
     while t < window_end && attempts < 10_000 {
         attempts += 1;
-        let kind = if let Some(k) = first.first().copied() { k } else { opts.kinds[rng.gen_range(0..opts.kinds.len())] };
+        let kind = if let Some(k) = first.first().copied() {
+            k
+        } else {
+            opts.kinds[rng.gen_range(0..opts.kinds.len())]
+        };
         let (lo, hi) = opts.fault_duration;
-        let mut duration = Duration::from_millis(rng.gen_range(lo.as_millis() as u64..=hi.as_millis() as u64));
+        let mut duration =
+            Duration::from_millis(rng.gen_range(lo.as_millis() as u64..=hi.as_millis() as u64));
         if t + duration > window_end {
             duration = window_end.saturating_sub(t);
         }
@@ -290,7 +300,9 @@ pub fn schedule(seed: u64, opts: &ScheduleOptions) -> Vec<Fault> {
                 first.remove(0);
             }
             faults.push(fault);
-            let gap = rng.gen_range(opts.mean_gap.as_millis() as u64 / 2..=opts.mean_gap.as_millis() as u64 * 3 / 2);
+            let gap = rng.gen_range(
+                opts.mean_gap.as_millis() as u64 / 2..=opts.mean_gap.as_millis() as u64 * 3 / 2,
+            );
             t += Duration::from_millis(gap.max(500));
         } else {
             // Try again a little later, when something has healed.
@@ -308,7 +320,11 @@ fn draw(rng: &mut StdRng, n: usize, kind: FaultKind, at: Duration, duration: Dur
         FaultKind::KillDatanode | FaultKind::WipeDisk | FaultKind::Bitrot | FaultKind::FullDisk => {
             (Target::Datanode(pick_dn(rng)), 0, 0)
         }
-        FaultKind::SlowDisk => (Target::Datanode(pick_dn(rng)), rng.gen_range(1..=4) << 20, 0),
+        FaultKind::SlowDisk => (
+            Target::Datanode(pick_dn(rng)),
+            rng.gen_range(1..=4) << 20,
+            0,
+        ),
         FaultKind::SlowLink => (
             Target::Datanode(pick_dn(rng)),
             rng.gen_range(20..=300),
@@ -333,15 +349,30 @@ fn draw(rng: &mut StdRng, n: usize, kind: FaultKind, at: Duration, duration: Dur
                 _ => format!("m{}", rng.gen_range(1..=3)),
             };
             // 1 hour to 3 days, forward or back.
-            (Target::Process(who), rng.gen_range(3600..=3 * 86_400), rng.gen_range(0..=1))
+            (
+                Target::Process(who),
+                rng.gen_range(3600..=3 * 86_400),
+                rng.gen_range(0..=1),
+            )
         }
     };
-    Fault { n, kind, target, at, duration, param, param2 }
+    Fault {
+        n,
+        kind,
+        target,
+        at,
+        duration,
+        param,
+        param2,
+    }
 }
 
 /// Whether `f` fits the failure budget beside the faults active at its start.
 fn fits(faults: &[Fault], f: &Fault) -> bool {
-    let active: Vec<&Fault> = faults.iter().filter(|g| g.at < f.end() && f.at < g.end()).collect();
+    let active: Vec<&Fault> = faults
+        .iter()
+        .filter(|g| g.at < f.end() && f.at < g.end())
+        .collect();
     let (mut meta, mut gw, mut dns) = f.load();
     for g in &active {
         let (m, w, d) = g.load();
@@ -352,7 +383,9 @@ fn fits(faults: &[Fault], f: &Fault) -> bool {
     dns.sort();
     dns.dedup();
     // Two faults on one process at once would heal each other's effects.
-    let same_process = active.iter().any(|g| g.target == f.target || overlap_target(g, f));
+    let same_process = active
+        .iter()
+        .any(|g| g.target == f.target || overlap_target(g, f));
     meta <= 1 && gw <= 1 && dns.len() <= 2 && !same_process
 }
 
@@ -393,12 +426,29 @@ mod tests {
                 assert!(s.iter().any(|f| f.kind == *k), "seed {seed}: {k} missing");
             }
             for f in &s {
-                assert!(f.at >= o.warmup && f.end() <= o.duration - o.cooldown, "{}", f.describe());
-                let active: Vec<Fault> = s.iter().filter(|g| g.n != f.n && g.at < f.end() && f.at < g.end() && g.n < f.n).cloned().collect();
-                assert!(fits(&active, f), "seed {seed}: {} over budget", f.describe());
+                assert!(
+                    f.at >= o.warmup && f.end() <= o.duration - o.cooldown,
+                    "{}",
+                    f.describe()
+                );
+                let active: Vec<Fault> = s
+                    .iter()
+                    .filter(|g| g.n != f.n && g.at < f.end() && f.at < g.end() && g.n < f.n)
+                    .cloned()
+                    .collect();
+                assert!(
+                    fits(&active, f),
+                    "seed {seed}: {} over budget",
+                    f.describe()
+                );
             }
             // Some faults are combined (overlap in time).
-            assert!(s.iter().any(|f| s.iter().any(|g| g.n != f.n && g.at < f.end() && f.at < g.end())), "seed {seed}: no overlap");
+            assert!(
+                s.iter().any(|f| s
+                    .iter()
+                    .any(|g| g.n != f.n && g.at < f.end() && f.at < g.end())),
+                "seed {seed}: no overlap"
+            );
         }
     }
 
@@ -409,20 +459,56 @@ mod tests {
             parse_kinds("bitrot,kill-datanode").unwrap(),
             vec![FaultKind::KillDatanode, FaultKind::Bitrot]
         );
-        assert!(parse_kinds("kill-everything").unwrap_err().contains("unknown fault kind"));
+        assert!(
+            parse_kinds("kill-everything")
+                .unwrap_err()
+                .contains("unknown fault kind")
+        );
     }
 
     #[test]
     fn budget_refuses_a_third_datanode_and_a_second_meta_fault() {
-        let host = draw(&mut StdRng::seed_from_u64(1), 1, FaultKind::PartitionHost, Duration::ZERO, Duration::from_secs(10));
-        let Target::Host(h) = &host.target else { panic!() };
+        let host = draw(
+            &mut StdRng::seed_from_u64(1),
+            1,
+            FaultKind::PartitionHost,
+            Duration::ZERO,
+            Duration::from_secs(10),
+        );
+        let Target::Host(h) = &host.target else {
+            panic!()
+        };
         let n: u64 = h[1..].parse().unwrap();
         let other = format!("dn{}", if n == 3 { 1 } else { 2 * n + 1 });
-        let third = Fault { n: 2, kind: FaultKind::KillDatanode, target: Target::Datanode(other), at: Duration::from_secs(1), duration: Duration::from_secs(5), param: 0, param2: 0 };
+        let third = Fault {
+            n: 2,
+            kind: FaultKind::KillDatanode,
+            target: Target::Datanode(other),
+            at: Duration::from_secs(1),
+            duration: Duration::from_secs(5),
+            param: 0,
+            param2: 0,
+        };
         assert!(!fits(std::slice::from_ref(&host), &third));
-        let leader = Fault { n: 3, kind: FaultKind::KillMetaLeader, target: Target::MetaLeader, at: Duration::from_secs(1), duration: Duration::from_secs(5), param: 0, param2: 0 };
+        let leader = Fault {
+            n: 3,
+            kind: FaultKind::KillMetaLeader,
+            target: Target::MetaLeader,
+            at: Duration::from_secs(1),
+            duration: Duration::from_secs(5),
+            param: 0,
+            param2: 0,
+        };
         assert!(fits(std::slice::from_ref(&host), &leader));
-        let follower = Fault { n: 4, kind: FaultKind::KillMetaFollower, target: Target::MetaFollower(1), at: Duration::from_secs(2), duration: Duration::from_secs(5), param: 0, param2: 0 };
+        let follower = Fault {
+            n: 4,
+            kind: FaultKind::KillMetaFollower,
+            target: Target::MetaFollower(1),
+            at: Duration::from_secs(2),
+            duration: Duration::from_secs(5),
+            param: 0,
+            param2: 0,
+        };
         assert!(!fits(&[host, leader], &follower));
     }
 }

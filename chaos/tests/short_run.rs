@@ -14,7 +14,11 @@ fn have_everything() -> Result<(), String> {
         return Err("not root".into());
     }
     for tool in sluice_chaos::cluster::TOOLS {
-        let ok = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().map(|o| o.status.success()).unwrap_or(false);
+        let ok = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
         if !ok {
             return Err(format!("no {tool}"));
         }
@@ -30,8 +34,15 @@ fn a_short_seeded_run_loses_nothing_and_stays_live() {
     }
     let chaos = PathBuf::from(env!("CARGO_BIN_EXE_sluice-chaos"));
     let sluice = chaos.with_file_name("sluice");
-    assert!(sluice.exists(), "no sluice binary beside {} (cargo build -p sluice)", chaos.display());
-    let out = tempfile::Builder::new().prefix("sluice-chaos-ci").tempdir_in("/tmp").unwrap();
+    assert!(
+        sluice.exists(),
+        "no sluice binary beside {} (cargo build -p sluice)",
+        chaos.display()
+    );
+    let out = tempfile::Builder::new()
+        .prefix("sluice-chaos-ci")
+        .tempdir_in("/tmp")
+        .unwrap();
     let output = Command::new(&chaos)
         .args([
             "run",
@@ -67,18 +78,47 @@ fn a_short_seeded_run_loses_nothing_and_stays_live() {
     if !output.status.success() {
         // Keep the run directory (logs of every process) for the CI log.
         let kept = out.keep();
-        panic!("chaos run failed ({}); kept {}\n--- stdout\n{stdout}\n--- stderr (tail)\n{}", output.status, kept.display(), tail(&stderr, 60));
+        panic!(
+            "chaos run failed ({}); kept {}\n--- stdout\n{stdout}\n--- stderr (tail)\n{}",
+            output.status,
+            kept.display(),
+            tail(&stderr, 60)
+        );
     }
-    let line = stdout.lines().find(|l| l.starts_with("seed 1:")).unwrap_or_else(|| panic!("no seed line in\n{stdout}"));
-    assert!(line.contains("PASS") && line.contains(" 0 violations"), "{line}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("seed 1:"))
+        .unwrap_or_else(|| panic!("no seed line in\n{stdout}"));
+    assert!(
+        line.contains("PASS") && line.contains(" 0 violations"),
+        "{line}"
+    );
     // Every scheduled kind was injected and the workload did real work.
-    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.path().join("seed-1/summary.json")).unwrap()).unwrap();
-    let kinds: Vec<&str> = summary["events"].as_array().unwrap().iter().map(|e| e["fault"]["kind"].as_str().unwrap()).collect();
-    for k in ["kill-meta-leader", "kill-datanode", "partition-host", "pause-gateway", "wipe-disk", "bitrot"] {
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("seed-1/summary.json")).unwrap(),
+    )
+    .unwrap();
+    let kinds: Vec<&str> = summary["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["fault"]["kind"].as_str().unwrap())
+        .collect();
+    for k in [
+        "kill-meta-leader",
+        "kill-datanode",
+        "partition-host",
+        "pause-gateway",
+        "wipe-disk",
+        "bitrot",
+    ] {
         assert!(kinds.contains(&k), "{k} not injected: {kinds:?}");
     }
     let acknowledged = summary["check"]["acknowledged"].as_u64().unwrap();
-    assert!(acknowledged >= 100, "only {acknowledged} acknowledged operations checked");
+    assert!(
+        acknowledged >= 100,
+        "only {acknowledged} acknowledged operations checked"
+    );
 }
 
 fn tail(s: &str, n: usize) -> String {
