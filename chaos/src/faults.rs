@@ -162,8 +162,15 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(Str
             Ok((format!("{f} (follower)"), Undo::Restart { name: f }))
         }
         (FaultKind::PauseGateway, Target::Gateway(n)) => {
+            // Land the pause while the gateway holds write buffers: a
+            // write is between its shard streams and its metadata commit.
+            let held = write_in_flight(cluster, n).await;
             cluster.signal(n, Signal::SIGSTOP)?;
-            Ok((n.clone(), Undo::Continue { name: n.clone() }))
+            let what = match held {
+                Some(bytes) => format!("{n} (paused holding {bytes} write-buffer bytes)"),
+                None => format!("{n} (paused with no write seen in flight within 5 s)"),
+            };
+            Ok((what, Undo::Continue { name: n.clone() }))
         }
         (FaultKind::PauseMetaLeader, _) => {
             let l = leader(cluster).await.context("no meta leader to pause")?;
@@ -288,6 +295,37 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(Str
     }
 }
 
+/// Polls the gateway's `sluice_gateway_buffer_bytes_in_use` gauge (from
+/// the client namespace, every 50 ms, up to 5 s) until a write holds
+/// buffers; the bytes held, or `None`.
+async fn write_in_flight(cluster: &Cluster, name: &str) -> Option<u64> {
+    let url = format!("{}/metrics", cluster.metrics_url(name));
+    let ns = cluster.hosts["client"].ns.clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < deadline {
+        let out = tokio::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "curl", "-sf", "--max-time", "1", &url])
+            .output()
+            .await
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if let Some(v) = gauge(&text, "sluice_gateway_buffer_bytes_in_use")
+            && v > 0.0
+        {
+            return Some(v as u64);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// The value of an unlabelled gauge in a Prometheus text exposition.
+fn gauge(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Undoes an injected fault.
 ///
 /// # Errors
@@ -406,6 +444,43 @@ fn flip_a_byte(data: &Path, seed: u64) -> anyhow::Result<String> {
         "{} byte {offset} flipped",
         path.strip_prefix(data).unwrap_or(&path).display()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gauge_reads_the_named_unlabelled_value() {
+        let text = "# TYPE sluice_gateway_buffer_bytes_in_use gauge\nsluice_gateway_buffer_bytes_in_use_max 9\nsluice_gateway_buffer_bytes_in_use 3145728\n";
+        assert_eq!(
+            gauge(text, "sluice_gateway_buffer_bytes_in_use"),
+            Some(3_145_728.0)
+        );
+        assert_eq!(gauge(text, "sluice_gateway_inflight_requests"), None);
+    }
+
+    #[test]
+    fn a_flipped_byte_lands_in_a_shard_file_past_its_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let shards = dir.path().join("shards").join("ab");
+        std::fs::create_dir_all(&shards).unwrap();
+        let original = vec![7u8; 10_000];
+        std::fs::write(shards.join("blob.0"), &original).unwrap();
+        std::fs::write(shards.join("small.1"), [1u8; 100]).unwrap();
+        let what = flip_a_byte(dir.path(), 3).unwrap();
+        assert!(what.contains("blob.0"), "{what}");
+        let after = std::fs::read(shards.join("blob.0")).unwrap();
+        let diff: Vec<usize> = (0..after.len())
+            .filter(|i| after[*i] != original[*i])
+            .collect();
+        assert_eq!(diff.len(), 1);
+        assert!(diff[0] >= 64);
+        assert_eq!(
+            std::fs::read(shards.join("small.1")).unwrap(),
+            vec![1u8; 100]
+        );
+    }
 }
 
 fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64)>) {

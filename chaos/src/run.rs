@@ -222,7 +222,18 @@ async fn run_seed(
         prefix: format!("sc{}", std::process::id() % 100_000),
         log_filter: args.log_filter.clone(),
     })?;
-    let result = drive(args, seed, &dir, &plan, &mut cluster).await;
+    // SIGINT/SIGTERM stop the run, but everything it made is removed.
+    let interrupted = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r,
+            _ = term.recv() => Ok(()),
+        }
+    };
+    let result = tokio::select! {
+        r = drive(args, seed, &dir, &plan, &mut cluster) => r,
+        _ = interrupted => Err(anyhow::anyhow!("interrupted; logs kept in {}", dir.join("logs").display())),
+    };
     cluster.cleanup().await;
     cluster.remove_images();
     let result = result?;
