@@ -593,10 +593,11 @@ impl Cluster {
         let dev = sh(&["losetup", "--find", "--show", &img.display().to_string()])?
             .trim()
             .to_string();
+        // Recorded before the mount, so a failed mount still frees it.
+        self.nodes[idx].loop_dev = Some(dev.clone());
         sh(&["mount", &dev, &vol.display().to_string()])?;
         self.mounts.push(vol.clone());
         std::fs::create_dir_all(vol.join("data"))?;
-        self.nodes[idx].loop_dev = Some(dev);
         Ok(())
     }
 
@@ -896,7 +897,14 @@ impl Cluster {
         let majmin = std::fs::read_to_string(format!("/sys/block/{sysname}/dev"))?
             .trim()
             .to_string();
-        let cg = PathBuf::from("/sys/fs/cgroup/blkio").join(format!("{}-{name}", self.opts.prefix));
+        let root = Path::new("/sys/fs/cgroup/blkio");
+        if !root.join("blkio.throttle.write_bps_device").exists() {
+            bail!(
+                "slow-disk needs the cgroup v1 blkio controller at {}",
+                root.display()
+            );
+        }
+        let cg = root.join(format!("{}-{name}", self.opts.prefix));
         std::fs::create_dir_all(&cg).context("blkio cgroup (cgroup v1)")?;
         if !self.cgroups.contains(&cg) {
             self.cgroups.push(cg.clone());
@@ -923,7 +931,6 @@ impl Cluster {
                 let _ = std::fs::write("/sys/fs/cgroup/blkio/tasks", t);
             }
         }
-        let _ = std::fs::write(cg.join("blkio.throttle.write_bps_device"), "");
     }
 
     /// Removes everything the run made. Safe to call twice.

@@ -8,13 +8,13 @@
 //! | partition-host | the host's veth on the bridge set down | set up |
 //! | isolate-meta-leader | iptables DROP to/from both followers' addresses in the leader's namespace | rules deleted |
 //! | partition-gateway-datanodes | iptables DROP to/from one storage host in the gateway's namespace | rules deleted |
-//! | packet-loss | iptables `statistic --mode random` DROP in and out of a storage host | rules deleted |
+//! | packet-loss | iptables `statistic --mode random` DROP in and out of a storage host's eth0 | rules deleted |
 //! | slow-link | fault-proxy toxics: latency, jitter (a third of it), bandwidth cap | toxics cleared |
 //! | slow-disk | cgroup v1 `blkio.throttle.{read,write}_bps_device` on the volume's loop device | back to the root cgroup |
 //! | full-disk | a ballast file taking every free block of the volume | ballast removed |
 //! | wipe-disk | SIGKILL, data dir emptied, started again at once | (heal rebuilds its shards) |
 //! | bitrot | one byte flipped in one shard file | (scrub or read repair) |
-//! | clock-jump | restarted under libfaketime, realtime ± 1 h..3 d | restarted on the true clock |
+//! | clock-jump | restarted under libfaketime, realtime ± 1..50 min | restarted on the true clock |
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,7 +25,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::cluster::{Cluster, Role, ns_sh, sh};
+use crate::cluster::{Cluster, ns_sh, sh};
 use crate::history::now_us;
 use crate::proxy::{Toxics, write_control};
 use crate::schedule::{Fault, FaultKind, Target};
@@ -114,6 +114,19 @@ fn ipt(ns: &str, op: &str, rule: &[String]) -> anyhow::Result<()> {
     ns_sh(ns, &args).map(|_| ())
 }
 
+/// Inserts every rule or none: on an error the ones inserted are deleted.
+fn insert_all(ns: &str, rules: &[Vec<String>]) -> anyhow::Result<()> {
+    for (i, r) in rules.iter().enumerate() {
+        if let Err(e) = ipt(ns, "-I", r) {
+            for done in &rules[..i] {
+                let _ = ipt(ns, "-D", done);
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 fn rules_drop_between(peer_ips: &[String]) -> Vec<Vec<String>> {
     let mut rules = Vec::new();
     for ip in peer_ips {
@@ -153,10 +166,12 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(Str
             Ok((format!("{l} (leader)"), Undo::Restart { name: l }))
         }
         (FaultKind::KillMetaFollower, Target::MetaFollower(from)) => {
-            let l = leader(cluster).await;
+            let l = leader(cluster)
+                .await
+                .context("no meta leader known: no follower to pick")?;
             let f = (0..3)
                 .map(|i| format!("m{}", (from - 1 + i) % 3 + 1))
-                .find(|m| Some(m) != l.as_ref())
+                .find(|m| *m != l)
                 .expect("a follower");
             cluster.kill9(&f).await?;
             Ok((format!("{f} (follower)"), Undo::Restart { name: f }))
@@ -191,27 +206,27 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(Str
                 .collect();
             let ns = cluster.hosts[&l].ns.clone();
             let rules = rules_drop_between(&peers);
-            for r in &rules {
-                ipt(&ns, "-I", r)?;
-            }
+            insert_all(&ns, &rules)?;
             Ok((format!("{l} (leader)"), Undo::Iptables { ns, rules }))
         }
         (FaultKind::PartitionGatewayDatanodes, Target::GatewayHost(g, h)) => {
             let ns = cluster.hosts[g].ns.clone();
             let rules = rules_drop_between(&[cluster.hosts[h].ip.clone()]);
-            for r in &rules {
-                ipt(&ns, "-I", r)?;
-            }
+            insert_all(&ns, &rules)?;
             Ok((format!("{g} -/- {h}"), Undo::Iptables { ns, rules }))
         }
         (FaultKind::PacketLoss, Target::Host(h)) => {
             let ns = cluster.hosts[h].ns.clone();
             let p = format!("{:.3}", fault.param as f64 / 1000.0);
-            let rules: Vec<Vec<String>> = ["INPUT", "OUTPUT"]
+            // Only the host's link (eth0): the proxy -> datanode hop on
+            // loopback stays lossless, so the loss rate is the link's.
+            let rules: Vec<Vec<String>> = [("INPUT", "-i"), ("OUTPUT", "-o")]
                 .iter()
-                .map(|chain| {
+                .map(|(chain, dir)| {
                     [
                         *chain,
+                        dir,
+                        "eth0",
                         "-p",
                         "tcp",
                         "-m",
@@ -228,9 +243,7 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(Str
                     .collect()
                 })
                 .collect();
-            for r in &rules {
-                ipt(&ns, "-I", r)?;
-            }
+            insert_all(&ns, &rules)?;
             Ok((
                 format!("{h} loss {}‰", fault.param),
                 Undo::Iptables { ns, rules },
@@ -271,9 +284,13 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(Str
         (FaultKind::WipeDisk, Target::Datanode(n)) => {
             cluster.kill9(n).await?;
             let data = cluster.node(n).data_dir.clone();
-            std::fs::remove_dir_all(&data).with_context(|| format!("wiping {}", data.display()))?;
-            std::fs::create_dir_all(&data)?;
+            let wiped = std::fs::remove_dir_all(&data)
+                .and_then(|()| std::fs::create_dir_all(&data))
+                .with_context(|| format!("wiping {}", data.display()));
+            // Started again either way: a failed wipe is a harness error,
+            // not a datanode left down.
             cluster.start(n, None)?;
+            wiped?;
             Ok((n.clone(), Undo::Nothing))
         }
         (FaultKind::Bitrot, Target::Datanode(n)) => {
@@ -343,9 +360,9 @@ pub async fn heal(cluster: &mut Cluster, undo: &Undo) -> anyhow::Result<()> {
             ns_sh(&cluster.bridge_ns, &["ip", "link", "set", &veth, "up"])?;
         }
         Undo::Iptables { ns, rules } => {
-            for r in rules {
-                ipt(ns, "-D", r)?;
-            }
+            // Every rule is tried; the first error is reported.
+            let results: Vec<anyhow::Result<()>> = rules.iter().map(|r| ipt(ns, "-D", r)).collect();
+            results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
         }
         Undo::ClearToxics { name } => {
             let control = cluster
@@ -369,8 +386,11 @@ pub async fn heal(cluster: &mut Cluster, undo: &Undo) -> anyhow::Result<()> {
 /// Injects, recording the event (an injection error is recorded, not
 /// returned: the run goes on).
 pub async fn inject_event(cluster: &mut Cluster, fault: &Fault) -> Event {
+    let result = inject(cluster, fault).await;
+    // Stamped once the fault is in place (finding the leader first may take
+    // seconds, during which writes still go to a healthy leader).
     let start_us = now_us();
-    let (hit, undo, error) = match inject(cluster, fault).await {
+    let (hit, undo, error) = match result {
         Ok((hit, undo)) => (hit, undo, None),
         Err(e) => (String::new(), Undo::Nothing, Some(format!("{e:#}"))),
     };
@@ -446,6 +466,23 @@ fn flip_a_byte(data: &Path, seed: u64) -> anyhow::Result<String> {
     ))
 }
 
+fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64)>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(md) = e.metadata() else { continue };
+        if md.is_dir() {
+            walk(&e.path(), out);
+        } else if md.is_file() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if !name.starts_with('.') && !name.contains("tmp") {
+                out.push((e.path(), md.len()));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,31 +517,5 @@ mod tests {
             std::fs::read(shards.join("small.1")).unwrap(),
             vec![1u8; 100]
         );
-    }
-}
-
-fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64)>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let Ok(md) = e.metadata() else { continue };
-        if md.is_dir() {
-            walk(&e.path(), out);
-        } else if md.is_file() {
-            let name = e.file_name().to_string_lossy().to_string();
-            if !name.starts_with('.') && !name.contains("tmp") {
-                out.push((e.path(), md.len()));
-            }
-        }
-    }
-}
-
-/// The role a fault's restart concerns (for logs).
-pub fn role_of(name: &str) -> Role {
-    match name.as_bytes().first() {
-        Some(b'm') => Role::Meta,
-        Some(b'g') => Role::Gateway,
-        _ => Role::Datanode,
     }
 }

@@ -105,6 +105,10 @@ pub struct SeedResult {
     pub events: Vec<Event>,
     /// The checker's report.
     pub check: CheckReport,
+    /// Where the read-back phase started (CLOCK_MONOTONIC µs): give it to
+    /// `sluice-chaos check --final-phase-start-us` to check the history
+    /// again.
+    pub final_phase_start_us: Option<u64>,
     /// Leader recovery times, ms, per leader fault (with whether another
     /// fault overlapped it).
     pub leader_recovery_ms: Vec<(u64, bool)>,
@@ -424,7 +428,7 @@ async fn drive(
     let leader_recovery_ms = leader_recovery(&events, &history);
     let hung_requests = history
         .iter()
-        .filter(|e| matches!(&e.outcome, Outcome::Indeterminate { reason } if reason.contains("timeout") || reason.contains("timed out")))
+        .filter(|e| matches!(&e.outcome, Outcome::Indeterminate { reason } if reason == "attempt timeout"))
         .count();
     let peaks = peaks.lock().expect("peaks").clone();
 
@@ -446,13 +450,16 @@ async fn drive(
     }
     let recovery_bound = ELECTION_TIMEOUT.1 + Duration::from_secs(5);
     for (ms, overlapped) in &leader_recovery_ms {
-        if !overlapped && *ms > recovery_bound.as_millis() as u64 {
+        if *ms == u64::MAX {
+            failures.push("no acknowledged write after a leader fault".into());
+        } else if !overlapped && *ms > recovery_bound.as_millis() as u64 {
             failures.push(format!(
                 "writes resumed {ms} ms after a leader fault (bound {} ms)",
                 recovery_bound.as_millis()
             ));
         }
     }
+    failures.extend(read_back_gaps(&history, final_phase_start_us));
     if hung_requests > 0 {
         failures.push(format!(
             "{hung_requests} requests hit the client's {} attempt timeout",
@@ -470,9 +477,14 @@ async fn drive(
             ));
         }
     }
+    // A fault that was not applied (or not healed) makes the run test less
+    // than it claims: that fails it too.
     for e in &events {
         if let Some(err) = &e.error {
-            tracing::warn!(fault = %e.fault.describe(), error = %err, "fault not fully applied");
+            failures.push(format!(
+                "fault not applied or not healed: {} -> {err}",
+                e.fault.describe()
+            ));
         }
     }
     Ok(SeedResult {
@@ -481,6 +493,7 @@ async fn drive(
         schedule: plan.to_vec(),
         events,
         check,
+        final_phase_start_us,
         leader_recovery_ms,
         hung_requests,
         crashes,
@@ -537,6 +550,39 @@ async fn settle(
 /// For each leader fault: ms from its start to the end of the first
 /// acknowledged write or delete that started after it, and whether another
 /// fault was active then.
+/// What the read-back left unchecked: no start time, a written key with no
+/// final read, no final listing. Each is a failure: the checker's final
+/// checks would pass vacuously.
+pub fn read_back_gaps(history: &[Entry], final_phase_start_us: Option<u64>) -> Vec<String> {
+    let Some(start) = final_phase_start_us else {
+        return vec!["the read-back printed no final_phase_start_us".into()];
+    };
+    let mut written: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    let mut read: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    let mut listed = false;
+    for e in history {
+        match (&e.op, &e.outcome) {
+            (Op::Put { key, .. }, o) if !matches!(o, Outcome::Failed { .. }) => {
+                written.insert(key);
+            }
+            (Op::Get { key, range: None }, Outcome::Read { .. }) if e.start_us >= start => {
+                read.insert(key);
+            }
+            (Op::List { .. }, Outcome::Listed { .. }) if e.start_us >= start => listed = true,
+            _ => {}
+        }
+    }
+    let mut gaps: Vec<String> = written
+        .difference(&read)
+        .map(|k| format!("key {k} was written but never read back"))
+        .collect();
+    if !listed {
+        gaps.push("the read-back never listed the bucket".into());
+    }
+    gaps
+}
+
+/// `u64::MAX` ms: no acknowledged write after the fault at all.
 pub fn leader_recovery(events: &[Event], history: &[Entry]) -> Vec<(u64, bool)> {
     let mut out = Vec::new();
     for e in events
@@ -552,17 +598,39 @@ pub fn leader_recovery(events: &[Event], history: &[Entry]) -> Vec<(u64, bool)> 
             })
             .map(|h| h.end_us)
             .min();
-        let Some(end) = first else { continue };
-        let ms = (end - e.start_us) / 1000;
-        let window_end = end;
+        let (ms, window_end) = match first {
+            Some(end) => ((end - e.start_us) / 1000, end),
+            None => (u64::MAX, u64::MAX),
+        };
+        // Only faults that can hold writes up on their own: another meta
+        // or gateway fault, a host cut off or lossy, a gateway cut from a
+        // host (one datanode out leaves the write quorum reachable).
         let overlapped = events.iter().any(|o| {
             o.fault.n != e.fault.n
+                && o.error.is_none()
+                && blocks_writes(o.fault.kind)
                 && o.start_us < window_end
                 && (o.end_us == 0 || o.end_us > e.start_us)
         });
         out.push((ms, overlapped));
     }
     out
+}
+
+fn blocks_writes(kind: FaultKind) -> bool {
+    matches!(
+        kind,
+        FaultKind::KillMetaLeader
+            | FaultKind::KillMetaFollower
+            | FaultKind::PauseMetaLeader
+            | FaultKind::IsolateMetaLeader
+            | FaultKind::KillGateway
+            | FaultKind::PauseGateway
+            | FaultKind::PartitionHost
+            | FaultKind::PacketLoss
+            | FaultKind::PartitionGatewayDatanodes
+            | FaultKind::ClockJump
+    )
 }
 
 fn seed_line(r: &SeedResult) -> String {
@@ -649,6 +717,7 @@ pub fn table(results: &[SeedResult], kinds: &[FaultKind]) -> String {
     let mut rec: Vec<u64> = results
         .iter()
         .flat_map(|r| r.leader_recovery_ms.iter().map(|(ms, _)| *ms))
+        .filter(|ms| *ms != u64::MAX)
         .collect();
     rec.sort();
     s.push_str(&format!(

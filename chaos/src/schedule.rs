@@ -34,9 +34,9 @@ pub enum FaultKind {
     KillMetaFollower,
     /// `kill -9` of a gateway, restarted when the fault ends.
     KillGateway,
-    /// SIGSTOP of a gateway under write load (a GC pause / VM freeze,
-    /// landing between shard writes and the metadata commit for the
-    /// requests in flight), SIGCONT when the fault ends.
+    /// SIGSTOP of a gateway (a GC pause / VM freeze) while a write holds
+    /// its stripe buffers (its shards streaming, its metadata commit not
+    /// yet made), SIGCONT when the fault ends.
     PauseGateway,
     /// SIGSTOP / SIGCONT of the meta leader.
     PauseMetaLeader,
@@ -60,9 +60,9 @@ pub enum FaultKind {
     WipeDisk,
     /// A byte flipped in one of a datanode's shard files (bitrot).
     Bitrot,
-    /// A process restarted with its wall clock jumped forward or back
-    /// (libfaketime, realtime only), and restarted on the true clock when
-    /// the fault ends.
+    /// A process restarted with its wall clock 1 to 50 minutes ahead or
+    /// behind (libfaketime, realtime only), and restarted on the true
+    /// clock when the fault ends.
     ClockJump,
 }
 
@@ -107,6 +107,11 @@ impl FaultKind {
             FaultKind::Bitrot => "bitrot",
             FaultKind::ClockJump => "clock-jump",
         }
+    }
+
+    /// Damage that outlives the fault until heal restores it.
+    pub fn permanent(self) -> bool {
+        matches!(self, FaultKind::WipeDisk | FaultKind::Bitrot)
     }
 
     /// Whether a leader election follows (recovery time is measured).
@@ -280,11 +285,6 @@ pub fn schedule(seed: u64, opts: &ScheduleOptions) -> Vec<Fault> {
     let mut attempts = 0;
     while t < window_end && attempts < 10_000 {
         attempts += 1;
-        let kind = if let Some(k) = first.first().copied() {
-            k
-        } else {
-            opts.kinds[rng.gen_range(0..opts.kinds.len())]
-        };
         let (lo, hi) = opts.fault_duration;
         let mut duration =
             Duration::from_millis(rng.gen_range(lo.as_millis() as u64..=hi.as_millis() as u64));
@@ -294,19 +294,49 @@ pub fn schedule(seed: u64, opts: &ScheduleOptions) -> Vec<Fault> {
         if duration < lo / 2 {
             break;
         }
-        let fault = draw(&mut rng, faults.len() + 1, kind, t, duration);
-        if fits(&faults, &fault) {
-            if !first.is_empty() {
-                first.remove(0);
+        // The kinds not yet scheduled, in their seeded order (the first
+        // that fits the budget now); then (or when none of them fits yet)
+        // any kind at random.
+        let mut candidates: Vec<Option<usize>> = (0..first.len()).map(Some).collect();
+        candidates.push(None);
+        let mut placed = None;
+        for ci in candidates {
+            let kind = match ci {
+                Some(i) => first[i],
+                None => {
+                    // While a kind is still to come, no random permanent
+                    // fault may take the 90 s it needs.
+                    let pool: Vec<FaultKind> = opts
+                        .kinds
+                        .iter()
+                        .copied()
+                        .filter(|k| first.is_empty() || !k.permanent())
+                        .collect();
+                    if pool.is_empty() {
+                        continue;
+                    }
+                    pool[rng.gen_range(0..pool.len())]
+                }
+            };
+            let fault = draw(&mut rng, faults.len() + 1, kind, t, duration);
+            if fits(&faults, &fault) {
+                placed = Some((ci, fault));
+                break;
             }
-            faults.push(fault);
-            let gap = rng.gen_range(
-                opts.mean_gap.as_millis() as u64 / 2..=opts.mean_gap.as_millis() as u64 * 3 / 2,
-            );
-            t += Duration::from_millis(gap.max(500));
-        } else {
+        }
+        match placed {
+            Some((ci, fault)) => {
+                if let Some(i) = ci {
+                    first.remove(i);
+                }
+                faults.push(fault);
+                let gap = rng.gen_range(
+                    opts.mean_gap.as_millis() as u64 / 2..=opts.mean_gap.as_millis() as u64 * 3 / 2,
+                );
+                t += Duration::from_millis(gap.max(500));
+            }
             // Try again a little later, when something has healed.
-            t += Duration::from_secs(1);
+            None => t += Duration::from_secs(1),
         }
     }
     faults
@@ -348,10 +378,15 @@ fn draw(rng: &mut StdRng, n: usize, kind: FaultKind, at: Duration, duration: Dur
                 1 => pick_gw(rng),
                 _ => format!("m{}", rng.gen_range(1..=3)),
             };
-            // 1 hour to 3 days, forward or back.
+            // 1 to 50 minutes, forward or back: past S3's 15-minute
+            // signature skew (a gateway that far off refuses every request:
+            // an outage of one gateway), within the 1 hour that cluster
+            // certificates are backdated (further back and the node only
+            // sees "certificate not yet valid": a partition, tested
+            // elsewhere).
             (
                 Target::Process(who),
-                rng.gen_range(3600..=3 * 86_400),
+                rng.gen_range(60..=50 * 60),
                 rng.gen_range(0..=1),
             )
         }
@@ -367,8 +402,26 @@ fn draw(rng: &mut StdRng, n: usize, kind: FaultKind, at: Duration, duration: Dur
     }
 }
 
+/// Time the heal needs to restore what a datanode fault left degraded
+/// (missed writes, a wiped disk, a rotten shard): detection (audit 20 s,
+/// scrub 60 s in a run) plus rebuild.
+pub const HEAL_ALLOWANCE: Duration = Duration::from_secs(90);
+
 /// Whether `f` fits the failure budget beside the faults active at its start.
 fn fits(faults: &[Fault], f: &Fault) -> bool {
+    // Permanent damage (a wiped disk, a rotten shard) outlives its window
+    // until heal restores it. A write acknowledged at quorum k+1 while a
+    // datanode was out has one shard to spare (3+2: 4 written, 3 needed),
+    // so two permanent faults less than HEAL_ALLOWANCE apart could destroy
+    // data Sluice never promised to keep; they are kept that far apart.
+    let permanent = |g: &Fault| g.kind.permanent();
+    if permanent(f)
+        && faults.iter().any(|g| {
+            permanent(g) && g.at < f.end() + HEAL_ALLOWANCE && f.at < g.end() + HEAL_ALLOWANCE
+        })
+    {
+        return false;
+    }
     let active: Vec<&Fault> = faults
         .iter()
         .filter(|g| g.at < f.end() && f.at < g.end())
@@ -441,6 +494,22 @@ mod tests {
                     "seed {seed}: {} over budget",
                     f.describe()
                 );
+            }
+            // Permanent faults are HEAL_ALLOWANCE apart.
+            for a in s
+                .iter()
+                .filter(|f| matches!(f.kind, FaultKind::WipeDisk | FaultKind::Bitrot))
+            {
+                for b in s.iter().filter(|f| {
+                    f.n > a.n && matches!(f.kind, FaultKind::WipeDisk | FaultKind::Bitrot)
+                }) {
+                    assert!(
+                        b.at >= a.end() + HEAL_ALLOWANCE,
+                        "seed {seed}: {} then {}",
+                        a.describe(),
+                        b.describe()
+                    );
+                }
             }
             // Some faults are combined (overlap in time).
             assert!(

@@ -198,10 +198,13 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// An S3 client without SDK retries on endpoint `index mod n`.
+    /// An S3 client without SDK retries on endpoint `index mod n`, and
+    /// without the SDK's response checksum validation: a corrupt body must
+    /// reach the checker as bytes (and fail its SHA-256 comparison), not
+    /// turn into a transport error that reads as indeterminate.
     fn client(&self, index: u32) -> aws_sdk_s3::Client {
         let endpoint = self.endpoints[index as usize % self.endpoints.len()].clone();
-        build_client(
+        let client = build_client(
             &ClientOptions {
                 endpoint,
                 ca_bundle: self.ca_bundle.clone(),
@@ -214,7 +217,15 @@ impl Connection {
                 checksum: ChecksumMode::WhenSupported,
             },
             Arc::new(ErrorTally::default()),
-        )
+        );
+        let config = client
+            .config()
+            .to_builder()
+            .response_checksum_validation(
+                aws_sdk_s3::config::ResponseChecksumValidation::WhenRequired,
+            )
+            .build();
+        aws_sdk_s3::Client::from_conf(config)
     }
 
     fn check(&self) -> anyhow::Result<()> {

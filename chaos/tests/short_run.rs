@@ -1,8 +1,10 @@
 //! The short chaos run of the README's test command: one seed, a few fault
 //! kinds (a leader kill, a datanode kill, a host partition, a gateway
-//! pause, a wiped disk, bitrot), about three minutes, against the `sluice`
-//! binary of this build. Needs root, `ip`, `iptables`, `mkfs.xfs`: without
-//! them it says so and passes without running (`.ci/run` installs them).
+//! pause, a wiped disk, bitrot), about four and a half minutes, against the `sluice`
+//! binary of this build. Needs root and the tools of
+//! `sluice_chaos::cluster::TOOLS` (ip, iptables, mkfs.xfs, losetup, mount,
+//! fallocate, curl): without them it says so and passes without running
+//! (`.ci/run` installs them).
 //! The long run is `sluice-chaos run --faults all --seeds 10 --duration 5m`
 //! (chaos/README.md).
 
@@ -53,7 +55,7 @@ fn a_short_seeded_run_loses_nothing_and_stays_live() {
             "--seeds",
             "1",
             "--duration",
-            "150s",
+            "180s",
             "--clients",
             "4",
             "--fault-min",
@@ -98,6 +100,9 @@ fn a_short_seeded_run_loses_nothing_and_stays_live() {
         &std::fs::read_to_string(out.path().join("seed-1/summary.json")).unwrap(),
     )
     .unwrap();
+    for e in summary["events"].as_array().unwrap() {
+        assert!(e["error"].is_null(), "fault not applied: {e}");
+    }
     let kinds: Vec<&str> = summary["events"]
         .as_array()
         .unwrap()
