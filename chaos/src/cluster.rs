@@ -55,35 +55,15 @@ pub const ACCESS_KEY: &str = "SLUICECHAOSKEY";
 /// S3 root secret of the gateways.
 pub const SECRET_KEY: &str = "sluice-chaos-secret-0123456789abcdef";
 
-/// A role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Metadata (Raft voter).
-    Meta,
-    /// Datanode.
-    Datanode,
-    /// S3 gateway.
-    Gateway,
-}
+/// A role of the `sluice` binary (the soak benchmark's type).
+pub use sluice_bench::soak::config::Role;
 
-impl Role {
-    /// The `sluice` subcommand.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Meta => "meta",
-            Role::Datanode => "datanode",
-            Role::Gateway => "gateway",
-        }
-    }
-
-    /// The sum of the budgets written into this role's config, bytes.
-    pub fn budget_bytes(self) -> u64 {
-        match self {
-            Role::Meta => META_SLED_CACHE,
-            Role::Datanode => DATANODE_WRITE_BUDGET,
-            Role::Gateway => GATEWAY_BUFFER_BUDGET + GATEWAY_READ_BUDGET,
-        }
+/// The sum of the budgets written into `role`'s config, bytes.
+pub fn budget_bytes(role: Role) -> u64 {
+    match role {
+        Role::Meta => META_SLED_CACHE,
+        Role::Datanode => DATANODE_WRITE_BUDGET,
+        Role::Gateway => GATEWAY_BUFFER_BUDGET + GATEWAY_READ_BUDGET,
     }
 }
 

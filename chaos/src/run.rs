@@ -251,7 +251,8 @@ async fn run_seed(
 fn publish_pids(cluster: &Cluster, pids: &Pids) {
     let mut p = pids.lock().expect("pids");
     for n in &cluster.nodes {
-        let bound = n.baseline_rss.unwrap_or(0) + n.role.budget_bytes() + RSS_SLACK_BYTES;
+        let bound =
+            n.baseline_rss.unwrap_or(0) + crate::cluster::budget_bytes(n.role) + RSS_SLACK_BYTES;
         p.insert(n.name.clone(), (n.role, n.pid, bound));
     }
 }
