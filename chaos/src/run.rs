@@ -235,7 +235,7 @@ async fn run_seed(
         }
     };
     let result = tokio::select! {
-        r = drive(args, seed, &dir, &plan, &mut cluster) => r,
+        r = drive(args, kinds, seed, &dir, &plan, &mut cluster) => r,
         _ = interrupted => Err(anyhow::anyhow!("interrupted; logs kept in {}", dir.join("logs").display())),
     };
     cluster.cleanup().await;
@@ -276,6 +276,7 @@ fn connection_args(cluster: &Cluster, args: &RunArgs) -> Vec<String> {
 
 async fn drive(
     args: &RunArgs,
+    kinds: &[FaultKind],
     seed: u64,
     dir: &Path,
     plan: &[Fault],
@@ -475,6 +476,13 @@ async fn drive(
                 s.bound_bytes >> 20,
                 s.over_bound,
                 s.samples
+            ));
+        }
+    }
+    for k in kinds {
+        if !plan.iter().any(|f| f.kind == *k) {
+            failures.push(format!(
+                "fault kind {k} was not scheduled (no room in --duration)"
             ));
         }
     }
