@@ -979,12 +979,8 @@ fn append(path: &Path) -> anyhow::Result<std::fs::File> {
         .open(path)?)
 }
 
-/// The last `n` lines of a file.
-pub fn tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
+/// The last lines of a log (the soak benchmark's helper).
+pub use sluice_bench::soak::cluster::log_tail as tail;
 
 /// VmRSS of a process, bytes.
 pub fn rss_bytes(pid: u32) -> Option<u64> {
