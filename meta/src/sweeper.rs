@@ -14,17 +14,29 @@
 //! its sweep at the next abort (openraft refuses the write).
 //!
 //! The same module holds the leader's lease sweeps ([`LeaseSweeper`]):
-//! every `epoch_sweep_interval` it closes write epochs whose last renewal
-//! (leader time) is older than `epoch_lease` (`CloseEpochs`), and every
-//! `session_sweep_interval` it expires session entries older than
-//! `session_expiry` (`ExpireSessions`). All times are this leader's clock
-//! ([`sm::wall_clock_ms`]), the same clock that stamps its entries.
+//! every `epoch_sweep_interval` it closes write epochs it has not seen
+//! renewed for `epoch_lease` (`CloseEpochs`), and every
+//! `session_sweep_interval` it expires session entries applied more than
+//! `session_expiry` ago (`ExpireSessions`).
+//!
+//! Both durations are measured on this leader's *monotonic* clock, from
+//! what it observed itself while leading ([`EpochWatch`],
+//! [`SessionClock`]); no wall-clock stamp written by another node (or by
+//! this one before a restart) is compared with its clock. A new leader
+//! starts with no observations: it gives every open epoch a full lease and
+//! expires no session for its first `session_expiry` (the rule of leases
+//! after a leader change: Gray and Cheriton 1989; Ongaro's dissertation
+//! §6.4). The chaos suite found the wall-clock version wrong: a leader
+//! that ran 36 minutes behind, restarted on the true clock and re-elected,
+//! saw every epoch and session entry it had stamped as 36 minutes old and
+//! closed a live gateway's epoch and expired its sessions at once.
 //!
 //! # Metrics
 //! `sluice_meta_stale_uploads_aborted_total`: uploads the sweeper aborted.
 //! `sluice_meta_epochs_closed_total`: write epochs closed for an expired
 //! lease. `sluice_meta_sessions`: session table entries (gauge).
 
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +44,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ServerState};
 use sluice_proto::meta::{self as pb, ErrorCode};
 use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
-use tokio::time::MissedTickBehavior;
+use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
 use crate::raft::MetaRaft;
@@ -111,6 +123,102 @@ fn is_leader(raft: &MetaRaft) -> bool {
     raft.metrics().borrow().state == ServerState::Leader
 }
 
+/// The term this node leads in, `None` when it is not the leader.
+fn leading_term(raft: &MetaRaft) -> Option<u64> {
+    let m = raft.metrics();
+    let m = m.borrow();
+    (m.state == ServerState::Leader).then_some(m.current_term)
+}
+
+/// This node's applied log index.
+fn applied_index(raft: &MetaRaft) -> u64 {
+    raft.metrics().borrow().last_applied.map_or(0, |l| l.index)
+}
+
+/// When this leader last saw each open epoch's renewal count change, by
+/// its monotonic clock. Bound: one entry per open epoch (entries of epochs
+/// no longer open are dropped at the end of every full sweep).
+#[derive(Debug, Default)]
+pub(crate) struct EpochWatch {
+    seen: HashMap<u64, (u64, Instant)>,
+}
+
+impl EpochWatch {
+    /// Notes that open epoch `epoch` has `renewals` renewals at `now`;
+    /// `true` when its count has not changed for `lease` (an epoch seen for
+    /// the first time gets a full lease from `now`).
+    pub(crate) fn expired(
+        &mut self,
+        epoch: u64,
+        renewals: u64,
+        now: Instant,
+        lease: Duration,
+    ) -> bool {
+        let entry = self.seen.entry(epoch).or_insert((renewals, now));
+        if entry.0 != renewals {
+            *entry = (renewals, now);
+        }
+        now.duration_since(entry.1) >= lease
+    }
+
+    /// Drops every epoch not in `open` (closed since).
+    pub(crate) fn retain(&mut self, open: &HashSet<u64>) {
+        self.seen.retain(|e, _| open.contains(e));
+    }
+
+    /// Epochs watched.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.seen.len()
+    }
+}
+
+/// Most samples a [`SessionClock`] keeps beyond the one it expires by.
+const SESSION_SAMPLES: u32 = 64;
+
+/// Samples of this leader's applied log index by its monotonic clock: an
+/// entry applied at or below a sample's index was applied by the sample's
+/// time. Bound: about [`SESSION_SAMPLES`] + 2 samples (a new one is taken
+/// only when the newest is `session_expiry / SESSION_SAMPLES` old), so a
+/// session entry expires at most `session_expiry / 64` plus one sweep
+/// interval late.
+#[derive(Debug, Default)]
+pub(crate) struct SessionClock {
+    samples: VecDeque<(Instant, u64)>,
+}
+
+impl SessionClock {
+    /// Takes a sample of `applied` at `now`, unless the newest sample is
+    /// younger than `expiry / SESSION_SAMPLES`.
+    pub(crate) fn sample(&mut self, now: Instant, applied: u64, expiry: Duration) {
+        let spacing = expiry / SESSION_SAMPLES;
+        match self.samples.back() {
+            Some((at, _)) if now.duration_since(*at) < spacing => {}
+            _ => self.samples.push_back((now, applied)),
+        }
+    }
+
+    /// The `before_index` of an ExpireSessions at `now`: one past the index
+    /// of the newest sample at least `expiry` old; `None` while there is
+    /// none. Drops the samples older than that one.
+    pub(crate) fn expire_before(&mut self, now: Instant, expiry: Duration) -> Option<u64> {
+        let old_enough = |s: &(Instant, u64)| now.duration_since(s.0) >= expiry;
+        while self.samples.len() >= 2 && old_enough(&self.samples[1]) {
+            self.samples.pop_front();
+        }
+        self.samples
+            .front()
+            .filter(|s| old_enough(s))
+            .map(|s| s.1.saturating_add(1))
+    }
+
+    /// Samples held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.samples.len()
+    }
+}
+
 /// The leader's sweeps of write epoch leases and session entries.
 pub(crate) struct LeaseSweeper<K: KvStore> {
     pub raft: MetaRaft,
@@ -125,6 +233,29 @@ pub(crate) struct LeaseSweeper<K: KvStore> {
     pub session_expiry: Duration,
 }
 
+/// What one leadership has observed (see the module docs); dropped when
+/// the node stops leading or the term changes.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseObservations {
+    term: Option<u64>,
+    pub(crate) epochs: EpochWatch,
+    pub(crate) sessions: SessionClock,
+}
+
+impl LeaseObservations {
+    /// `false` (and everything forgotten) unless this node leads; a new
+    /// term starts from nothing.
+    fn lead(&mut self, term: Option<u64>) -> bool {
+        if term.is_none() || term != self.term {
+            *self = LeaseObservations {
+                term,
+                ..Default::default()
+            };
+        }
+        term.is_some()
+    }
+}
+
 impl<K: KvStore> LeaseSweeper<K> {
     /// Sweeps epochs and sessions on their intervals while this node is
     /// the leader. Runs until the task is aborted.
@@ -133,13 +264,14 @@ impl<K: KvStore> LeaseSweeper<K> {
         epochs.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut sessions = tokio::time::interval(self.session_interval);
         sessions.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut seen = LeaseObservations::default();
         loop {
             tokio::select! {
                 _ = epochs.tick() => {
-                    if !is_leader(&self.raft) {
+                    if !seen.lead(leading_term(&self.raft)) {
                         continue;
                     }
-                    match self.close_expired_epochs().await {
+                    match self.close_expired_epochs(&mut seen.epochs).await {
                         Ok(0) => {}
                         Ok(closed) => tracing::info!(closed, lease = ?self.lease, "closed expired write epochs"),
                         Err(SweepError::NotLeader) => {}
@@ -147,10 +279,10 @@ impl<K: KvStore> LeaseSweeper<K> {
                     }
                 }
                 _ = sessions.tick() => {
-                    if !is_leader(&self.raft) {
+                    if !seen.lead(leading_term(&self.raft)) {
                         continue;
                     }
-                    match self.expire_sessions().await {
+                    match self.expire_sessions(&mut seen.sessions).await {
                         Ok(()) | Err(SweepError::NotLeader) => {}
                         Err(e) => tracing::warn!(error = %e, "session sweep stopped"),
                     }
@@ -159,10 +291,14 @@ impl<K: KvStore> LeaseSweeper<K> {
         }
     }
 
-    /// Closes every open epoch whose lease ran out (by this leader's
-    /// clock); returns how many.
-    pub(crate) async fn close_expired_epochs(&self) -> Result<u64, SweepError> {
-        let cutoff = now_ms().saturating_sub(ms_of(self.lease));
+    /// Closes every open epoch `watch` has not seen renewed for
+    /// `epoch_lease` (by this leader's monotonic clock); returns how many.
+    pub(crate) async fn close_expired_epochs(
+        &self,
+        watch: &mut EpochWatch,
+    ) -> Result<u64, SweepError> {
+        let now = Instant::now();
+        let mut open = HashSet::new();
         let mut closed = 0u64;
         let mut after = None;
         loop {
@@ -172,11 +308,14 @@ impl<K: KvStore> LeaseSweeper<K> {
             let page = sm::epochs::list_open(self.kv.as_ref(), after, EPOCH_PAGE)?;
             let full = page.len() == EPOCH_PAGE;
             after = page.last().map(|(e, _)| *e);
-            let expired: Vec<u64> = page
-                .into_iter()
-                .filter(|(_, r)| r.renewed_ms < cutoff)
-                .map(|(e, _)| e)
-                .collect();
+            let mut expired = Vec::new();
+            for (epoch, record) in page {
+                if watch.expired(epoch, record.renewals, now, self.lease) {
+                    expired.push(epoch);
+                } else {
+                    open.insert(epoch);
+                }
+            }
             if !expired.is_empty() {
                 let n = expired.len() as u64;
                 tracing::debug!(epochs = ?expired, "closing write epochs");
@@ -189,28 +328,33 @@ impl<K: KvStore> LeaseSweeper<K> {
                 metrics::counter!(EPOCHS_CLOSED_TOTAL).increment(n);
             }
             if !full {
+                watch.retain(&open);
                 return Ok(closed);
             }
         }
     }
 
-    /// Expires session entries older than `session_expiry`, in bounded
-    /// entries, until none is left or [`EXPIRE_ROUNDS`] entries were sent.
-    pub(crate) async fn expire_sessions(&self) -> Result<(), SweepError> {
-        let before_ms = now_ms().saturating_sub(ms_of(self.session_expiry));
-        for _ in 0..EXPIRE_ROUNDS {
-            match sm::sessions::oldest_ms(self.kv.as_ref())? {
-                Some(oldest) if oldest < before_ms => {}
-                _ => break,
+    /// Expires the session entries applied more than `session_expiry` ago
+    /// by `clock`, in bounded entries, until none is left or
+    /// [`EXPIRE_ROUNDS`] entries were sent.
+    pub(crate) async fn expire_sessions(&self, clock: &mut SessionClock) -> Result<(), SweepError> {
+        let now = Instant::now();
+        clock.sample(now, applied_index(&self.raft), self.session_expiry);
+        if let Some(before_index) = clock.expire_before(now, self.session_expiry) {
+            for _ in 0..EXPIRE_ROUNDS {
+                match sm::sessions::oldest_index(self.kv.as_ref())? {
+                    Some(oldest) if oldest < before_index => {}
+                    _ => break,
+                }
+                propose(
+                    &self.raft,
+                    Command::ExpireSessions(rpb::ExpireSessions {
+                        before_index,
+                        limit: EXPIRE_BATCH,
+                    }),
+                )
+                .await?;
             }
-            propose(
-                &self.raft,
-                Command::ExpireSessions(rpb::ExpireSessions {
-                    before_ms,
-                    limit: EXPIRE_BATCH,
-                }),
-            )
-            .await?;
         }
         let n = sm::sessions::count(self.kv.as_ref())?;
         metrics::gauge!(SESSIONS).set(n as f64);
@@ -249,8 +393,7 @@ impl<K: KvStore> Sweeper<K> {
 
     /// One sweep over every upload; returns how many were aborted.
     pub(crate) async fn sweep(&self) -> Result<u64, SweepError> {
-        let expiry_ms = i64::try_from(self.expiry.as_millis()).unwrap_or(i64::MAX);
-        let cutoff_ms = now_ms().saturating_sub(expiry_ms);
+        let cutoff_ms = now_ms().saturating_sub(ms_of(self.expiry));
         let mut aborted = 0u64;
         let mut after: Option<Vec<u8>> = None;
         loop {
@@ -307,5 +450,89 @@ impl<K: KvStore> Sweeper<K> {
             }
             Err(e) => Err(SweepError::Raft(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn an_epoch_gets_a_full_lease_from_when_this_leader_first_sees_it() {
+        let t0 = Instant::now();
+        let mut watch = EpochWatch::default();
+        // Whatever its wall-clock stamps say (a record renewed by a leader
+        // 36 minutes behind looks 36 minutes stale), a first sighting is a
+        // renewal now.
+        assert!(!watch.expired(3, 17, t0, LEASE));
+        assert!(!watch.expired(3, 17, t0 + LEASE - Duration::from_millis(1), LEASE));
+        assert!(watch.expired(3, 17, t0 + LEASE, LEASE));
+    }
+
+    #[test]
+    fn a_renewal_restarts_the_lease_and_closed_epochs_are_forgotten() {
+        let t0 = Instant::now();
+        let mut watch = EpochWatch::default();
+        assert!(!watch.expired(1, 0, t0, LEASE));
+        assert!(!watch.expired(2, 5, t0, LEASE));
+        let t1 = t0 + Duration::from_secs(20);
+        assert!(!watch.expired(1, 1, t1, LEASE), "renewed at t1");
+        assert!(!watch.expired(2, 5, t1, LEASE));
+        let t2 = t0 + Duration::from_secs(31);
+        assert!(!watch.expired(1, 1, t2, LEASE), "11 s since its renewal");
+        assert!(watch.expired(2, 5, t2, LEASE), "31 s without a renewal");
+        assert!(watch.expired(1, 1, t1 + LEASE, LEASE));
+        watch.retain(&HashSet::from([1]));
+        assert_eq!(watch.len(), 1);
+        // Epoch numbers never come back, but were one seen again it would
+        // start a new lease.
+        assert!(!watch.expired(2, 5, t2, LEASE));
+    }
+
+    #[test]
+    fn sessions_expire_by_the_applied_index_sampled_an_expiry_ago() {
+        let expiry = Duration::from_secs(600);
+        let t0 = Instant::now();
+        let mut clock = SessionClock::default();
+        clock.sample(t0, 100, expiry);
+        assert_eq!(
+            clock.expire_before(t0, expiry),
+            None,
+            "a new leader expires nothing"
+        );
+        let t1 = t0 + Duration::from_secs(300);
+        clock.sample(t1, 5_000, expiry);
+        assert_eq!(clock.expire_before(t1, expiry), None);
+        // 600 s after the first sample: entries up to index 100 were
+        // applied at least 600 s ago.
+        let t2 = t0 + expiry;
+        clock.sample(t2, 9_000, expiry);
+        assert_eq!(clock.expire_before(t2, expiry), Some(101));
+        let t3 = t1 + expiry;
+        assert_eq!(clock.expire_before(t3, expiry), Some(5_001));
+        assert_eq!(clock.len(), 2, "the t0 sample is dropped");
+    }
+
+    #[test]
+    fn session_samples_stay_bounded() {
+        let expiry = Duration::from_secs(64);
+        let t0 = Instant::now();
+        let mut clock = SessionClock::default();
+        for i in 0..10_000u64 {
+            let now = t0 + Duration::from_millis(100 * i);
+            clock.sample(now, i, expiry);
+            clock.expire_before(now, expiry);
+        }
+        assert!(
+            clock.len() <= SESSION_SAMPLES as usize + 2,
+            "{}",
+            clock.len()
+        );
+        let now = t0 + Duration::from_millis(100 * 9_999);
+        let before = clock.expire_before(now, expiry).unwrap();
+        // The index sampled between 64 s and 65 s before `now`.
+        assert!((9_349..=9_360).contains(&before), "{before}");
     }
 }

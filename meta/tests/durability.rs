@@ -1,127 +1,29 @@
 //! Exactly-once commits and the leader's reclaimer on an in-process
 //! single-voter meta node: a lost PutObject response is retried with the
-//! same op id and answered from the session table; a released blob's
+//! same op id and answered from the session table (replay.rs: when the
+//! entry is gone); a released blob's
 //! shards are deleted by the reclaimer (through a fake datanode's
 //! DeleteBlobs) only after `delete_delay`, and its pending deletion is
 //! dropped once every node confirmed.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use sluice_meta::client::{CallFaults, FaultAction};
-use sluice_meta::{Config, MetaClient};
+use sluice_meta::MetaClient;
 use sluice_proto::blob_id::new_blob_id;
 use sluice_proto::datanode::datanode_server::{Datanode, DatanodeServer};
 use sluice_proto::datanode::*;
 use sluice_proto::meta as pb;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status, Streaming};
 
-const WAIT: Duration = Duration::from_secs(30);
-
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-struct Node {
-    config: Config,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), sluice_meta::Error>>,
-}
-
-impl Node {
-    async fn start(dir: &Path, tune: impl FnOnce(&mut Config)) -> Result<Node> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let mut config = Config {
-            node_id: 1,
-            listen: addr,
-            advertise_addr: format!("http://{addr}"),
-            data_dir: dir.to_path_buf(),
-            sled_cache_bytes: 4 << 20,
-            heartbeat_interval: Duration::from_millis(100),
-            election_timeout_min: Duration::from_millis(400),
-            election_timeout_max: Duration::from_millis(800),
-            insecure_cluster: true,
-            ..Config::default()
-        };
-        tune(&mut config);
-        let (stop, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(sluice_meta::run(config.clone(), listener, async {
-            let _ = rx.await;
-        }));
-        Ok(Node { config, stop, task })
-    }
-
-    fn client(&self) -> MetaClient {
-        MetaClient::with_timeouts(
-            vec![self.config.advertise_addr.clone()],
-            Duration::from_secs(20),
-            Duration::from_secs(5),
-        )
-    }
-
-    /// Stops the node and opens its store read-only for inspection.
-    async fn stop(self) -> Result<sluice_meta::store::SledStore> {
-        let _ = self.stop.send(());
-        tokio::time::timeout(WAIT, self.task)
-            .await
-            .context("node did not stop")???;
-        Ok(sluice_meta::store::SledStore::open(
-            &self.config.data_dir,
-            1 << 20,
-        )?)
-    }
-}
-
-fn object(key: &str, blob: &str, nodes: Vec<u64>) -> pb::ObjectRecord {
-    pb::ObjectRecord {
-        bucket: "b".into(),
-        key: key.into(),
-        size: 3,
-        etag: "acbd18db4cc2f85cedef654fccc4a4d8".into(),
-        parts: vec![pb::PartRecord {
-            part_number: 1,
-            size: 3,
-            placement: Some(pb::Placement {
-                blob_id: blob.into(),
-                size: 3,
-                data_shards: 1,
-                parity_shards: nodes.len() as u32 - 1,
-                block_size: 262_144,
-                nodes,
-                missing: vec![],
-            }),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
-fn blob_of(o: &pb::ObjectRecord) -> String {
-    o.parts[0].placement.as_ref().unwrap().blob_id.clone()
-}
+mod common;
+use common::*;
 
 /// A datanode that only answers DeleteBlobs: records the ids, and fails
 /// the first `fail_first` calls with UNAVAILABLE.
@@ -296,33 +198,6 @@ async fn reclaimer_deletes_released_blobs_after_the_delay() -> Result<()> {
     dn1.abort();
     dn2.abort();
     Ok(())
-}
-
-/// Drops the first PutObject response (the commit was applied) and stalls
-/// the retry 3 s, while the test lets another writer overwrite the key.
-#[derive(Default)]
-struct LoseFirstPut {
-    attempts: AtomicUsize,
-    responses: AtomicUsize,
-    dropped: Notify,
-}
-
-impl CallFaults for LoseFirstPut {
-    fn before_call(&self, rpc: &'static str) -> Option<Duration> {
-        if rpc == "PutObject" && self.attempts.fetch_add(1, Ordering::SeqCst) == 1 {
-            // The retry: a paused process; the test overwrites meanwhile.
-            return Some(Duration::from_secs(3));
-        }
-        None
-    }
-
-    fn on_response(&self, rpc: &'static str) -> FaultAction {
-        if rpc == "PutObject" && self.responses.fetch_add(1, Ordering::SeqCst) == 0 {
-            self.dropped.notify_one();
-            return FaultAction::Drop;
-        }
-        FaultAction::Deliver
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -54,7 +54,7 @@ const DATA_SPACES: [Space; 13] = [
     Space::Datanodes,
     Space::Refs,
     Space::Sessions,
-    Space::SessionsByTime,
+    Space::SessionsByIndex,
     Space::Epochs,
     Space::Pending,
     Space::HealIntents,
@@ -230,7 +230,7 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
             let log_id = entry.log_id;
             let (mut batch, applied) = match &entry.payload {
                 EntryPayload::Blank => (Batch::new(), Applied::None),
-                EntryPayload::Normal(cmd) => sm::apply_command(self.kv.as_ref(), cmd)
+                EntryPayload::Normal(cmd) => sm::apply_command(self.kv.as_ref(), log_id.index, cmd)
                     .map_err(|e| StorageIOError::apply(log_id, &e))?,
                 EntryPayload::Membership(m) => {
                     let mut b = Batch::new();

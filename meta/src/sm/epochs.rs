@@ -99,6 +99,7 @@ pub(crate) fn open_epoch<K: KvStore>(kv: &K, r: &pb::OpenEpochRequest, now_ms: i
         gateway_id: r.gateway_id.clone(),
         opened_ms: now_ms,
         renewed_ms: now_ms,
+        renewals: 0,
     };
     let mut b = Batch::new();
     b.put(Space::Epochs, keys::epoch(epoch), record.encode_to_vec());
@@ -120,7 +121,9 @@ pub(crate) fn renew_epoch<K: KvStore>(kv: &K, r: &pb::RenewEpochRequest, now_ms:
         );
     };
     // Leader time may step back across a leader change: never shorten.
+    // The sweep compares only `renewals` (see crate::sweeper).
     record.renewed_ms = record.renewed_ms.max(now_ms);
+    record.renewals = record.renewals.saturating_add(1);
     let mut b = Batch::new();
     b.put(Space::Epochs, keys::epoch(r.epoch), record.encode_to_vec());
     Ok((b, Applied::Done))

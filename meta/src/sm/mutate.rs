@@ -17,7 +17,8 @@ use super::{
 };
 use crate::store::{Batch, KvStore, Space};
 
-/// Applies `cmd` to the state in `kv`: the writes to make (atomically,
+/// Applies `cmd`, the entry at log index `index`, to the state in `kv`:
+/// the writes to make (atomically,
 /// together with the applied log id) and the outcome. Only store failures
 /// and corrupt records are errors; S3-level refusals are
 /// [`Applied::Refused`] with no state change besides the session entry.
@@ -25,7 +26,10 @@ use crate::store::{Batch, KvStore, Space};
 /// Around every mutation, centrally:
 /// * *Sessions*: a request whose non-empty `op_id` is in the session table
 ///   gets its first outcome back with an empty batch; otherwise the
-///   outcome (refusals too) is recorded under the op id.
+///   outcome (refusals too) is recorded under the op id, with `index`.
+/// * *Replay*: a PutObject or PutPart whose blob a record already
+///   references was applied before; it succeeds and changes nothing
+///   ([`committed_replay`]).
 /// * *Fence*: a PutObject or PutPart whose new record names a blob of a
 ///   write epoch that is not open is refused `EPOCH_CLOSED` (legacy blob
 ///   ids, epoch 0, included); one naming a blob with a pending deletion is
@@ -34,14 +38,19 @@ use crate::store::{Batch, KvStore, Space};
 ///   `PendingDeletion` record at leader time `leader_now_ms`.
 ///
 /// Uses the session table bound set with [`sessions::set_max_entries`].
-pub fn apply_command<K: KvStore>(kv: &K, cmd: &MetaCommand) -> Result<(Batch, Applied), SmError> {
-    apply_command_with(kv, cmd, sessions::max_entries())
+pub fn apply_command<K: KvStore>(
+    kv: &K,
+    index: u64,
+    cmd: &MetaCommand,
+) -> Result<(Batch, Applied), SmError> {
+    apply_command_with(kv, index, cmd, sessions::max_entries())
 }
 
 /// [`apply_command`] with an explicit session table bound `max_sessions`
 /// (entries).
 pub fn apply_command_with<K: KvStore>(
     kv: &K,
+    index: u64,
     cmd: &MetaCommand,
     max_sessions: u64,
 ) -> Result<(Batch, Applied), SmError> {
@@ -52,6 +61,11 @@ pub fn apply_command_with<K: KvStore>(
     let op_id = op_id_of(command);
     if let Some(first) = sessions::lookup(kv, op_id)? {
         return Ok((Batch::new(), first));
+    }
+    if let Some(replayed) = committed_replay(kv, command)? {
+        let mut batch = Batch::new();
+        sessions::record(kv, &mut batch, op_id, &replayed, index, max_sessions)?;
+        return Ok((batch, replayed));
     }
     let result = match command {
         Command::CreateBucket(r) => create_bucket(kv, r),
@@ -100,7 +114,7 @@ pub fn apply_command_with<K: KvStore>(
         Err(e) => return Err(e),
     };
     if !op_id.is_empty() {
-        sessions::record(kv, &mut batch, op_id, &applied, now_ms, max_sessions)?;
+        sessions::record(kv, &mut batch, op_id, &applied, index, max_sessions)?;
     }
     Ok((batch, applied))
 }
@@ -132,11 +146,37 @@ fn op_id_of(command: &Command) -> &str {
     }
 }
 
-/// Refuses a commit (PutObject, PutPart) whose new record names a blob of
-/// a write epoch that is not open, or a blob that was released.
-/// CompleteUpload moves already committed part blobs and is not fenced.
-fn fence<K: KvStore>(kv: &K, command: &Command) -> Result<(), SmError> {
-    let blobs: Vec<&str> = match command {
+/// The outcome of a commit (PutObject, PutPart) that was already applied:
+/// a record references one of its blobs. Blob ids are unique per write and
+/// a blob is referenced by at most one record, so only an earlier
+/// application of this same write can have committed it; the retry arrived
+/// after its session entry expired or was evicted. It changes nothing and
+/// succeeds, as its first application did (`Released` empty: what that
+/// one released was released then).
+///
+/// Without this rule the retry would be judged again: refused when its
+/// write epoch closed meanwhile, and the gateway deletes the blob of a
+/// refused commit, which here is the committed object's only copy (found
+/// by the chaos suite, seed 9: a listed object whose every GET failed).
+/// With it, a refusal of a commit always means that no record references
+/// its blobs.
+fn committed_replay<K: KvStore>(kv: &K, command: &Command) -> Result<Option<Applied>, SmError> {
+    let mut blobs = commit_blobs(command).into_iter().peekable();
+    if blobs.peek().is_none() {
+        return Ok(None);
+    }
+    for blob in blobs {
+        if super::refs::is_referenced(kv, blob)? {
+            return Ok(Some(Applied::Released(Vec::new())));
+        }
+    }
+    Ok(None)
+}
+
+/// The blobs a commit (PutObject, PutPart) makes its record reference;
+/// empty for every other command.
+fn commit_blobs(command: &Command) -> Vec<&str> {
+    match command {
         Command::PutObject(r) => r
             .object
             .iter()
@@ -149,9 +189,15 @@ fn fence<K: KvStore>(kv: &K, command: &Command) -> Result<(), SmError> {
             .filter_map(|p| p.placement.as_ref())
             .map(|p| p.blob_id.as_str())
             .collect(),
-        _ => return Ok(()),
-    };
-    for blob in blobs {
+        _ => Vec::new(),
+    }
+}
+
+/// Refuses a commit (PutObject, PutPart) whose new record names a blob of
+/// a write epoch that is not open, or a blob that was released.
+/// CompleteUpload moves already committed part blobs and is not fenced.
+fn fence<K: KvStore>(kv: &K, command: &Command) -> Result<(), SmError> {
+    for blob in commit_blobs(command) {
         let epoch = sluice_proto::blob_id::epoch_of(blob);
         if !epochs::is_open(kv, epoch)? {
             return refuse(

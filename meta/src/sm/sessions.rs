@@ -2,18 +2,25 @@
 //! Raft dissertation, §6.3).
 //!
 //! `Space::Sessions` maps an op id to the JSON of the first [`Applied`]
-//! outcome of that operation; `Space::SessionsByTime` orders the entries by
-//! the leader time they were applied at (`ms i64 BE 0x00 op id`), for
-//! expiry and eviction. The entry count lives in `Space::Sessions` under
+//! outcome of that operation; `Space::SessionsByIndex` orders the entries
+//! by the Raft log index they were applied at (`index u64 BE 0x00 op id`),
+//! for expiry and eviction. Log indexes, not leader wall-clock stamps: a
+//! leader whose clock is behind would stamp fresh entries as old, and the
+//! next leader would expire them at once, so a retry inside
+//! `session_expiry` would be applied a second time (the chaos suite's
+//! clock-jump fault did this). The entry count lives in `Space::Sessions` under
 //! the empty key (an empty op id is never recorded), so it travels with the
 //! table in snapshots and the apply path never scans the table.
 //!
 //! Bounds: the table holds at most `session_table_max_entries`
 //! ([`set_max_entries`], default [`DEFAULT_MAX_ENTRIES`]); an insert into a
 //! full table evicts the oldest entries, at most [`EVICTIONS_PER_INSERT`]
-//! per insert. The leader's sweeper expires entries older than
-//! `session_expiry` with `ExpireSessions`, at most [`MAX_EXPIRE_BATCH`] per
-//! entry.
+//! per insert. The leader's sweeper expires entries applied more than
+//! `session_expiry` ago *by its own monotonic clock*: it samples its
+//! applied index as it goes and sends `ExpireSessions` with the index it
+//! sampled at least `session_expiry` ago (crate::sweeper), at most
+//! [`MAX_EXPIRE_BATCH`] entries per entry. A new leader has no samples and
+//! expires nothing for its first `session_expiry`.
 //!
 //! Owner: the exactly-once/epochs work.
 
@@ -62,19 +69,19 @@ fn json_error(e: &serde_json::Error) -> SmError {
     }
 }
 
-/// `SessionsByTime` key: applied-at ms (i64 BE, negative times as 0, so
-/// keys sort by time) 0x00 op id.
-pub fn by_time_key(applied_ms: i64, op_id: &str) -> Vec<u8> {
+/// `SessionsByIndex` key: applied-at log index (u64 BE, so keys sort by
+/// index) 0x00 op id.
+pub fn by_index_key(index: u64, op_id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(9 + op_id.len());
-    k.extend_from_slice(&applied_ms.max(0).to_be_bytes());
+    k.extend_from_slice(&index.to_be_bytes());
     k.push(0);
     k.extend_from_slice(op_id.as_bytes());
     k
 }
 
-fn op_of_time_key(key: &[u8]) -> Result<&[u8], SmError> {
+fn op_of_index_key(key: &[u8]) -> Result<&[u8], SmError> {
     if key.len() < 9 || key[8] != 0 {
-        return Err(SmError::BadKey(Space::SessionsByTime));
+        return Err(SmError::BadKey(Space::SessionsByIndex));
     }
     Ok(&key[9..])
 }
@@ -102,22 +109,27 @@ pub fn lookup<K: KvStore>(kv: &K, op_id: &str) -> Result<Option<Applied>, SmErro
     }
 }
 
-/// The applied-at time of the oldest session entry.
-pub fn oldest_ms<K: KvStore>(kv: &K) -> Result<Option<i64>, SmError> {
-    let first = kv.scan(Space::SessionsByTime, Bound::Unbounded, Bound::Unbounded, 1)?;
+/// The applied-at log index of the oldest session entry.
+pub fn oldest_index<K: KvStore>(kv: &K) -> Result<Option<u64>, SmError> {
+    let first = kv.scan(
+        Space::SessionsByIndex,
+        Bound::Unbounded,
+        Bound::Unbounded,
+        1,
+    )?;
     match first.first() {
         Some((k, _)) => {
-            op_of_time_key(k)?;
-            let ms: [u8; 8] = k[..8]
+            op_of_index_key(k)?;
+            let index: [u8; 8] = k[..8]
                 .try_into()
-                .map_err(|_| SmError::BadKey(Space::SessionsByTime))?;
-            Ok(Some(i64::from_be_bytes(ms)))
+                .map_err(|_| SmError::BadKey(Space::SessionsByIndex))?;
+            Ok(Some(u64::from_be_bytes(index)))
         }
         None => Ok(None),
     }
 }
 
-/// Adds to `b` the session entry of `op_id` (applied at `now_ms` with
+/// Adds to `b` the session entry of `op_id` (applied at log index `index` with
 /// outcome `applied`), evicting the oldest entries when the table would
 /// exceed `max` (at most [`EVICTIONS_PER_INSERT`]).
 pub(crate) fn record<K: KvStore>(
@@ -125,7 +137,7 @@ pub(crate) fn record<K: KvStore>(
     b: &mut Batch,
     op_id: &str,
     applied: &Applied,
-    now_ms: i64,
+    index: u64,
     max: u64,
 ) -> Result<(), SmError> {
     let encoded = serde_json::to_vec(applied).map_err(|e| json_error(&e))?;
@@ -133,21 +145,21 @@ pub(crate) fn record<K: KvStore>(
     if n > max {
         let excess = usize::try_from(n - max).unwrap_or(usize::MAX);
         let oldest = kv.scan(
-            Space::SessionsByTime,
+            Space::SessionsByIndex,
             Bound::Unbounded,
             Bound::Unbounded,
             excess.min(EVICTIONS_PER_INSERT),
         )?;
         for (k, _) in oldest {
-            b.delete(Space::Sessions, op_of_time_key(&k)?.to_vec());
-            b.delete(Space::SessionsByTime, k);
+            b.delete(Space::Sessions, op_of_index_key(&k)?.to_vec());
+            b.delete(Space::SessionsByIndex, k);
             n -= 1;
         }
     }
     b.put(Space::Sessions, op_id.as_bytes().to_vec(), encoded);
     b.put(
-        Space::SessionsByTime,
-        by_time_key(now_ms, op_id),
+        Space::SessionsByIndex,
+        by_index_key(index, op_id),
         Vec::new(),
     );
     b.put(Space::Sessions, COUNT_KEY, n.to_be_bytes().to_vec());
@@ -155,15 +167,15 @@ pub(crate) fn record<K: KvStore>(
 }
 
 /// Removes up to `limit` (at most [`MAX_EXPIRE_BATCH`]) session entries
-/// applied before `before_ms`, oldest first.
+/// applied at a log index below `before_index`, oldest first.
 pub(crate) fn expire_sessions<K: KvStore>(kv: &K, r: &rpb::ExpireSessions) -> Outcome {
-    if r.before_ms <= 0 {
+    if r.before_index == 0 {
         return Ok((Batch::new(), Applied::Done));
     }
     let limit = r.limit.clamp(1, MAX_EXPIRE_BATCH) as usize;
-    let end = r.before_ms.to_be_bytes();
+    let end = r.before_index.to_be_bytes();
     let rows = kv.scan(
-        Space::SessionsByTime,
+        Space::SessionsByIndex,
         Bound::Unbounded,
         Bound::Excluded(end.as_slice()),
         limit,
@@ -174,8 +186,8 @@ pub(crate) fn expire_sessions<K: KvStore>(kv: &K, r: &rpb::ExpireSessions) -> Ou
     }
     let n = count(kv)?.saturating_sub(rows.len() as u64);
     for (k, _) in rows {
-        b.delete(Space::Sessions, op_of_time_key(&k)?.to_vec());
-        b.delete(Space::SessionsByTime, k);
+        b.delete(Space::Sessions, op_of_index_key(&k)?.to_vec());
+        b.delete(Space::SessionsByIndex, k);
     }
     b.put(Space::Sessions, COUNT_KEY, n.to_be_bytes().to_vec());
     Ok((b, Applied::Done))

@@ -9,9 +9,16 @@ use crate::store::MemStore;
 
 const MIB: u64 = 1024 * 1024;
 
+/// A log index for the next test entry (increasing, as Raft's are).
+fn next_index() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 fn exec(kv: &MemStore, command: Command) -> Applied {
     let (batch, applied) = apply_command(
         kv,
+        next_index(),
         &MetaCommand {
             command: Some(command),
             ..Default::default()

@@ -49,10 +49,10 @@ pub enum Space {
     /// Client sessions: operation id -> the first outcome of that
     /// operation (see `sm::sessions`).
     Sessions = 16,
-    /// Session expiry order: applied-at ms (i64 BE) 0x00 operation id -> empty.
-    SessionsByTime = 17,
+    /// Session expiry order: applied-at log index (u64 BE) 0x00 operation id -> empty.
+    SessionsByIndex = 17,
     /// Write epochs: epoch (u64 BE) -> open epoch record; the next epoch
-    /// number lives in `SmMeta` (see `sm::epochs`).
+    /// number lives under the empty key (see `sm::epochs`).
     Epochs = 18,
     /// Pending deletions of released blobs: blob id -> record (see `sm::pending`).
     Pending = 19,
@@ -77,7 +77,7 @@ impl Space {
         Space::Datanodes,
         Space::Refs,
         Space::Sessions,
-        Space::SessionsByTime,
+        Space::SessionsByIndex,
         Space::Epochs,
         Space::Pending,
         Space::HealIntents,
@@ -104,7 +104,7 @@ impl Space {
             Space::Datanodes,
             Space::Refs,
             Space::Sessions,
-            Space::SessionsByTime,
+            Space::SessionsByIndex,
             Space::Epochs,
             Space::Pending,
             Space::HealIntents,

@@ -8,11 +8,13 @@ use sluice_proto::raft as rpb;
 use super::*;
 use crate::store::Space;
 
-/// Applies `command` at leader time `now_ms` with session bound `max`;
+/// Applies `command` at leader time `now_ms`, as the entry at log index
+/// `now_ms` (these tests step both together), with session bound `max`;
 /// returns the outcome and whether the batch wrote anything.
 fn run_with(kv: &MemStore, now_ms: i64, max: u64, command: Command) -> (Applied, bool) {
     let (batch, applied) = apply_command_with(
         kv,
+        u64::try_from(now_ms).unwrap_or(0),
         &MetaCommand {
             leader_now_ms: now_ms,
             command: Some(command),
@@ -249,7 +251,7 @@ fn replay_after_expiry_is_fenced_by_the_closed_epoch() {
         &kv,
         700_000,
         Command::ExpireSessions(rpb::ExpireSessions {
-            before_ms: 600_000,
+            before_index: 600_000,
             limit: 10,
         }),
     );
@@ -266,6 +268,91 @@ fn replay_after_expiry_is_fenced_by_the_closed_epoch() {
     assert_eq!(refused_code(&late), Some(ErrorCode::EpochClosed));
     assert_eq!(object_blob(&kv, "k"), "y");
     assert_eq!(pending_names(&kv), ["x"]);
+}
+
+/// Expires every session entry and closes the test epoch, at `now_ms`.
+fn expire_all_and_close(kv: &MemStore, now_ms: i64) {
+    at(
+        kv,
+        now_ms,
+        Command::ExpireSessions(rpb::ExpireSessions {
+            before_index: u64::MAX,
+            limit: 10_000,
+        }),
+    );
+    assert_eq!(sessions::count(kv).unwrap(), 0);
+    at(
+        kv,
+        now_ms + 1,
+        Command::CloseEpochs(rpb::CloseEpochs {
+            epochs: vec![EPOCH],
+        }),
+    );
+    assert!(!epochs::is_open(kv, EPOCH).unwrap());
+}
+
+/// The chaos suite's seed 9: a PutObject applied, its response lost, its
+/// session entry expired and its write epoch closed; the retry used to be
+/// refused EPOCH_CLOSED, and the gateway deleted the blob of the object the
+/// first application had committed. The retry must succeed and change
+/// nothing.
+#[test]
+fn committed_put_replayed_after_expiry_succeeds_and_changes_nothing() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    assert_eq!(
+        at(&kv, 1000, put_op("b", "k", "x", "o1")),
+        Applied::Released(vec![])
+    );
+    expire_all_and_close(&kv, 2000);
+    let before = get_object(&kv, "b", "k").unwrap();
+    let (again, wrote) = run_with(&kv, 3000, 100_000, put_op("b", "k", "x", "o1"));
+    assert_eq!(
+        again,
+        Applied::Released(vec![]),
+        "not refused: it committed"
+    );
+    assert_eq!(get_object(&kv, "b", "k").unwrap(), before);
+    assert!(crate::sm::refs::is_referenced(&kv, &bid("x")).unwrap());
+    assert!(pending_names(&kv).is_empty(), "nothing released");
+    assert!(wrote, "only the new session entry");
+    assert_eq!(sessions::lookup(&kv, "o1").unwrap(), Some(again));
+    // A write that never committed is still fenced by the closed epoch.
+    let late = at(&kv, 4000, put_op("b", "k2", "w", "o9"));
+    assert_eq!(refused_code(&late), Some(ErrorCode::EpochClosed));
+    assert!(get_object(&kv, "b", "k2").is_err(), "no record for k2");
+}
+
+/// A PutPart retried after its upload completed (session expired, epoch
+/// closed): the part's blob now belongs to the object. The retry succeeds
+/// and the object keeps it.
+#[test]
+fn committed_part_replayed_after_complete_succeeds() {
+    let kv = MemStore::new();
+    upload_with_parts(&kv);
+    at(&kv, 50, part_op(1, b"part1", "p1", "pp1"));
+    let done = at(
+        &kv,
+        100,
+        Command::CompleteUpload(pb::CompleteUploadRequest {
+            bucket: "b".into(),
+            key: "k".into(),
+            upload_id: "u1".into(),
+            parts: vec![completed(1, b"part1"), completed(5, b"part5")],
+            now_ms: 9,
+            min_part_size: 5 * MIB,
+            op_id: "c1".into(),
+            ..Default::default()
+        }),
+    );
+    assert!(matches!(done, Applied::Completed(_)), "{done:?}");
+    assert_eq!(object_blob(&kv, "k"), "p1");
+    expire_all_and_close(&kv, 2000);
+    let again = at(&kv, 3000, part_op(1, b"part1", "p1", "pp1"));
+    assert_eq!(again, Applied::Released(vec![]));
+    assert_eq!(object_blob(&kv, "k"), "p1");
+    assert!(crate::sm::refs::is_referenced(&kv, &bid("p1")).unwrap());
+    assert!(!pending_names(&kv).contains(&"p1".to_string()));
 }
 
 #[test]
@@ -292,7 +379,7 @@ fn eviction_keeps_the_table_at_its_max() {
             Some(Applied::Created(true))
         );
     }
-    assert_eq!(sessions::oldest_ms(&kv).unwrap(), Some(106));
+    assert_eq!(sessions::oldest_index(&kv).unwrap(), Some(106));
     // A lowered bound drains by at most two per insert.
     run_with(&kv, 200, 1, create("c1", "x1"));
     assert_eq!(sessions::count(&kv).unwrap(), 3);
@@ -318,14 +405,18 @@ fn expire_sessions_is_bounded_and_ordered() {
             }),
         );
     }
-    let expire =
-        |before_ms, limit| Command::ExpireSessions(rpb::ExpireSessions { before_ms, limit });
+    let expire = |before_index, limit| {
+        Command::ExpireSessions(rpb::ExpireSessions {
+            before_index,
+            limit,
+        })
+    };
     at(&kv, 100, expire(35, 1));
     assert_eq!(sessions::count(&kv).unwrap(), 4);
     assert!(sessions::lookup(&kv, "op0").unwrap().is_none());
     at(&kv, 100, expire(35, 100));
     assert_eq!(sessions::count(&kv).unwrap(), 2, "op1 (20), op2 (30) gone");
-    assert_eq!(sessions::oldest_ms(&kv).unwrap(), Some(40));
+    assert_eq!(sessions::oldest_index(&kv).unwrap(), Some(40));
     at(&kv, 100, expire(0, 100));
     assert_eq!(sessions::count(&kv).unwrap(), 2);
 }

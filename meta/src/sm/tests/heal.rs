@@ -26,6 +26,7 @@ fn open_epoch(kv: &MemStore, epoch: u64) {
         gateway_id: "gw".into(),
         opened_ms: 1,
         renewed_ms: 1,
+        renewals: 0,
     };
     b.put(Space::Epochs, keys::epoch(epoch), rec.encode_to_vec());
     kv.apply(b).unwrap();
@@ -347,6 +348,7 @@ fn begin_heal_needs_a_referenced_blob_and_an_open_epoch() {
     // Idempotent.
     let (b, a) = apply_command(
         &kv,
+        next_index(),
         &MetaCommand {
             command: Some(Command::BeginHeal(pb::BeginHealRequest {
                 blob_id: x.clone(),

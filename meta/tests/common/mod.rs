@@ -1,0 +1,141 @@
+//! Shared by the meta integration tests: an in-process single-voter meta
+//! node, record builders, and the lost-response fault.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use sluice_meta::client::{CallFaults, FaultAction};
+use sluice_meta::{Config, MetaClient};
+use sluice_proto::meta as pb;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, oneshot};
+use tokio::task::JoinHandle;
+
+pub const WAIT: Duration = Duration::from_secs(30);
+
+pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub struct Node {
+    pub config: Config,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), sluice_meta::Error>>,
+}
+
+impl Node {
+    pub async fn start(dir: &Path, tune: impl FnOnce(&mut Config)) -> Result<Node> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let mut config = Config {
+            node_id: 1,
+            listen: addr,
+            advertise_addr: format!("http://{addr}"),
+            data_dir: dir.to_path_buf(),
+            sled_cache_bytes: 4 << 20,
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout_min: Duration::from_millis(400),
+            election_timeout_max: Duration::from_millis(800),
+            insecure_cluster: true,
+            ..Config::default()
+        };
+        tune(&mut config);
+        let (stop, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(sluice_meta::run(config.clone(), listener, async {
+            let _ = rx.await;
+        }));
+        Ok(Node { config, stop, task })
+    }
+
+    pub fn client(&self) -> MetaClient {
+        MetaClient::with_timeouts(
+            vec![self.config.advertise_addr.clone()],
+            Duration::from_secs(20),
+            Duration::from_secs(5),
+        )
+    }
+
+    /// Stops the node and opens its store read-only for inspection.
+    pub async fn stop(self) -> Result<sluice_meta::store::SledStore> {
+        let _ = self.stop.send(());
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .context("node did not stop")???;
+        Ok(sluice_meta::store::SledStore::open(
+            &self.config.data_dir,
+            1 << 20,
+        )?)
+    }
+}
+
+pub fn object(key: &str, blob: &str, nodes: Vec<u64>) -> pb::ObjectRecord {
+    pb::ObjectRecord {
+        bucket: "b".into(),
+        key: key.into(),
+        size: 3,
+        etag: "acbd18db4cc2f85cedef654fccc4a4d8".into(),
+        parts: vec![pb::PartRecord {
+            part_number: 1,
+            size: 3,
+            placement: Some(pb::Placement {
+                blob_id: blob.into(),
+                size: 3,
+                data_shards: 1,
+                parity_shards: nodes.len() as u32 - 1,
+                block_size: 262_144,
+                nodes,
+                missing: vec![],
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+pub fn blob_of(o: &pb::ObjectRecord) -> String {
+    o.parts[0].placement.as_ref().unwrap().blob_id.clone()
+}
+
+/// Drops the first PutObject response (the commit was applied) and stalls
+/// the retry 3 s, while the test lets another writer overwrite the key.
+#[derive(Default)]
+pub struct LoseFirstPut {
+    pub attempts: AtomicUsize,
+    responses: AtomicUsize,
+    pub dropped: Notify,
+}
+
+impl CallFaults for LoseFirstPut {
+    fn before_call(&self, rpc: &'static str) -> Option<Duration> {
+        if rpc == "PutObject" && self.attempts.fetch_add(1, Ordering::SeqCst) == 1 {
+            // The retry: a paused process; the test overwrites meanwhile.
+            return Some(Duration::from_secs(3));
+        }
+        None
+    }
+
+    fn on_response(&self, rpc: &'static str) -> FaultAction {
+        if rpc == "PutObject" && self.responses.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.dropped.notify_one();
+            return FaultAction::Drop;
+        }
+        FaultAction::Deliver
+    }
+}

@@ -1,0 +1,85 @@
+//! A committed PutObject whose response was lost, retried after its
+//! session entry is gone (evicted from a table of one entry) and its write
+//! epoch closed, on an in-process single-voter meta node. Its own test
+//! binary: the session table bound is process-wide.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use sluice_meta::MetaClient;
+use sluice_proto::blob_id::new_blob_id;
+use sluice_proto::meta as pb;
+
+mod common;
+use common::*;
+
+/// The chaos suite's seed 9, on one node: a PutObject is applied and its
+/// response lost; while the retry is stalled, the session entry is evicted
+/// (a table of one entry) and the gateway's write epoch closes (never
+/// renewed). The retry must succeed: it committed. (It was refused
+/// `EPOCH_CLOSED`, and a gateway deletes the blob of a refused commit: the
+/// object stayed listed with its shards gone.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_put_retried_after_its_session_and_epoch_are_gone_succeeds() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let node = Node::start(tmp.path(), |c| {
+        c.session_table_max_entries = 1;
+        c.epoch_lease = Duration::from_millis(600);
+        c.epoch_sweep_interval = Duration::from_millis(50);
+    })
+    .await?;
+    let client = node.client();
+    assert!(client.create_bucket("b", 1).await?);
+    let epoch = client.open_epoch("gw-paused").await?.epoch;
+    let x = new_blob_id(epoch, 0xa);
+
+    let faults = Arc::new(LoseFirstPut::default());
+    let faulty = MetaClient::with_faults(
+        vec![node.config.advertise_addr.clone()],
+        Duration::from_secs(20),
+        Duration::from_secs(5),
+        faults.clone(),
+    );
+    let first = {
+        let x = x.clone();
+        tokio::spawn(async move { faulty.put_object(object("k", &x, vec![1, 2])).await })
+    };
+    faults.dropped.notified().await;
+    assert_eq!(blob_of(&client.get_object("b", "k").await?), x);
+    // Another operation evicts the PutObject's session entry.
+    assert!(client.create_bucket("c", 1).await?);
+    // The epoch, never renewed, closes: a probe commit of a new blob of
+    // it (a commit does not renew) is refused once it has.
+    let probes = AtomicUsize::new(0);
+    wait_for("the epoch to close", || {
+        let client = client.clone();
+        let probe = new_blob_id(epoch, 0x100 + probes.fetch_add(1, Ordering::SeqCst) as u128);
+        async move {
+            match client.put_object(object("probe", &probe, vec![1])).await {
+                Err(sluice_meta::MetaError::Refused {
+                    code: pb::ErrorCode::EpochClosed,
+                    ..
+                }) => Some(()),
+                Ok(_) => None,
+                Err(e) => panic!("probe commit: {e}"),
+            }
+        }
+    })
+    .await?;
+
+    let retried = first.await?;
+    let released = retried.context("the retry of a committed PutObject")?;
+    assert!(released.is_empty(), "nothing released: {released:?}");
+    assert_eq!(faults.attempts.load(Ordering::SeqCst), 2);
+    assert_eq!(blob_of(&client.get_object("b", "k").await?), x);
+
+    let store = node.stop().await?;
+    assert!(
+        sluice_meta::sm::pending::get(&store, &x)?.is_none(),
+        "x is not released"
+    );
+    assert!(sluice_meta::sm::refs::is_referenced(&store, &x)?);
+    Ok(())
+}
