@@ -37,6 +37,13 @@ pub struct Config {
     pub listen: SocketAddr,
     /// S3 region reported to clients and expected in SigV4 scopes (default `us-east-1`).
     pub region: String,
+    /// Domains under which virtual-hosted-style requests name their bucket
+    /// (`Host: <bucket>.<root domain>`), e.g. `["s3.example.test"]`; a single
+    /// string is accepted too (`root_domain = "s3.example.test"`). Default
+    /// none: every request is path style (`/<bucket>/<key>`), which keeps
+    /// working for any other host either way. See [`crate::s3::host`].
+    #[serde(alias = "root_domain", deserialize_with = "one_or_many")]
+    pub root_domains: Vec<String>,
     /// S3 access key id clients sign with. Required.
     pub access_key: String,
     /// S3 secret access key. Required. Debug prints it redacted.
@@ -245,6 +252,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 9000)),
             region: "us-east-1".to_string(),
+            root_domains: Vec::new(),
             access_key: String::new(),
             secret_key: Secret::default(),
             meta_endpoints: Vec::new(),
@@ -319,6 +327,10 @@ pub enum ConfigError {
     },
     #[error("cluster security: {0}")]
     ClusterSecurity(String),
+    #[error("root domain {0:?} is not a DNS name (labels of letters, digits and hyphens; no port)")]
+    RootDomain(String),
+    #[error("root domains {0:?} and {1:?} overlap: one is under the other")]
+    RootDomainsOverlap(String, String),
 }
 
 impl Config {
@@ -329,6 +341,17 @@ impl Config {
         }
         if self.access_key.is_empty() {
             return Err(ConfigError::Empty("access_key"));
+        }
+        for (i, domain) in self.root_domains.iter().enumerate() {
+            if !crate::s3::host::is_valid_root_domain(domain) {
+                return Err(ConfigError::RootDomain(domain.clone()));
+            }
+            if let Some(other) = self.root_domains[..i]
+                .iter()
+                .find(|o| crate::s3::host::overlapping(o, domain))
+            {
+                return Err(ConfigError::RootDomainsOverlap(other.clone(), domain.clone()));
+            }
         }
         if self.secret_key.is_empty() {
             return Err(ConfigError::Empty("secret_key"));
@@ -472,6 +495,20 @@ impl Config {
     pub fn effective_write_quorum(&self) -> u32 {
         self.write_quorum.unwrap_or(self.data_shards + 1)
     }
+}
+
+/// A list of strings written as a list or as one string.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 /// Serde for a `u32` byte count written as an integer or a bytesize string.
@@ -798,6 +835,32 @@ mod tests {
         let text = toml::to_string(&config).expect("serialize");
         let back: Config = toml::from_str(&text).expect("parse back");
         assert_eq!(back, config);
+    }
+
+    #[test]
+    fn root_domains_are_one_or_many_and_checked() {
+        let one: Config = toml::from_str("root_domain = \"s3.example.test\"").unwrap();
+        assert_eq!(one.root_domains, ["s3.example.test"]);
+        let many: Config =
+            toml::from_str("root_domains = [\"s3.example.test\", \"s3.other.test\"]").unwrap();
+        assert_eq!(many.root_domains, ["s3.example.test", "s3.other.test"]);
+        assert_eq!(Config::default().root_domains, Vec::<String>::new());
+        let with = |domains: &[&str]| Config {
+            root_domains: domains.iter().map(|d| d.to_string()).collect(),
+            ..valid()
+        };
+        assert_eq!(with(&["s3.example.test", "s3.other.test"]).validate(), Ok(()));
+        assert_eq!(
+            with(&["s3.example.test:9000"]).validate(),
+            Err(ConfigError::RootDomain("s3.example.test:9000".into()))
+        );
+        assert_eq!(
+            with(&["example.test", "s3.example.test"]).validate(),
+            Err(ConfigError::RootDomainsOverlap(
+                "example.test".into(),
+                "s3.example.test".into()
+            ))
+        );
     }
 
     #[test]

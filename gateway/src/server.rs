@@ -48,6 +48,7 @@ use crate::metrics::{self, SlowDownReason};
 use crate::s3::Gateway;
 use crate::s3::bucket::BucketNameRules;
 use crate::s3::error::{RETRY_AFTER_SECONDS, standard_message};
+use crate::s3::host::RootDomains;
 use crate::tls::{S3TlsAcceptor, TlsError};
 
 /// Largest read buffer of an HTTP/1 client connection (bytes). A request
@@ -125,10 +126,24 @@ pub fn s3_service_with_limiter(
     keys: Arc<AccessKeys>,
     limiter: Arc<InflightLimiter>,
 ) -> SluiceService {
+    s3_service_with_hosts(gateway, keys, limiter, &[])
+}
+
+/// [`s3_service_with_limiter`] also answering virtual-hosted-style requests
+/// under `root_domains` ([`RootDomains`]; none: path style only).
+pub fn s3_service_with_hosts(
+    gateway: Gateway,
+    keys: Arc<AccessKeys>,
+    limiter: Arc<InflightLimiter>,
+    root_domains: &[String],
+) -> SluiceService {
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(KeyAuth(Arc::clone(&keys)));
     builder.set_access(KeyAccess(keys));
     builder.set_validation(BucketNameRules);
+    if !root_domains.is_empty() {
+        builder.set_host(RootDomains::new(root_domains));
+    }
     let mut s3_config = S3Config::default();
     s3_config.xml_max_body_size = XML_MAX_BODY;
     // PostObject is not served; s3s would buffer the whole file first.
@@ -195,6 +210,16 @@ impl SluiceService {
         let started = Instant::now();
         let request_id = RequestId::new();
         let resource = req.uri().path().to_string();
+        if let Some((status, code, message)) = precheck(&req) {
+            return Ok(error_response(
+                &req,
+                status,
+                code,
+                message,
+                &request_id.0,
+                &resource,
+            ));
+        }
         let Some(admitted) = self.limiter.try_acquire() else {
             metrics::count_slowdown(SlowDownReason::Inflight);
             tracing::debug!(request_id = %request_id.0, method = %req.method(), path = %resource,
@@ -294,25 +319,48 @@ impl<G: Unpin> hyper::body::Body for GuardedBody<G> {
 }
 
 /// The `503 SlowDown` of a request refused admission: S3 error XML with
-/// `Code`, `Message`, `Resource` and `RequestId`, `Retry-After`, and for an
-/// HTTP/1 request with a body `Connection: close` (its body is not read).
+/// `Code`, `Message`, `Resource` and `RequestId`, and `Retry-After`.
 fn inflight_slow_down<B>(req: &Request<B>, request_id: &str, resource: &str) -> HttpResponse {
-    let body = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>{}</Message><Resource>{}</Resource><RequestId>{}</RequestId></Error>",
+    let mut resp = error_response(
+        req,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "SlowDown",
         standard_message(&S3ErrorCode::SlowDown).unwrap_or("Please reduce your request rate."),
+        request_id,
+        resource,
+    );
+    resp.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        HeaderValue::from(RETRY_AFTER_SECONDS),
+    );
+    resp
+}
+
+/// An S3 error answered before s3s sees the request: error XML with
+/// `Code`, `Message`, `Resource` and `RequestId`, `x-amz-request-id`, and
+/// for an HTTP/1 request with a body `Connection: close` (its body is not
+/// read).
+fn error_response<B>(
+    req: &Request<B>,
+    status: StatusCode,
+    code: &str,
+    message: &str,
+    request_id: &str,
+    resource: &str,
+) -> HttpResponse {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{}</Code><Message>{}</Message><Resource>{}</Resource><RequestId>{}</RequestId></Error>",
+        xml_escape(code),
+        xml_escape(message),
         xml_escape(resource),
         xml_escape(request_id),
     );
     let mut resp = HttpResponse::new(s3s::Body::from(body));
-    *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    *resp.status_mut() = status;
     let headers = resp.headers_mut();
     headers.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/xml"),
-    );
-    headers.insert(
-        http::header::RETRY_AFTER,
-        HeaderValue::from(RETRY_AFTER_SECONDS),
     );
     if let Ok(v) = HeaderValue::from_str(request_id) {
         headers.insert("x-amz-request-id", v);
@@ -321,6 +369,56 @@ fn inflight_slow_down<B>(req: &Request<B>, request_id: &str, resource: &str) -> 
         headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     }
     resp
+}
+
+/// Longest validity of a presigned URL, `X-Amz-Expires`, in seconds (7 days).
+pub const MAX_PRESIGNED_EXPIRES_SECS: i64 = 604_800;
+
+/// Rules s3s does not apply, checked before a request is admitted; the
+/// error (status, code, message) to answer, if `req` breaks one:
+///
+/// * a presigned URL (SigV4 query auth) valid for more than 7 days or a
+///   negative time -> 403 `AccessDenied`
+///   (<https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-query-string-auth.html>);
+/// * an `OPTIONS` request (a CORS preflight) without `Origin` -> 400
+///   `BadRequest`; with one -> 403 `AccessDenied`, since no bucket has a CORS
+///   configuration (<https://docs.aws.amazon.com/AmazonS3/latest/API/RESTOPTIONSobject.html>).
+pub fn precheck<B>(req: &Request<B>) -> Option<(StatusCode, &'static str, &'static str)> {
+    if *req.method() == http::Method::OPTIONS {
+        return Some(if req.headers().contains_key(http::header::ORIGIN) {
+            (
+                StatusCode::FORBIDDEN,
+                "AccessDenied",
+                "CORSResponse: CORS is not enabled for this bucket.",
+            )
+        } else {
+            (
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "Insufficient information. Origin request header needed.",
+            )
+        });
+    }
+    let query = req.uri().query()?;
+    let expires = query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(name, _)| *name == "X-Amz-Expires")
+        .map(|(_, value)| value)?;
+    match expires.parse::<i64>() {
+        Ok(secs) if secs < 0 => Some((
+            StatusCode::FORBIDDEN,
+            "AccessDenied",
+            "X-Amz-Expires must be non-negative",
+        )),
+        Ok(secs) if secs > MAX_PRESIGNED_EXPIRES_SECS => Some((
+            StatusCode::FORBIDDEN,
+            "AccessDenied",
+            "X-Amz-Expires must be less than a week (in seconds) that is; 604800",
+        )),
+        // Anything else is s3s's to judge.
+        _ => None,
+    }
 }
 
 /// Whether `req` announces a body: `Transfer-Encoding`, or a
@@ -538,7 +636,7 @@ pub async fn run_with_meta(
         config.secret_key.as_str(),
         Some(gateway.meta.clone()),
     );
-    let service = s3_service_with_limiter(gateway.clone(), keys, limiter)
+    let service = s3_service_with_hosts(gateway.clone(), keys, limiter, &config.root_domains)
         .with_body_limits(config.body_limits())
         .with_health(health);
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -957,6 +1055,46 @@ mod tests {
         assert_eq!(stats.inflight(), 0);
         assert_eq!(stats.inflight_high_water(), 1);
         assert_eq!(stats.inflight_rejected(), 1);
+    }
+
+    #[test]
+    fn presigned_expiry_and_preflight_rules() {
+        let get = |uri: &str| Request::builder().uri(uri).body(()).unwrap();
+        let presigned = |expires: &str| {
+            get(&format!(
+                "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires={expires}&X-Amz-SignedHeaders=host"
+            ))
+        };
+        assert_eq!(precheck(&presigned("604800")), None);
+        assert_eq!(precheck(&presigned("0")), None);
+        let over = precheck(&presigned("609901")).expect("over 7 days");
+        assert_eq!((over.0, over.1), (StatusCode::FORBIDDEN, "AccessDenied"));
+        let negative = precheck(&presigned("-7")).expect("negative");
+        assert_eq!(
+            (negative.0, negative.1),
+            (StatusCode::FORBIDDEN, "AccessDenied")
+        );
+        // Not a number: s3s answers it.
+        assert_eq!(precheck(&presigned("soon")), None);
+        assert_eq!(precheck(&get("/b/k?x-id=GetObject")), None);
+        assert_eq!(precheck(&get("/b/k")), None);
+
+        let options = |origin: Option<&str>| {
+            let mut b = Request::builder()
+                .method(http::Method::OPTIONS)
+                .uri("/b/k?X-Amz-Expires=60");
+            if let Some(o) = origin {
+                b = b.header("origin", o);
+            }
+            b.body(()).unwrap()
+        };
+        let no_origin = precheck(&options(None)).expect("preflight without Origin");
+        assert_eq!(
+            (no_origin.0, no_origin.1),
+            (StatusCode::BAD_REQUEST, "BadRequest")
+        );
+        let origin = precheck(&options(Some("https://example.com"))).expect("preflight");
+        assert_eq!((origin.0, origin.1), (StatusCode::FORBIDDEN, "AccessDenied"));
     }
 
     #[test]

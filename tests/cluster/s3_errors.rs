@@ -18,7 +18,8 @@ use aws_sdk_s3::operation::put_object::PutObjectError;
 use aws_sdk_s3::operation::upload_part::UploadPartError;
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
 use aws_sdk_s3::types::{
-    ChecksumAlgorithm, ChecksumMode, CompletedPart, Delete, MetadataDirective, ObjectIdentifier,
+    ChecksumAlgorithm, ChecksumMode, ChecksumType, CompletedPart, Delete, MetadataDirective,
+    ObjectIdentifier,
 };
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -38,6 +39,12 @@ fn completed(number: i32, etag: &str) -> CompletedPart {
         .part_number(number)
         .e_tag(etag)
         .build()
+}
+
+/// base64 of the big-endian CRC32, as `x-amz-checksum-crc32` carries it.
+fn crc32_b64(data: &[u8]) -> String {
+    let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32IsoHdlc, data) as u32;
+    B64.encode(crc.to_be_bytes())
 }
 
 /// base64 of the big-endian CRC32C, as `x-amz-checksum-crc32c` carries it.
@@ -350,6 +357,19 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
         400,
         Some("BadDigest"),
     )?;
+    // Not base64 of a 32-byte digest: it can match no body.
+    expect_error::<_, PutObjectError>(
+        "PutObject with x-amz-checksum-sha256: bad",
+        s3.put_object()
+            .bucket(B)
+            .key("sha256-bad")
+            .body(ByteStream::from(body.clone()))
+            .checksum_sha256("bad")
+            .send()
+            .await,
+        400,
+        Some("BadDigest"),
+    )?;
 
     // ---- CopyObject: COPY keeps metadata, REPLACE replaces it.
     let copied = s3
@@ -546,6 +566,24 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
         400,
         Some("InvalidPartOrder"),
     )?;
+    // If-Match on a key that does not exist yet: 404 NoSuchKey.
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with If-Match on a missing key",
+        s3.complete_multipart_upload()
+            .bucket(B)
+            .key("mp")
+            .upload_id(&mp_id)
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts.clone()))
+                    .build(),
+            )
+            .if_match("\"0123456789abcdef0123456789abcdef\"")
+            .send()
+            .await,
+        404,
+        Some("NoSuchKey"),
+    )?;
     let listed = s3
         .list_parts()
         .bucket(B)
@@ -590,6 +628,211 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
     ensure!(
         part2.body.collect().await?.into_bytes() == mp.slice(5 * MIB..),
         "GET partNumber=2 body differs"
+    );
+
+    // Conditional Complete on the now existing key: If-None-Match: * and a
+    // wrong If-Match are 412 and leave both the object and the upload as
+    // they were; the right If-Match replaces the object.
+    let next = random_bytes(seed + 4, 1000);
+    let next_id = create_upload(&s3, B, "mp").await?;
+    let next_parts = upload_parts(
+        &Upload {
+            s3: &s3,
+            bucket: B,
+            key: "mp",
+            upload_id: &next_id,
+        },
+        &next,
+        MIB,
+        1,
+        1,
+    )
+    .await?;
+    let conditional_complete = |if_match: Option<&str>, if_none_match: Option<&str>| {
+        s3.complete_multipart_upload()
+            .bucket(B)
+            .key("mp")
+            .upload_id(&next_id)
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .set_parts(Some(next_parts.clone()))
+                    .build(),
+            )
+            .set_if_match(if_match.map(str::to_string))
+            .set_if_none_match(if_none_match.map(str::to_string))
+            .send()
+    };
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with If-None-Match: * on an existing key",
+        conditional_complete(None, Some("*")).await,
+        412,
+        Some("PreconditionFailed"),
+    )?;
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with a stale If-Match",
+        conditional_complete(Some("\"0123456789abcdef0123456789abcdef\""), None).await,
+        412,
+        Some("PreconditionFailed"),
+    )?;
+    assert_object(&s3, B, "mp", &mp).await?;
+    conditional_complete(Some(want_etag.as_str()), None)
+        .await
+        .context("Complete with the current ETag as If-Match")?;
+    assert_object(&s3, B, "mp", &next).await?;
+
+    // ---- Multipart checksums: the type is fixed at create. A FULL_OBJECT
+    // CRC32 upload completed without naming the type gets the CRC32 of the
+    // whole object; a wrong or malformed whole-object value, another
+    // algorithm or another type is refused and changes nothing.
+    let full = random_bytes(seed + 5, 5 * MIB + 1000);
+    let full_id = s3
+        .create_multipart_upload()
+        .bucket(B)
+        .key("full-crc")
+        .checksum_algorithm(ChecksumAlgorithm::Crc32)
+        .checksum_type(ChecksumType::FullObject)
+        .send()
+        .await?
+        .upload_id()
+        .context("CreateMultipartUpload without UploadId")?
+        .to_string();
+    let full_parts = upload_parts(
+        &Upload {
+            s3: &s3,
+            bucket: B,
+            key: "full-crc",
+            upload_id: &full_id,
+        },
+        &full,
+        5 * MIB,
+        1,
+        2,
+    )
+    .await?;
+    let want_crc = crc32_b64(&full);
+    let complete_full = |crc32: Option<String>,
+                         sha256: Option<String>,
+                         checksum_type: Option<ChecksumType>| {
+        s3.complete_multipart_upload()
+            .bucket(B)
+            .key("full-crc")
+            .upload_id(&full_id)
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .set_parts(Some(full_parts.clone()))
+                    .build(),
+            )
+            .set_checksum_crc32(crc32)
+            .set_checksum_sha256(sha256)
+            .set_checksum_type(checksum_type)
+            .send()
+    };
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete FULL_OBJECT with a wrong CRC32",
+        complete_full(Some(crc32_b64(b"other")), None, None).await,
+        400,
+        Some("BadDigest"),
+    )?;
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with x-amz-checksum-sha256: bad",
+        complete_full(None, Some("bad".into()), None).await,
+        400,
+        Some("InvalidRequest"),
+    )?;
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete naming COMPOSITE for a FULL_OBJECT upload",
+        complete_full(None, None, Some(ChecksumType::Composite)).await,
+        400,
+        Some("InvalidRequest"),
+    )?;
+    let done = complete_full(Some(want_crc.clone()), None, None)
+        .await
+        .context("Complete FULL_OBJECT with the right CRC32")?;
+    ensure!(
+        done.checksum_crc32() == Some(want_crc.as_str())
+            && done.checksum_type() == Some(&ChecksumType::FullObject),
+        "Complete FULL_OBJECT: CRC32 {:?} type {:?}, want {want_crc} FULL_OBJECT",
+        done.checksum_crc32(),
+        done.checksum_type()
+    );
+    let head = s3
+        .head_object()
+        .bucket(B)
+        .key("full-crc")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await?;
+    ensure!(
+        head.checksum_crc32() == Some(want_crc.as_str())
+            && head.checksum_type() == Some(&ChecksumType::FullObject),
+        "HEAD FULL_OBJECT: CRC32 {:?} type {:?}",
+        head.checksum_crc32(),
+        head.checksum_type()
+    );
+    assert_object(&s3, B, "full-crc", &full).await?;
+    // Without the type at Complete either (the upload's type is used).
+    let full2_id = s3
+        .create_multipart_upload()
+        .bucket(B)
+        .key("full-crc-2")
+        .checksum_algorithm(ChecksumAlgorithm::Crc32)
+        .checksum_type(ChecksumType::FullObject)
+        .send()
+        .await?
+        .upload_id()
+        .context("CreateMultipartUpload without UploadId")?
+        .to_string();
+    let parts2 = upload_parts(
+        &Upload {
+            s3: &s3,
+            bucket: B,
+            key: "full-crc-2",
+            upload_id: &full2_id,
+        },
+        &full,
+        5 * MIB,
+        1,
+        2,
+    )
+    .await?;
+    let done = complete(&s3, B, "full-crc-2", &full2_id, parts2).await;
+    done.context("Complete FULL_OBJECT without a checksum")?;
+    let head = s3
+        .head_object()
+        .bucket(B)
+        .key("full-crc-2")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await?;
+    ensure!(
+        head.checksum_crc32() == Some(want_crc.as_str()),
+        "HEAD of a FULL_OBJECT upload completed without the type: CRC32 {:?}, want {want_crc}",
+        head.checksum_crc32()
+    );
+
+    // partNumber other than 1 of an object not uploaded in parts: 400 InvalidPart.
+    put(&s3, B, "single", &Bytes::from_static(b"one part")).await?;
+    expect_error::<_, GetObjectError>(
+        "GET partNumber=2 of a single-part object",
+        s3.get_object()
+            .bucket(B)
+            .key("single")
+            .part_number(2)
+            .send()
+            .await,
+        400,
+        Some("InvalidPart"),
+    )?;
+    let whole = s3
+        .get_object()
+        .bucket(B)
+        .key("single")
+        .part_number(1)
+        .send()
+        .await?;
+    ensure!(
+        whole.body.collect().await?.into_bytes() == Bytes::from_static(b"one part"),
+        "GET partNumber=1 of a single-part object differs"
     );
 
     // EntityTooSmall: every part but the last must be >= 5 MiB.

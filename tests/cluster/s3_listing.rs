@@ -1,20 +1,61 @@
-//! Listing pagination, UploadPartCopy and presigned URLs through
-//! `aws-sdk-s3`, on a cluster with a single meta voter.
+//! Listing pagination (objects, uploads, buckets), UploadPartCopy,
+//! presigned URLs and virtual-hosted-style addressing through `aws-sdk-s3`,
+//! on a cluster with a single meta voter.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
+use aws_sdk_s3::operation::list_buckets::ListBucketsError;
 use aws_sdk_s3::presigning::PresigningConfig;
+use aws_sdk_s3::types::EncodingType;
+use aws_smithy_runtime_api::client::dns::{DnsFuture, ResolveDns};
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::fixtures::TestCluster;
+use crate::fixtures::{Setup, TestCluster};
 use crate::{
     MIB, Upload, assert_object, complete, create_upload, multipart_etag, put, quoted, random_bytes,
     test_seed, upload_parts,
 };
 
 const B: &str = "listing";
+/// A second bucket (ListBuckets pages, virtual-hosted requests).
+const B2: &str = "listing-vh";
+/// The gateway's root domain for virtual-hosted-style requests.
+const ROOT_DOMAIN: &str = "s3.example.test";
+
+/// Resolves every name to 127.0.0.1, so `<bucket>.s3.example.test` reaches
+/// the test gateway.
+#[derive(Debug, Clone)]
+struct Loopback;
+
+impl ResolveDns for Loopback {
+    fn resolve_dns<'a>(&'a self, _name: &'a str) -> DnsFuture<'a> {
+        DnsFuture::ready(Ok(vec![IpAddr::from([127, 0, 0, 1])]))
+    }
+}
+
+/// An S3 client addressing buckets virtual-hosted style,
+/// `http://<bucket>.s3.example.test:<port>/<key>`, resolved to the gateway.
+fn virtual_hosted_client(c: &TestCluster) -> aws_sdk_s3::Client {
+    use aws_smithy_http_client::tls;
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::AwsLc,
+        ))
+        .build_with_resolver(Loopback);
+    let port = c.gateway.addr().port();
+    let config = c
+        .s3()
+        .config()
+        .to_builder()
+        .http_client(http)
+        .endpoint_url(format!("http://{ROOT_DOMAIN}:{port}"))
+        .force_path_style(false)
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
 
 /// Keys in UTF-8 binary order: 'Z' (0x5A) < 'a' < 's' < 'z' (0x7A) < 'é' (0xC3 0xA9).
 const KEYS: [&str; 6] = ["pg/Z", "pg/a", "pg/sub/1", "pg/sub/2", "pg/z", "pg/é"];
@@ -78,12 +119,23 @@ fn page(keys: &[&str], prefixes: &[&str], truncated: bool) -> Page {
 
 /// Sends a plain HTTP/1.1 GET for `uri` with `headers`; returns status and body.
 async fn raw_get(uri: &str, headers: &[(String, String)]) -> Result<(u16, Vec<u8>)> {
+    raw_request("GET", uri, headers).await
+}
+
+/// Sends a plain HTTP/1.1 `method` request for `uri` with `headers` and no
+/// body; returns status and body.
+async fn raw_request(
+    method: &str,
+    uri: &str,
+    headers: &[(String, String)],
+) -> Result<(u16, Vec<u8>)> {
     let rest = uri
         .strip_prefix("http://")
         .context("presigned URL is not http://")?;
     let (authority, path) = rest.split_at(rest.find('/').context("URL without a path")?);
     let mut stream = tokio::net::TcpStream::connect(authority).await?;
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
+    let mut req =
+        format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -113,7 +165,13 @@ async fn raw_get(uri: &str, headers: &[(String, String)]) -> Result<(u16, Vec<u8
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn single_voter_listing_part_copy_and_presigned_urls() -> Result<()> {
     let seed = test_seed("s3_listing");
-    let mut c = TestCluster::start(1, 6).await?;
+    let setup = Setup {
+        gateway: Some(|g: &mut sluice_gateway::Config| {
+            g.root_domains = vec![ROOT_DOMAIN.to_string()];
+        }),
+        ..Setup::default()
+    };
+    let mut c = TestCluster::start_setup(1, 6, setup).await?;
     let s3 = c.s3();
     s3.create_bucket().bucket(B).send().await?;
     // Inserted out of order on purpose.
@@ -316,6 +374,125 @@ async fn single_voter_listing_part_copy_and_presigned_urls() -> Result<()> {
         status == 403 && body.contains("<Code>SignatureDoesNotMatch</Code>"),
         "tampered presigned GET: {status} {body}"
     );
+    // Validity past 7 days (604800 s) or negative: 403 AccessDenied, before
+    // the signature is looked at (the SDK refuses to presign past 7 days,
+    // so the URL's X-Amz-Expires is rewritten).
+    for expires in ["609901", "-7"] {
+        let url = presigned
+            .uri()
+            .replace("X-Amz-Expires=300", &format!("X-Amz-Expires={expires}"));
+        let (status, body) = raw_get(&url, &headers).await?;
+        let body = String::from_utf8_lossy(&body);
+        ensure!(
+            status == 403 && body.contains("<Code>AccessDenied</Code>"),
+            "presigned GET with X-Amz-Expires={expires}: {status} {body}"
+        );
+    }
+    // A CORS preflight without Origin: 400.
+    let (status, body) = raw_request("OPTIONS", presigned.uri(), &[]).await?;
+    ensure!(
+        status == 400,
+        "OPTIONS on a presigned URL: {status} {}",
+        String::from_utf8_lossy(&body)
+    );
+
+    // ---- ListObjects (v1) with encoding-type=url: the top-level Prefix
+    // comes back as sent (V2 encodes it).
+    let out = s3
+        .list_objects()
+        .bucket(B)
+        .prefix("\n")
+        .encoding_type(EncodingType::Url)
+        .send()
+        .await?;
+    ensure!(
+        out.prefix() == Some("\n"),
+        "ListObjects v1 Prefix with encoding-type=url: {:?}",
+        out.prefix()
+    );
+    let out = s3
+        .list_objects_v2()
+        .bucket(B)
+        .prefix("\n")
+        .encoding_type(EncodingType::Url)
+        .send()
+        .await?;
+    ensure!(
+        out.prefix() == Some("%0A"),
+        "ListObjectsV2 Prefix with encoding-type=url: {:?}",
+        out.prefix()
+    );
+
+    // ---- ListBuckets: max-buckets pages with a continuation token; prefix.
+    s3.create_bucket().bucket(B2).send().await?;
+    let first = s3.list_buckets().max_buckets(1).send().await?;
+    let names: Vec<&str> = first.buckets().iter().filter_map(|b| b.name()).collect();
+    let token = first
+        .continuation_token()
+        .context("ListBuckets max-buckets=1 of 2: no ContinuationToken")?;
+    ensure!(names == [B], "ListBuckets page 1: {names:?}");
+    let second = s3
+        .list_buckets()
+        .max_buckets(1)
+        .continuation_token(token)
+        .send()
+        .await?;
+    let names: Vec<&str> = second.buckets().iter().filter_map(|b| b.name()).collect();
+    ensure!(
+        names == [B2] && second.continuation_token().is_none(),
+        "ListBuckets page 2: {names:?} token {:?}",
+        second.continuation_token()
+    );
+    let all = s3.list_buckets().send().await?;
+    let names: Vec<&str> = all.buckets().iter().filter_map(|b| b.name()).collect();
+    ensure!(
+        names == [B, B2] && all.continuation_token().is_none(),
+        "ListBuckets without max-buckets: {names:?}"
+    );
+    let prefixed = s3.list_buckets().prefix(B2).send().await?;
+    let names: Vec<&str> = prefixed.buckets().iter().filter_map(|b| b.name()).collect();
+    ensure!(
+        names == [B2] && prefixed.prefix() == Some(B2),
+        "ListBuckets prefix={B2}: {names:?} {:?}",
+        prefixed.prefix()
+    );
+    crate::expect_error::<_, ListBucketsError>(
+        "ListBuckets max-buckets=0",
+        s3.list_buckets().max_buckets(0).send().await,
+        400,
+        Some("InvalidArgument"),
+    )?;
+
+    // ---- Virtual-hosted style under the configured root domain; path
+    // style keeps working.
+    let vhost = virtual_hosted_client(&c);
+    let body = Bytes::from_static(b"virtual-hosted");
+    vhost
+        .put_object()
+        .bucket(B2)
+        .key("vh/k")
+        .body(body.clone().into())
+        .send()
+        .await
+        .context("virtual-hosted PUT")?;
+    assert_object(&s3, B2, "vh/k", &body).await?;
+    let got = vhost
+        .get_object()
+        .bucket(B2)
+        .key("vh/k")
+        .send()
+        .await
+        .context("virtual-hosted GET")?
+        .body
+        .collect()
+        .await?
+        .into_bytes();
+    ensure!(got == body, "virtual-hosted GET returned {got:?}");
+    let listed = vhost.list_objects_v2().bucket(B2).send().await?;
+    let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    ensure!(keys == ["vh/k"], "virtual-hosted ListObjectsV2: {keys:?}");
+    s3.delete_object().bucket(B2).key("vh/k").send().await?;
+    s3.delete_bucket().bucket(B2).send().await?;
 
     c.stop_all().await?;
     Ok(())

@@ -1,12 +1,19 @@
 //! Bucket operations: CreateBucket, HeadBucket, ListBuckets, DeleteBucket,
 //! GetBucketLocation, and the bucket-name rules
 //! (<https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html>).
+//!
+//! ListBuckets returns every bucket the caller sees, in name order, unless
+//! `max-buckets` (1 to 10000) asks for pages; a truncated page carries a
+//! `ContinuationToken` (opaque: base64 of the last name returned) that the
+//! next request sends back. `prefix` keeps the names that begin with it
+//! (<https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListBuckets.html>).
 
 use s3s::dto::*;
 use s3s::validation::NameValidation;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use super::error::meta_error;
+use super::error::{invalid_argument, meta_error};
+use super::list::{decode_token, encode_token};
 use super::{Gateway, now_ms, owner, timestamp};
 use crate::access::Caller;
 
@@ -61,6 +68,9 @@ impl NameValidation for BucketNameRules {
         is_valid_bucket_name(name)
     }
 }
+
+/// Largest `max-buckets` ListBuckets accepts.
+const MAX_BUCKETS_PAGE: i32 = 10_000;
 
 fn invalid_bucket_name() -> S3Error {
     S3Error::with_message(
@@ -137,13 +147,40 @@ pub(super) async fn list_buckets(
 ) -> S3Result<S3Response<ListBucketsOutput>> {
     // Only the buckets the caller has a grant on (all for the root key).
     let caller = req.extensions.get::<Caller>().cloned();
-    let prefix = req.input.prefix.unwrap_or_default();
+    let input = req.input;
+    let prefix = input.prefix.unwrap_or_default();
+    let max = match input.max_buckets {
+        None => None,
+        Some(n) if (1..=MAX_BUCKETS_PAGE).contains(&n) => Some(n as usize),
+        Some(_) => {
+            return Err(invalid_argument(
+                "max-buckets must be an integer between 1 and 10000",
+            ));
+        }
+    };
+    let after = input
+        .continuation_token
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .map(decode_token)
+        .transpose()?
+        .unwrap_or_default();
     let mut buckets = gw.meta.list_buckets().await.map_err(meta_error)?;
+    buckets.retain(|b| {
+        b.name.starts_with(&prefix)
+            && b.name > after
+            && caller.as_ref().is_none_or(|c| c.sees(&b.name))
+    });
     buckets.sort_by(|a, b| a.name.cmp(&b.name));
+    let continuation_token = match max {
+        Some(max) if buckets.len() > max => {
+            buckets.truncate(max);
+            buckets.last().map(|b| encode_token(&b.name))
+        }
+        _ => None,
+    };
     let buckets = buckets
         .into_iter()
-        .filter(|b| b.name.starts_with(&prefix))
-        .filter(|b| caller.as_ref().is_none_or(|c| c.sees(&b.name)))
         .map(|b| Bucket {
             bucket_region: Some(gw.region.clone()),
             creation_date: Some(timestamp(b.created_at_ms)),
@@ -154,7 +191,7 @@ pub(super) async fn list_buckets(
         buckets: Some(buckets),
         owner: Some(owner()),
         prefix: (!prefix.is_empty()).then_some(prefix),
-        continuation_token: None,
+        continuation_token,
     }))
 }
 

@@ -275,8 +275,9 @@ impl Expected {
     /// Reads `Content-MD5`, `x-amz-checksum-*`, `x-amz-sdk-checksum-algorithm`
     /// / `x-amz-checksum-algorithm` and `x-amz-trailer` from request headers.
     ///
-    /// Errors: `InvalidDigest` for a malformed `Content-MD5`; `InvalidRequest`
-    /// for a malformed checksum value or an unknown algorithm.
+    /// Errors: `InvalidDigest` for a malformed `Content-MD5`; `BadDigest`
+    /// for a malformed checksum value; `InvalidRequest` for an unknown
+    /// algorithm.
     pub fn from_headers(
         headers: &HeaderMap,
         trailing: Option<TrailingHeaders>,
@@ -349,13 +350,26 @@ impl Expected {
     }
 }
 
+/// Whether `value` is base64 of an `algorithm` digest (its length).
+pub fn is_value_shape(algorithm: ChecksumAlgorithm, value: &str) -> bool {
+    BASE64
+        .decode(value)
+        .is_ok_and(|raw| raw.len() == algorithm.digest_len())
+}
+
+/// A body's `x-amz-checksum-*` value that is not base64 of a digest of the
+/// algorithm's length can match no body: `BadDigest`, as S3 answers.
 fn check_value_shape(algorithm: ChecksumAlgorithm, value: &str) -> Result<(), S3Error> {
-    match BASE64.decode(value) {
-        Ok(raw) if raw.len() == algorithm.digest_len() => Ok(()),
-        _ => Err(S3Error::with_message(
-            S3ErrorCode::InvalidRequest,
-            format!("Value for {} header is invalid.", algorithm.header()),
-        )),
+    if is_value_shape(algorithm, value) {
+        Ok(())
+    } else {
+        Err(S3Error::with_message(
+            S3ErrorCode::BadDigest,
+            format!(
+                "The {} you specified did not match the calculated checksum.",
+                algorithm.name()
+            ),
+        ))
     }
 }
 
@@ -665,12 +679,15 @@ mod tests {
             Expected::from_headers(&headers, None).unwrap_err().code(),
             &S3ErrorCode::InvalidDigest
         );
-        let mut headers = HeaderMap::new();
-        headers.insert("x-amz-checksum-sha256", "y/Q5Jg==".parse().unwrap());
-        assert_eq!(
-            Expected::from_headers(&headers, None).unwrap_err().code(),
-            &S3ErrorCode::InvalidRequest
-        );
+        for bad in ["y/Q5Jg==", "bad"] {
+            let mut headers = HeaderMap::new();
+            headers.insert("x-amz-checksum-sha256", bad.parse().unwrap());
+            assert_eq!(
+                Expected::from_headers(&headers, None).unwrap_err().code(),
+                &S3ErrorCode::BadDigest,
+                "{bad}"
+            );
+        }
         let mut headers = HeaderMap::new();
         headers.insert("x-amz-sdk-checksum-algorithm", "MD4".parse().unwrap());
         assert_eq!(

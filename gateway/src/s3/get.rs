@@ -120,8 +120,10 @@ pub struct Selection {
 /// Resolves `partNumber` / `Range` against an object.
 ///
 /// Errors: both given -> `InvalidRequest`; a part number outside 1..=10000
-/// -> `InvalidArgument`; a part the object does not have -> `InvalidPartNumber`
-/// (416); an unsatisfiable range -> `InvalidRange` (416).
+/// -> `InvalidArgument`; a part number other than 1 of an object not
+/// uploaded in parts -> `InvalidPart` (400, as S3 and RGW answer); a part a
+/// multipart object does not have -> `InvalidPartNumber` (416); an
+/// unsatisfiable range -> `InvalidRange` (416).
 pub fn select(
     obj: &pb::ObjectRecord,
     part_number: Option<i32>,
@@ -147,7 +149,10 @@ pub fn select(
             };
             if !obj.multipart {
                 if pn != 1 {
-                    return Err(unsatisfiable());
+                    return Err(S3Error::with_message(
+                        S3ErrorCode::InvalidPart,
+                        "The object was not uploaded in parts; its only part is 1",
+                    ));
                 }
                 return Ok(Selection {
                     range: 0..size,
@@ -561,7 +566,9 @@ mod tests {
         let single = object(&[10], false);
         let sel = select(&single, Some(1), None).unwrap();
         assert_eq!((sel.range.clone(), sel.parts_count), (0..10, None));
-        assert!(select(&single, Some(2), None).is_err());
+        let err = select(&single, Some(2), None).unwrap_err();
+        assert_eq!(err.code(), &S3ErrorCode::InvalidPart);
+        assert_eq!(err.status_code(), Some(StatusCode::BAD_REQUEST));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! * V1 returns `NextMarker` only when a delimiter was given, as S3 does;
 //!   without one clients continue from the last key.
 //! * `encoding-type=url` percent-encodes every key, prefix, delimiter and
-//!   marker in the response ([`url_encode`]).
+//!   marker in the response ([`url_encode`]), except ListObjects (v1)'s
+//!   top-level `Prefix`, which S3 returns as sent.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as TOKEN;
@@ -213,7 +214,8 @@ pub(super) async fn list_objects(
         .collect();
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(input.bucket),
-        prefix: Some(enc(url, prefix)),
+        // S3 leaves v1's top-level Prefix unencoded (not V2's).
+        prefix: Some(prefix),
         marker: Some(enc(url, marker)),
         max_keys: Some(max_keys as i32),
         is_truncated: Some(page.is_truncated),

@@ -27,6 +27,7 @@ pub mod copy;
 pub mod delete;
 pub mod error;
 pub mod get;
+pub mod host;
 pub mod list;
 pub mod multipart;
 pub mod put;

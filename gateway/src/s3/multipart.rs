@@ -19,7 +19,10 @@ use sluice_proto::meta as pb;
 use super::checksum::{self, ChecksumAlgorithm, Expected};
 use super::error::{internal, invalid_argument, invalid_request, meta_error};
 use super::list::page_size;
-use super::put::{ChecksumFields, StoredBody, discard_uncommitted, request_body, store_body};
+use super::put::{
+    ChecksumFields, StoredBody, check_write_conditions, discard_uncommitted, request_body,
+    store_body,
+};
 use super::{Gateway, etag, http_meta, now_ms, owner, part_placement_key, timestamp};
 
 /// Smallest size of every part but the last.
@@ -136,6 +139,7 @@ pub(super) async fn create_multipart_upload(
         initiated_ms: now,
         http: Some(http),
         checksum_algorithm: algorithm.map(|a| a.name().to_string()),
+        checksum_type: checksum_type.as_ref().map(|t| t.as_str().to_string()),
     };
     gw.meta.create_upload(upload).await.map_err(meta_error)?;
     tracing::debug!(bucket = %input.bucket, key = %input.key, %upload_id, "create multipart upload");
@@ -341,22 +345,59 @@ async fn stored_part_sums(
 }
 
 /// The object checksum of a multipart upload created with a checksum
-/// algorithm: composite (`<b64>-N`) or full-object (combined CRC), over the
-/// listed parts. `None` when the upload has no algorithm or a listed part is
-/// unknown or lacks a value (meta then judges the list). Errors:
-/// `InvalidPart` when the client lists a part checksum that differs from the stored one.
+/// algorithm: composite (`<b64>-N`) or full-object (combined CRC), as the
+/// type fixed at CreateMultipartUpload says, over the listed parts; checked
+/// against the whole-object value the client sends with Complete, if any.
+/// `None` when the upload has no algorithm or a listed part is unknown or
+/// lacks a value (meta then judges the list).
+///
+/// Errors (per S3's "Checking object integrity"): `InvalidPart` when the
+/// client lists a part checksum that differs from the stored one;
+/// `InvalidRequest` for a checksum type other than the upload's, a
+/// whole-object value of another algorithm than the upload's (or of an
+/// upload created without one), or a malformed value; `BadDigest` for a
+/// well-formed value that is not the object's.
 async fn multipart_checksum(
     gw: &Gateway,
     upload: &pb::UploadRecord,
     listed: &[CompletedPart],
     numbers: &[pb::CompletedPart],
-    asked: Option<&ChecksumType>,
+    input: &CompleteMultipartUploadInput,
 ) -> S3Result<Option<pb::Checksums>> {
+    let claimed = claimed_object_checksum(input)?;
     let Some(algorithm) = upload_algorithm(upload) else {
+        if let Some((other, _)) = claimed {
+            return Err(invalid_request(format!(
+                "The upload was created without a checksum algorithm; the complete request carries a {} checksum",
+                other.name()
+            )));
+        }
         return Ok(None);
     };
-    let full = resolve_checksum_type(Some(algorithm), asked)?
-        .is_some_and(|t| t.as_str() == ChecksumType::FULL_OBJECT);
+    if let Some((other, _)) = claimed
+        && other != algorithm
+    {
+        return Err(invalid_request(format!(
+            "The upload was created using the {} checksum algorithm; the complete request carries a {} checksum",
+            algorithm.name(),
+            other.name()
+        )));
+    }
+    let full = match upload.checksum_type.as_deref() {
+        Some(fixed) => {
+            if let Some(asked) = input.checksum_type.as_ref()
+                && !asked.as_str().eq_ignore_ascii_case(fixed)
+            {
+                return Err(invalid_request(format!(
+                    "The upload was created using the {fixed} checksum mode. The complete request must use the same checksum mode."
+                )));
+            }
+            fixed == ChecksumType::FULL_OBJECT
+        }
+        // Uploads created before the type was recorded.
+        None => resolve_checksum_type(Some(algorithm), input.checksum_type.as_ref())?
+            .is_some_and(|t| t.as_str() == ChecksumType::FULL_OBJECT),
+    };
     let stored = stored_part_sums(gw, upload, algorithm).await?;
     let mut values: Vec<(&str, u64)> = Vec::with_capacity(numbers.len());
     for (client, wanted) in listed.iter().zip(numbers) {
@@ -395,6 +436,17 @@ async fn multipart_checksum(
     } else {
         checksum::composite_checksum(algorithm, values.into_iter().map(|(v, _)| v))
     };
+    if let (Some((_, claimed)), Some(value)) = (claimed, value.as_deref())
+        && !object_checksum_matches(claimed, value)
+    {
+        return Err(S3Error::with_message(
+            S3ErrorCode::BadDigest,
+            format!(
+                "The {} you specified did not match the calculated checksum.",
+                algorithm.name()
+            ),
+        ));
+    }
     Ok(value.map(|v| {
         let mut sums = pb::Checksums::default();
         checksum::set(&mut sums, algorithm, v);
@@ -402,13 +454,62 @@ async fn multipart_checksum(
     }))
 }
 
+/// The whole-object checksum a Complete request carries
+/// (`x-amz-checksum-<algorithm>`), if any: base64 of the digest, for a
+/// composite checksum optionally followed by `-<part count>`. Errors:
+/// `InvalidRequest` for more than one, or a malformed value.
+fn claimed_object_checksum(
+    input: &CompleteMultipartUploadInput,
+) -> S3Result<Option<(ChecksumAlgorithm, &str)>> {
+    let sent: Vec<(ChecksumAlgorithm, &str)> = [
+        (ChecksumAlgorithm::Crc32, input.checksum_crc32.as_deref()),
+        (ChecksumAlgorithm::Crc32c, input.checksum_crc32c.as_deref()),
+        (
+            ChecksumAlgorithm::Crc64Nvme,
+            input.checksum_crc64nvme.as_deref(),
+        ),
+        (ChecksumAlgorithm::Sha1, input.checksum_sha1.as_deref()),
+        (ChecksumAlgorithm::Sha256, input.checksum_sha256.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(a, v)| v.map(|v| (a, v.trim())))
+    .collect();
+    match sent.as_slice() {
+        [] => Ok(None),
+        [(algorithm, value)] => {
+            let digest = value.split_once('-').map_or(*value, |(d, count)| {
+                if count.parse::<u32>().is_ok() { d } else { value }
+            });
+            if !checksum::is_value_shape(*algorithm, digest) {
+                return Err(invalid_request(format!(
+                    "Value for {} header is invalid.",
+                    algorithm.header()
+                )));
+            }
+            Ok(Some((*algorithm, value)))
+        }
+        _ => Err(invalid_request(
+            "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed.",
+        )),
+    }
+}
+
+/// Whether a client's whole-object checksum names the computed `value`:
+/// equal, or equal but for the `-<part count>` suffix the client may leave
+/// off a composite value.
+fn object_checksum_matches(claimed: &str, value: &str) -> bool {
+    claimed == value
+        || (!claimed.contains('-') && value.split_once('-').is_some_and(|(d, _)| d == claimed))
+}
+
 pub(super) async fn complete_multipart_upload(
     gw: &Gateway,
     req: S3Request<CompleteMultipartUploadInput>,
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-    let input = req.input;
+    let mut input = req.input;
     let listed = input
         .multipart_upload
+        .take()
         .and_then(|m| m.parts)
         .unwrap_or_default();
     let parts = completed_parts(&listed)?;
@@ -418,7 +519,17 @@ pub(super) async fn complete_multipart_upload(
         .await
     {
         Ok(upload) => {
-            multipart_checksum(gw, &upload, &listed, &parts, input.checksum_type.as_ref()).await?
+            // A retry of a Complete that succeeded finds no upload and is
+            // answered by meta with the object, conditions or not.
+            check_write_conditions(
+                gw,
+                &input.bucket,
+                &input.key,
+                input.if_match.as_ref(),
+                input.if_none_match.as_ref(),
+            )
+            .await?;
+            multipart_checksum(gw, &upload, &listed, &parts, &input).await?
         }
         // Already completed (meta answers a repeat with the object) or never existed.
         Err(MetaError::Refused {
@@ -564,6 +675,50 @@ pub(super) async fn list_parts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn complete_input(
+        crc32: Option<&str>,
+        sha256: Option<&str>,
+    ) -> CompleteMultipartUploadInput {
+        CompleteMultipartUploadInput::builder()
+            .bucket("b".into())
+            .key("k".into())
+            .upload_id("u".into())
+            .checksum_crc32(crc32.map(str::to_string))
+            .checksum_sha256(sha256.map(str::to_string))
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn whole_object_checksums_of_a_complete() {
+        assert_eq!(claimed_object_checksum(&complete_input(None, None)).unwrap(), None);
+        assert_eq!(
+            claimed_object_checksum(&complete_input(Some("AAAAAA=="), None)).unwrap(),
+            Some((ChecksumAlgorithm::Crc32, "AAAAAA=="))
+        );
+        assert_eq!(
+            claimed_object_checksum(&complete_input(Some("AAAAAA==-3"), None)).unwrap(),
+            Some((ChecksumAlgorithm::Crc32, "AAAAAA==-3"))
+        );
+        for bad in [complete_input(None, Some("bad")), complete_input(Some("AAAAAA==-x"), None)] {
+            assert_eq!(
+                claimed_object_checksum(&bad).unwrap_err().code(),
+                &S3ErrorCode::InvalidRequest
+            );
+        }
+        assert_eq!(
+            claimed_object_checksum(&complete_input(Some("AAAAAA=="), Some("bad")))
+                .unwrap_err()
+                .code(),
+            &S3ErrorCode::InvalidRequest
+        );
+        assert!(object_checksum_matches("AAAAAA==-3", "AAAAAA==-3"));
+        assert!(object_checksum_matches("AAAAAA==", "AAAAAA==-3"));
+        assert!(object_checksum_matches("AAAAAA==", "AAAAAA=="));
+        assert!(!object_checksum_matches("AAAAAA==-2", "AAAAAA==-3"));
+        assert!(!object_checksum_matches("AAAAAB==", "AAAAAA=="));
+    }
 
     #[test]
     fn upload_ids_encode_their_creation_time() {

@@ -171,13 +171,24 @@ pub fn single_part_record(
     }
 }
 
-/// Best-effort S3 conditional write (`If-None-Match: *`, `If-Match`),
-/// checked before the body is read. Not atomic with the commit.
-async fn check_write_conditions(gw: &Gateway, input: &PutObjectInput) -> S3Result<()> {
-    if input.if_match.is_none() && input.if_none_match.is_none() {
+/// Best-effort S3 conditional write (`If-None-Match: *`, `If-Match`) of
+/// PutObject and CompleteMultipartUpload, checked before the body is read
+/// (or the parts are joined). Not atomic with the commit.
+///
+/// Errors: `If-None-Match` matching the current object -> 412
+/// `PreconditionFailed`; `If-Match` with no object -> 404 `NoSuchKey`, not
+/// matching -> 412 (<https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html>).
+pub(super) async fn check_write_conditions(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+) -> S3Result<()> {
+    if if_match.is_none() && if_none_match.is_none() {
         return Ok(());
     }
-    let current = match gw.meta.get_object(&input.bucket, &input.key).await {
+    let current = match gw.meta.get_object(bucket, key).await {
         Ok(o) => Some(o),
         Err(MetaError::Refused {
             code: pb::ErrorCode::NoSuchKey,
@@ -185,7 +196,7 @@ async fn check_write_conditions(gw: &Gateway, input: &PutObjectInput) -> S3Resul
         }) => None,
         Err(e) => return Err(meta_error(e)),
     };
-    if let Some(cond) = &input.if_none_match
+    if let Some(cond) = if_none_match
         && let Some(obj) = &current
         && matches_etag(cond, &obj.etag)
     {
@@ -194,7 +205,7 @@ async fn check_write_conditions(gw: &Gateway, input: &PutObjectInput) -> S3Resul
             "At least one of the pre-conditions you specified did not hold",
         ));
     }
-    if let Some(cond) = &input.if_match {
+    if let Some(cond) = if_match {
         match &current {
             None => {
                 return Err(S3Error::with_message(
@@ -272,7 +283,14 @@ pub(super) async fn put_object(
         .await
         .map_err(meta_error)?;
     let expected = Expected::from_headers(&headers, trailing_headers)?;
-    check_write_conditions(gw, &input).await?;
+    check_write_conditions(
+        gw,
+        &input.bucket,
+        &input.key,
+        input.if_match.as_ref(),
+        input.if_none_match.as_ref(),
+    )
+    .await?;
 
     let http = http_meta(
         input.content_type.take(),
