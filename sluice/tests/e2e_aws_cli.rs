@@ -195,7 +195,10 @@ fn aws_as(dev: &Dev, (access_key, secret_key): (&str, &str), args: &[&str]) -> O
 
 /// boto3 (default flexible checksums on) against the HTTPS endpoint with
 /// the dev CA as its `verify` bundle: put, head, get byte-identical,
-/// list, delete. `.ci/run` installs boto3 beside the aws CLI.
+/// list, delete; a FULL_OBJECT CRC32 multipart upload (type fixed at create,
+/// wrong whole-object CRC refused), a conditional Complete, partNumber of a
+/// single-part object, ListBuckets pages and presigned-URL expiry rules.
+/// `.ci/run` installs boto3 beside the aws CLI.
 fn boto3_round_trip(dev: &Dev, ca: &str) {
     const SCRIPT: &str = r#"
 import os, sys, boto3
@@ -209,6 +212,70 @@ assert s3.get_object(Bucket="boto3-tls", Key="k")["Body"].read() == body
 keys = [o["Key"] for o in s3.list_objects_v2(Bucket="boto3-tls")["Contents"]]
 assert keys == ["k"], keys
 s3.delete_object(Bucket="boto3-tls", Key="k")
+
+import base64, ssl, urllib.request, urllib.error, zlib
+from botocore.exceptions import ClientError
+def code(call):
+    try:
+        call()
+    except ClientError as e:
+        return e.response["Error"]["Code"]
+    raise AssertionError("succeeded")
+# Multipart with a FULL_OBJECT CRC32: the type is fixed at create.
+up = s3.create_multipart_upload(Bucket="boto3-tls", Key="mp", ChecksumAlgorithm="CRC32",
+                                ChecksumType="FULL_OBJECT")["UploadId"]
+chunks = [os.urandom(5 * 1024 * 1024), os.urandom(1000)]
+parts = []
+for n, chunk in enumerate(chunks, 1):
+    r = s3.upload_part(Bucket="boto3-tls", Key="mp", UploadId=up, PartNumber=n, Body=chunk,
+                       ChecksumAlgorithm="CRC32")
+    parts.append({"PartNumber": n, "ETag": r["ETag"], "ChecksumCRC32": r["ChecksumCRC32"]})
+whole = b"".join(chunks)
+crc = base64.b64encode(zlib.crc32(whole).to_bytes(4, "big")).decode()
+wrong = base64.b64encode(zlib.crc32(b"other").to_bytes(4, "big")).decode()
+assert code(lambda: s3.complete_multipart_upload(Bucket="boto3-tls", Key="mp", UploadId=up,
+            MultipartUpload={"Parts": parts}, ChecksumCRC32=wrong)) == "BadDigest"
+done = s3.complete_multipart_upload(Bucket="boto3-tls", Key="mp", UploadId=up,
+                                    MultipartUpload={"Parts": parts})
+assert done["ChecksumCRC32"] == crc and done["ChecksumType"] == "FULL_OBJECT", done
+head = s3.head_object(Bucket="boto3-tls", Key="mp", ChecksumMode="ENABLED")
+assert head["ChecksumCRC32"] == crc and head["ChecksumType"] == "FULL_OBJECT", head
+assert s3.get_object(Bucket="boto3-tls", Key="mp")["Body"].read() == whole
+# Conditional Complete onto an existing key.
+up2 = s3.create_multipart_upload(Bucket="boto3-tls", Key="mp")["UploadId"]
+r = s3.upload_part(Bucket="boto3-tls", Key="mp", UploadId=up2, PartNumber=1, Body=b"late")
+assert code(lambda: s3.complete_multipart_upload(Bucket="boto3-tls", Key="mp", UploadId=up2,
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": r["ETag"]}]},
+            IfNoneMatch="*")) == "PreconditionFailed"
+assert s3.get_object(Bucket="boto3-tls", Key="mp")["Body"].read() == whole
+s3.abort_multipart_upload(Bucket="boto3-tls", Key="mp", UploadId=up2)
+# A part number other than 1 of a single-part object.
+s3.put_object(Bucket="boto3-tls", Key="single", Body=b"one part")
+assert code(lambda: s3.get_object(Bucket="boto3-tls", Key="single", PartNumber=2)) == "InvalidPart"
+# ListBuckets pages.
+s3.create_bucket(Bucket="boto3-tls-2")
+page = s3.list_buckets(MaxBuckets=1, Prefix="boto3-tls")
+assert [b["Name"] for b in page["Buckets"]] == ["boto3-tls"] and page.get("ContinuationToken"), page
+page = s3.list_buckets(MaxBuckets=1, Prefix="boto3-tls", ContinuationToken=page["ContinuationToken"])
+assert [b["Name"] for b in page["Buckets"]] == ["boto3-tls-2"] and "ContinuationToken" not in page, page
+s3.delete_bucket(Bucket="boto3-tls-2")
+# Presigned URLs: valid for 300 s works; over 7 days or negative is 403.
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, context=ctx) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+url = s3.generate_presigned_url("get_object", Params={"Bucket": "boto3-tls", "Key": "single"}, ExpiresIn=300)
+assert fetch(url) == (200, b"one part"), fetch(url)
+for expires in (609901, -7):
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": "boto3-tls", "Key": "single"},
+                                    ExpiresIn=expires)
+    status, body = fetch(url)
+    assert status == 403 and b"<Code>AccessDenied</Code>" in body, (expires, status, body)
+for key in ("mp", "single"):
+    s3.delete_object(Bucket="boto3-tls", Key=key)
 print("boto3 ok")
 "#;
     let out = Command::new("python3")
