@@ -350,7 +350,10 @@ impl Config {
                 .iter()
                 .find(|o| crate::s3::host::overlapping(o, domain))
             {
-                return Err(ConfigError::RootDomainsOverlap(other.clone(), domain.clone()));
+                return Err(ConfigError::RootDomainsOverlap(
+                    other.clone(),
+                    domain.clone(),
+                ));
             }
         }
         if self.secret_key.is_empty() {
@@ -849,7 +852,10 @@ mod tests {
             root_domains: domains.iter().map(|d| d.to_string()).collect(),
             ..valid()
         };
-        assert_eq!(with(&["s3.example.test", "s3.other.test"]).validate(), Ok(()));
+        assert_eq!(
+            with(&["s3.example.test", "s3.other.test"]).validate(),
+            Ok(())
+        );
         assert_eq!(
             with(&["s3.example.test:9000"]).validate(),
             Err(ConfigError::RootDomain("s3.example.test:9000".into()))

@@ -374,11 +374,19 @@ fn error_response<B>(
 /// Longest validity of a presigned URL, `X-Amz-Expires`, in seconds (7 days).
 pub const MAX_PRESIGNED_EXPIRES_SECS: i64 = 604_800;
 
+/// Seconds since the Unix epoch by this machine's clock.
+fn now_unix_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
 /// Rules s3s does not apply, checked before a request is admitted; the
 /// error (status, code, message) to answer, if `req` breaks one:
 ///
-/// * a presigned URL (SigV4 query auth) valid for more than 7 days or a
-///   negative time -> 403 `AccessDenied`
+/// * a presigned URL valid for more than 7 days (SigV4 `X-Amz-Expires`
+///   over 604800 or negative, or a SigV2 `Expires` more than 7 days ahead)
+///   -> 403 `AccessDenied`
 ///   (<https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-query-string-auth.html>);
 /// * an `OPTIONS` request (a CORS preflight) without `Origin` -> 400
 ///   `BadRequest`; with one -> 403 `AccessDenied`, since no bucket has a CORS
@@ -400,11 +408,26 @@ pub fn precheck<B>(req: &Request<B>) -> Option<(StatusCode, &'static str, &'stat
         });
     }
     let query = req.uri().query()?;
-    let expires = query
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(name, _)| *name == "X-Amz-Expires")
-        .map(|(_, value)| value)?;
+    let param = |wanted: &str| {
+        query
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(name, _)| *name == wanted)
+            .map(|(_, value)| value)
+    };
+    // SigV2 query auth (boto3's default for presigned URLs) names the
+    // expiry as a time, in Unix seconds; s3s refuses it once past.
+    if param("Signature").is_some()
+        && let Some(at) = param("Expires").and_then(|v| v.parse::<i64>().ok())
+        && at - now_unix_secs() > MAX_PRESIGNED_EXPIRES_SECS
+    {
+        return Some((
+            StatusCode::FORBIDDEN,
+            "AccessDenied",
+            "Expires must be less than a week (in seconds) from now",
+        ));
+    }
+    let expires = param("X-Amz-Expires")?;
     match expires.parse::<i64>() {
         Ok(secs) if secs < 0 => Some((
             StatusCode::FORBIDDEN,
@@ -1076,6 +1099,13 @@ mod tests {
         );
         // Not a number: s3s answers it.
         assert_eq!(precheck(&presigned("soon")), None);
+        // SigV2: an expiry time.
+        let v2 = |at: i64| get(&format!("/b/k?AWSAccessKeyId=AK&Signature=x&Expires={at}"));
+        let now = now_unix_secs();
+        assert_eq!(precheck(&v2(now + 3600)), None);
+        assert_eq!(precheck(&v2(now - 7)), None, "expired: s3s answers it");
+        let far = precheck(&v2(now + 609_901)).expect("over 7 days ahead");
+        assert_eq!((far.0, far.1), (StatusCode::FORBIDDEN, "AccessDenied"));
         assert_eq!(precheck(&get("/b/k?x-id=GetObject")), None);
         assert_eq!(precheck(&get("/b/k")), None);
 
@@ -1094,7 +1124,10 @@ mod tests {
             (StatusCode::BAD_REQUEST, "BadRequest")
         );
         let origin = precheck(&options(Some("https://example.com"))).expect("preflight");
-        assert_eq!((origin.0, origin.1), (StatusCode::FORBIDDEN, "AccessDenied"));
+        assert_eq!(
+            (origin.0, origin.1),
+            (StatusCode::FORBIDDEN, "AccessDenied")
+        );
     }
 
     #[test]

@@ -267,13 +267,21 @@ def fetch(url):
             return resp.status, resp.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
-url = s3.generate_presigned_url("get_object", Params={"Bucket": "boto3-tls", "Key": "single"}, ExpiresIn=300)
-assert fetch(url) == (200, b"one part"), fetch(url)
-for expires in (609901, -7):
-    url = s3.generate_presigned_url("get_object", Params={"Bucket": "boto3-tls", "Key": "single"},
-                                    ExpiresIn=expires)
-    status, body = fetch(url)
-    assert status == 403 and b"<Code>AccessDenied</Code>" in body, (expires, status, body)
+# boto3 presigns with SigV2 (Expires=<time>) by default, SigV4 (X-Amz-Expires) when asked.
+from botocore.config import Config
+v4 = boto3.client("s3", endpoint_url=sys.argv[1], verify=sys.argv[2], region_name="us-east-1",
+                  aws_access_key_id=os.environ["AK"], aws_secret_access_key=os.environ["SK"],
+                  config=Config(signature_version="s3v4"))
+for client, marker in ((s3, "Expires="), (v4, "X-Amz-Expires=")):
+    url = client.generate_presigned_url("get_object", Params={"Bucket": "boto3-tls", "Key": "single"},
+                                        ExpiresIn=300)
+    assert marker in url and fetch(url) == (200, b"one part"), (url, fetch(url))
+    for expires in (609901, -7):
+        url = client.generate_presigned_url("get_object",
+                                            Params={"Bucket": "boto3-tls", "Key": "single"},
+                                            ExpiresIn=expires)
+        status, body = fetch(url)
+        assert status == 403 and b"<Code>AccessDenied</Code>" in body, (url, status, body)
 for key in ("mp", "single"):
     s3.delete_object(Bucket="boto3-tls", Key=key)
 print("boto3 ok")

@@ -710,23 +710,22 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
     )
     .await?;
     let want_crc = crc32_b64(&full);
-    let complete_full = |crc32: Option<String>,
-                         sha256: Option<String>,
-                         checksum_type: Option<ChecksumType>| {
-        s3.complete_multipart_upload()
-            .bucket(B)
-            .key("full-crc")
-            .upload_id(&full_id)
-            .multipart_upload(
-                aws_sdk_s3::types::CompletedMultipartUpload::builder()
-                    .set_parts(Some(full_parts.clone()))
-                    .build(),
-            )
-            .set_checksum_crc32(crc32)
-            .set_checksum_sha256(sha256)
-            .set_checksum_type(checksum_type)
-            .send()
-    };
+    let complete_full =
+        |crc32: Option<String>, sha256: Option<String>, checksum_type: Option<ChecksumType>| {
+            s3.complete_multipart_upload()
+                .bucket(B)
+                .key("full-crc")
+                .upload_id(&full_id)
+                .multipart_upload(
+                    aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                        .set_parts(Some(full_parts.clone()))
+                        .build(),
+                )
+                .set_checksum_crc32(crc32)
+                .set_checksum_sha256(sha256)
+                .set_checksum_type(checksum_type)
+                .send()
+        };
     expect_error::<_, CompleteMultipartUploadError>(
         "Complete FULL_OBJECT with a wrong CRC32",
         complete_full(Some(crc32_b64(b"other")), None, None).await,

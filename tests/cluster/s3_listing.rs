@@ -134,8 +134,7 @@ async fn raw_request(
         .context("presigned URL is not http://")?;
     let (authority, path) = rest.split_at(rest.find('/').context("URL without a path")?);
     let mut stream = tokio::net::TcpStream::connect(authority).await?;
-    let mut req =
-        format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }

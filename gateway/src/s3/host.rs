@@ -64,7 +64,9 @@ pub fn is_valid_root_domain(domain: &str) -> bool {
         && domain.len() <= 253
         && domain.split('.').all(|label| {
             (1..=63).contains(&label.len())
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })
@@ -86,7 +88,10 @@ mod tests {
         let roots = RootDomains::new(&["s3.example.test".into(), "S3.Other.Test".into()]);
         assert_eq!(roots.bucket("b.s3.example.test"), Some("b"));
         assert_eq!(roots.bucket("b.s3.example.test:9000"), Some("b"));
-        assert_eq!(roots.bucket("my.dotted.bucket.s3.example.test"), Some("my.dotted.bucket"));
+        assert_eq!(
+            roots.bucket("my.dotted.bucket.s3.example.test"),
+            Some("my.dotted.bucket")
+        );
         assert_eq!(roots.bucket("B.S3.EXAMPLE.TEST"), Some("B"));
         assert_eq!(roots.bucket("logs.s3.other.test"), Some("logs"));
         // Path style: the root itself, other names, addresses.
@@ -116,7 +121,14 @@ mod tests {
         for good in ["s3.example.test", "localhost", "s3-1.eu.example.com"] {
             assert!(is_valid_root_domain(good), "{good}");
         }
-        for bad in ["", "s3.example.test:9000", "-s3.example", "s3..example", "s3_x.test", "a.b."] {
+        for bad in [
+            "",
+            "s3.example.test:9000",
+            "-s3.example",
+            "s3..example",
+            "s3_x.test",
+            "a.b.",
+        ] {
             assert!(!is_valid_root_domain(bad), "{bad}");
         }
         assert!(overlapping("s3.example.test", "example.test"));

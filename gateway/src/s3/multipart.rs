@@ -478,7 +478,11 @@ fn claimed_object_checksum(
         [] => Ok(None),
         [(algorithm, value)] => {
             let digest = value.split_once('-').map_or(*value, |(d, count)| {
-                if count.parse::<u32>().is_ok() { d } else { value }
+                if count.parse::<u32>().is_ok() {
+                    d
+                } else {
+                    value
+                }
             });
             if !checksum::is_value_shape(*algorithm, digest) {
                 return Err(invalid_request(format!(
@@ -676,10 +680,7 @@ pub(super) async fn list_parts(
 mod tests {
     use super::*;
 
-    fn complete_input(
-        crc32: Option<&str>,
-        sha256: Option<&str>,
-    ) -> CompleteMultipartUploadInput {
+    fn complete_input(crc32: Option<&str>, sha256: Option<&str>) -> CompleteMultipartUploadInput {
         CompleteMultipartUploadInput::builder()
             .bucket("b".into())
             .key("k".into())
@@ -692,7 +693,10 @@ mod tests {
 
     #[test]
     fn whole_object_checksums_of_a_complete() {
-        assert_eq!(claimed_object_checksum(&complete_input(None, None)).unwrap(), None);
+        assert_eq!(
+            claimed_object_checksum(&complete_input(None, None)).unwrap(),
+            None
+        );
         assert_eq!(
             claimed_object_checksum(&complete_input(Some("AAAAAA=="), None)).unwrap(),
             Some((ChecksumAlgorithm::Crc32, "AAAAAA=="))
@@ -701,7 +705,10 @@ mod tests {
             claimed_object_checksum(&complete_input(Some("AAAAAA==-3"), None)).unwrap(),
             Some((ChecksumAlgorithm::Crc32, "AAAAAA==-3"))
         );
-        for bad in [complete_input(None, Some("bad")), complete_input(Some("AAAAAA==-x"), None)] {
+        for bad in [
+            complete_input(None, Some("bad")),
+            complete_input(Some("AAAAAA==-x"), None),
+        ] {
             assert_eq!(
                 claimed_object_checksum(&bad).unwrap_err().code(),
                 &S3ErrorCode::InvalidRequest
