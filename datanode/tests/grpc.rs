@@ -43,6 +43,9 @@ impl Node {
             heartbeat_interval: Duration::from_millis(100),
             shutdown_grace: Duration::from_secs(2),
             insecure_cluster: true,
+            // These tests corrupt shard files on purpose to test the read
+            // path; a scrub pass racing them would quarantine the file.
+            scrub_bandwidth_bytes_per_sec: 0,
             ..Config::default()
         };
         let (stop, stopped) = oneshot::channel::<()>();
