@@ -41,6 +41,34 @@ fn completed(number: i32, etag: &str) -> CompletedPart {
         .build()
 }
 
+/// Creates a CRC32 FULL_OBJECT multipart upload of `data` at `key` and
+/// uploads it in 5 MiB parts; returns the upload id and the parts.
+async fn full_object_crc32_upload(
+    s3: &aws_sdk_s3::Client,
+    key: &str,
+    data: &Bytes,
+) -> Result<(String, Vec<CompletedPart>)> {
+    let upload_id = s3
+        .create_multipart_upload()
+        .bucket(B)
+        .key(key)
+        .checksum_algorithm(ChecksumAlgorithm::Crc32)
+        .checksum_type(ChecksumType::FullObject)
+        .send()
+        .await?
+        .upload_id()
+        .context("CreateMultipartUpload without UploadId")?
+        .to_string();
+    let upload = Upload {
+        s3,
+        bucket: B,
+        key,
+        upload_id: &upload_id,
+    };
+    let parts = upload_parts(&upload, data, 5 * MIB, 1, 2).await?;
+    Ok((upload_id, parts))
+}
+
 /// base64 of the big-endian CRC32, as `x-amz-checksum-crc32` carries it.
 fn crc32_b64(data: &[u8]) -> String {
     let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32IsoHdlc, data) as u32;
@@ -685,30 +713,7 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
     // whole object; a wrong or malformed whole-object value, another
     // algorithm or another type is refused and changes nothing.
     let full = random_bytes(seed + 5, 5 * MIB + 1000);
-    let full_id = s3
-        .create_multipart_upload()
-        .bucket(B)
-        .key("full-crc")
-        .checksum_algorithm(ChecksumAlgorithm::Crc32)
-        .checksum_type(ChecksumType::FullObject)
-        .send()
-        .await?
-        .upload_id()
-        .context("CreateMultipartUpload without UploadId")?
-        .to_string();
-    let full_parts = upload_parts(
-        &Upload {
-            s3: &s3,
-            bucket: B,
-            key: "full-crc",
-            upload_id: &full_id,
-        },
-        &full,
-        5 * MIB,
-        1,
-        2,
-    )
-    .await?;
+    let (full_id, full_parts) = full_object_crc32_upload(&s3, "full-crc", &full).await?;
     let want_crc = crc32_b64(&full);
     let complete_full =
         |crc32: Option<String>, sha256: Option<String>, checksum_type: Option<ChecksumType>| {
@@ -770,30 +775,7 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
     );
     assert_object(&s3, B, "full-crc", &full).await?;
     // Without the type at Complete either (the upload's type is used).
-    let full2_id = s3
-        .create_multipart_upload()
-        .bucket(B)
-        .key("full-crc-2")
-        .checksum_algorithm(ChecksumAlgorithm::Crc32)
-        .checksum_type(ChecksumType::FullObject)
-        .send()
-        .await?
-        .upload_id()
-        .context("CreateMultipartUpload without UploadId")?
-        .to_string();
-    let parts2 = upload_parts(
-        &Upload {
-            s3: &s3,
-            bucket: B,
-            key: "full-crc-2",
-            upload_id: &full2_id,
-        },
-        &full,
-        5 * MIB,
-        1,
-        2,
-    )
-    .await?;
+    let (full2_id, parts2) = full_object_crc32_upload(&s3, "full-crc-2", &full).await?;
     let done = complete(&s3, B, "full-crc-2", &full2_id, parts2).await;
     done.context("Complete FULL_OBJECT without a checksum")?;
     let head = s3
