@@ -49,6 +49,9 @@ impl Datanode {
             heartbeat_interval: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(1),
             insecure_cluster: true,
+            // Tests here damage shard files on purpose; a scrub pass racing
+            // them would quarantine the file first.
+            scrub_bandwidth_bytes_per_sec: 0,
             ..Default::default()
         };
         let (stop, stopped) = oneshot::channel::<()>();
