@@ -390,8 +390,25 @@ fn now_unix_secs() -> i64 {
 ///   (<https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-query-string-auth.html>);
 /// * an `OPTIONS` request (a CORS preflight) without `Origin` -> 400
 ///   `BadRequest`; with one -> 403 `AccessDenied`, since no bucket has a CORS
-///   configuration (<https://docs.aws.amazon.com/AmazonS3/latest/API/RESTOPTIONSobject.html>).
+///   configuration (<https://docs.aws.amazon.com/AmazonS3/latest/API/RESTOPTIONSobject.html>);
+/// * a request asking for server-side encryption (any
+///   `x-amz-server-side-encryption*` or
+///   `x-amz-copy-source-server-side-encryption-*` header: SSE-S3, SSE-KMS,
+///   SSE-C) -> 501 `NotImplemented`: Sluice does not encrypt at rest, and
+///   storing the object in the clear while the client believes otherwise
+///   would be worse than refusing.
 pub fn precheck<B>(req: &Request<B>) -> Option<(StatusCode, &'static str, &'static str)> {
+    if req.headers().keys().any(|name| {
+        let name = name.as_str();
+        name.starts_with("x-amz-server-side-encryption")
+            || name.starts_with("x-amz-copy-source-server-side-encryption")
+    }) {
+        return Some((
+            StatusCode::NOT_IMPLEMENTED,
+            "NotImplemented",
+            "Server-side encryption is not supported.",
+        ));
+    }
     if *req.method() == http::Method::OPTIONS {
         return Some(if req.headers().contains_key(http::header::ORIGIN) {
             (
@@ -1081,7 +1098,7 @@ mod tests {
     }
 
     #[test]
-    fn presigned_expiry_and_preflight_rules() {
+    fn prechecks_presigned_expiry_preflight_and_encryption() {
         let get = |uri: &str| Request::builder().uri(uri).body(()).unwrap();
         let presigned = |expires: &str| {
             get(&format!(
@@ -1108,6 +1125,25 @@ mod tests {
         assert_eq!((far.0, far.1), (StatusCode::FORBIDDEN, "AccessDenied"));
         assert_eq!(precheck(&get("/b/k?x-id=GetObject")), None);
         assert_eq!(precheck(&get("/b/k")), None);
+
+        for header in [
+            "x-amz-server-side-encryption",
+            "x-amz-server-side-encryption-customer-algorithm",
+            "x-amz-copy-source-server-side-encryption-customer-key",
+        ] {
+            let sse = Request::builder()
+                .method(http::Method::PUT)
+                .uri("/b/k")
+                .header(header, "AES256")
+                .body(())
+                .unwrap();
+            let refused = precheck(&sse).expect(header);
+            assert_eq!(
+                (refused.0, refused.1),
+                (StatusCode::NOT_IMPLEMENTED, "NotImplemented"),
+                "{header}"
+            );
+        }
 
         let options = |origin: Option<&str>| {
             let mut b = Request::builder()

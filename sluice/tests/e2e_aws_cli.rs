@@ -197,8 +197,9 @@ fn aws_as(dev: &Dev, (access_key, secret_key): (&str, &str), args: &[&str]) -> O
 /// the dev CA as its `verify` bundle: put, head, get byte-identical,
 /// list, delete; a FULL_OBJECT CRC32 multipart upload (type fixed at create,
 /// wrong whole-object CRC refused), a conditional Complete, partNumber of a
-/// single-part object, ListBuckets pages and presigned-URL expiry rules.
-/// `.ci/run` installs boto3 beside the aws CLI.
+/// single-part object, GetObjectAttributes and GetBucketVersioning,
+/// ListBuckets pages and presigned-URL expiry rules. `.ci/run` installs
+/// boto3 beside the aws CLI.
 fn boto3_round_trip(dev: &Dev, ca: &str) {
     const SCRIPT: &str = r#"
 import os, sys, boto3
@@ -241,6 +242,15 @@ assert done["ChecksumCRC32"] == crc and done["ChecksumType"] == "FULL_OBJECT", d
 head = s3.head_object(Bucket="boto3-tls", Key="mp", ChecksumMode="ENABLED")
 assert head["ChecksumCRC32"] == crc and head["ChecksumType"] == "FULL_OBJECT", head
 assert s3.get_object(Bucket="boto3-tls", Key="mp")["Body"].read() == whole
+# GetObjectAttributes: the whole-object checksum and a page of parts.
+a = s3.get_object_attributes(Bucket="boto3-tls", Key="mp", MaxParts=1,
+                             ObjectAttributes=["ETag", "Checksum", "ObjectParts", "ObjectSize"])
+assert a["ETag"].strip('"') == done["ETag"].strip('"') and a["ObjectSize"] == len(whole), a
+assert a["Checksum"] == {"ChecksumCRC32": crc, "ChecksumType": "FULL_OBJECT"}, a
+op = a["ObjectParts"]
+assert op["TotalPartsCount"] == 2 and op["IsTruncated"] and op["NextPartNumberMarker"] == 1, op
+assert [(p["PartNumber"], p["Size"]) for p in op["Parts"]] == [(1, len(chunks[0]))], op
+assert "Status" not in s3.get_bucket_versioning(Bucket="boto3-tls")
 # Conditional Complete onto an existing key.
 up2 = s3.create_multipart_upload(Bucket="boto3-tls", Key="mp")["UploadId"]
 r = s3.upload_part(Bucket="boto3-tls", Key="mp", UploadId=up2, PartNumber=1, Body=b"late")

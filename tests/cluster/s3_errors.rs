@@ -9,7 +9,9 @@ use aws_sdk_s3::operation::complete_multipart_upload::CompleteMultipartUploadErr
 use aws_sdk_s3::operation::copy_object::CopyObjectError;
 use aws_sdk_s3::operation::create_bucket::CreateBucketError;
 use aws_sdk_s3::operation::delete_bucket::DeleteBucketError;
+use aws_sdk_s3::operation::get_bucket_versioning::GetBucketVersioningError;
 use aws_sdk_s3::operation::get_object::GetObjectError;
+use aws_sdk_s3::operation::get_object_attributes::GetObjectAttributesError;
 use aws_sdk_s3::operation::head_bucket::HeadBucketError;
 use aws_sdk_s3::operation::list_buckets::ListBucketsError;
 use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Error;
@@ -19,7 +21,7 @@ use aws_sdk_s3::operation::upload_part::UploadPartError;
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
 use aws_sdk_s3::types::{
     ChecksumAlgorithm, ChecksumMode, ChecksumType, CompletedPart, Delete, MetadataDirective,
-    ObjectIdentifier,
+    ObjectAttributes, ObjectIdentifier, ServerSideEncryption, StorageClass,
 };
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -81,80 +83,327 @@ fn crc32c_b64(data: &[u8]) -> String {
     B64.encode(crc.to_be_bytes())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
-    let seed = test_seed("s3_errors");
-    let mut c = TestCluster::start(1, 6).await?;
-    let s3 = c.s3();
-
-    // ---- Buckets.
-    s3.create_bucket().bucket(B).send().await?;
-    s3.create_bucket()
-        .bucket(B)
-        .send()
-        .await
-        .context("re-creating an owned bucket must answer 200 (us-east-1)")?;
-    for bad in ["Invalid_Bucket", "ab", "-leading-dash", "192.168.1.1"] {
-        expect_error::<_, CreateBucketError>(
-            &format!("CreateBucket {bad}"),
-            s3.create_bucket().bucket(bad).send().await,
-            400,
-            Some("InvalidBucketName"),
-        )?;
-    }
-    let buckets = s3.list_buckets().send().await?;
-    let names: Vec<&str> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
-    ensure!(names == [B], "ListBuckets: {names:?}");
-    s3.head_bucket().bucket(B).send().await?;
-    s3.get_bucket_location().bucket(B).send().await?;
-    expect_error::<_, HeadBucketError>(
-        "HeadBucket missing",
-        s3.head_bucket().bucket("missing").send().await,
-        404,
-        None,
-    )?;
-    expect_error::<_, ListObjectsV2Error>(
-        "ListObjectsV2 on a missing bucket",
-        s3.list_objects_v2().bucket("missing").send().await,
-        404,
-        Some("NoSuchBucket"),
-    )?;
-    expect_error::<_, PutObjectError>(
-        "PutObject into a missing bucket",
-        s3.put_object()
-            .bucket("missing")
-            .key("k")
+/// Multipart errors, conditional Complete, checksums, attributes.
+async fn multipart_errors(s3: &aws_sdk_s3::Client, seed: u64) -> Result<()> {
+    // ---- Multipart errors.
+    let mp = random_bytes(seed + 1, 6 * MIB);
+    let mp_id = create_upload(s3, B, "mp").await?;
+    let parts = upload_parts(
+        &Upload {
+            s3,
+            bucket: B,
+            key: "mp",
+            upload_id: &mp_id,
+        },
+        &mp,
+        5 * MIB,
+        1,
+        2,
+    )
+    .await?;
+    let (e1, e2) = (
+        parts[0].e_tag().unwrap_or_default(),
+        parts[1].e_tag().unwrap_or_default(),
+    );
+    expect_error::<_, UploadPartError>(
+        "UploadPart to an unknown upload",
+        s3.upload_part()
+            .bucket(B)
+            .key("mp")
+            .upload_id("no-such-upload")
+            .part_number(1)
             .body(ByteStream::from_static(b"x"))
             .send()
             .await,
         404,
-        Some("NoSuchBucket"),
+        Some("NoSuchUpload"),
     )?;
-
-    // ---- NoSuchKey, with the XML error body S3 clients parse.
-    let err = expect_error::<_, GetObjectError>(
-        "GetObject of a missing key",
-        s3.get_object().bucket(B).key("no/such/key").send().await,
+    expect_error::<_, ListPartsError>(
+        "ListParts of an unknown upload",
+        s3.list_parts()
+            .bucket(B)
+            .key("mp")
+            .upload_id("no-such-upload")
+            .send()
+            .await,
+        404,
+        Some("NoSuchUpload"),
+    )?;
+    expect_error::<_, AbortMultipartUploadError>(
+        "Abort of an unknown upload",
+        s3.abort_multipart_upload()
+            .bucket(B)
+            .key("mp")
+            .upload_id("no-such-upload")
+            .send()
+            .await,
+        404,
+        Some("NoSuchUpload"),
+    )?;
+    let try_complete = |parts: Vec<CompletedPart>, upload_id: &str| {
+        s3.complete_multipart_upload()
+            .bucket(B)
+            .key("mp")
+            .upload_id(upload_id)
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
+            .send()
+    };
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete of an unknown upload",
+        try_complete(vec![completed(1, e1)], "no-such-upload").await,
+        404,
+        Some("NoSuchUpload"),
+    )?;
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with a wrong ETag",
+        try_complete(
+            vec![
+                completed(1, "\"0123456789abcdef0123456789abcdef\""),
+                completed(2, e2),
+            ],
+            &mp_id,
+        )
+        .await,
+        400,
+        Some("InvalidPart"),
+    )?;
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with a part never uploaded",
+        try_complete(vec![completed(1, e1), completed(3, e2)], &mp_id).await,
+        400,
+        Some("InvalidPart"),
+    )?;
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with parts out of order",
+        try_complete(vec![completed(2, e2), completed(1, e1)], &mp_id).await,
+        400,
+        Some("InvalidPartOrder"),
+    )?;
+    // If-Match on a key that does not exist yet: 404 NoSuchKey.
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with If-Match on a missing key",
+        s3.complete_multipart_upload()
+            .bucket(B)
+            .key("mp")
+            .upload_id(&mp_id)
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts.clone()))
+                    .build(),
+            )
+            .if_match("\"0123456789abcdef0123456789abcdef\"")
+            .send()
+            .await,
         404,
         Some("NoSuchKey"),
     )?;
-    let body = err
-        .raw_response()
-        .and_then(|r| r.body().bytes())
-        .map(|b| String::from_utf8_lossy(b).into_owned());
-    let body = body.context("NoSuchKey error without a body")?;
-    for element in [
-        "<Code>NoSuchKey</Code>",
-        "<Message>",
-        "<Resource>",
-        "<RequestId>",
-    ] {
-        ensure!(
-            body.contains(element),
-            "NoSuchKey body lacks {element}: {body}"
-        );
-    }
+    let listed = s3
+        .list_parts()
+        .bucket(B)
+        .key("mp")
+        .upload_id(&mp_id)
+        .send()
+        .await?;
+    ensure!(
+        listed.parts().len() == 2,
+        "failed completes changed the upload: {:?}",
+        listed.parts()
+    );
 
+    let want_etag = quoted(&multipart_etag(mp.chunks(5 * MIB)));
+    let etag = complete(s3, B, "mp", &mp_id, parts.clone()).await?;
+    ensure!(etag == want_etag, "multipart ETag {etag}, want {want_etag}");
+    let again = complete(s3, B, "mp", &mp_id, parts.clone())
+        .await
+        .context("re-completing with the same list")?;
+    ensure!(
+        again == want_etag,
+        "re-complete ETag {again}, want {want_etag}"
+    );
+    assert_object(s3, B, "mp", &mp).await?;
+    let part2 = s3
+        .get_object()
+        .bucket(B)
+        .key("mp")
+        .part_number(2)
+        .send()
+        .await?;
+    ensure!(
+        part2.parts_count() == Some(2),
+        "PartsCount {:?}",
+        part2.parts_count()
+    );
+    ensure!(
+        part2.content_length() == Some(MIB as i64),
+        "part 2 Content-Length {:?}",
+        part2.content_length()
+    );
+    ensure!(
+        part2.body.collect().await?.into_bytes() == mp.slice(5 * MIB..),
+        "GET partNumber=2 body differs"
+    );
+
+    // Conditional Complete on the now existing key: If-None-Match: * and a
+    // wrong If-Match are 412 and leave both the object and the upload as
+    // they were; the right If-Match replaces the object.
+    let next = random_bytes(seed + 4, 1000);
+    let next_id = create_upload(s3, B, "mp").await?;
+    let next_parts = upload_parts(
+        &Upload {
+            s3,
+            bucket: B,
+            key: "mp",
+            upload_id: &next_id,
+        },
+        &next,
+        MIB,
+        1,
+        1,
+    )
+    .await?;
+    let conditional_complete = |if_match: Option<&str>, if_none_match: Option<&str>| {
+        s3.complete_multipart_upload()
+            .bucket(B)
+            .key("mp")
+            .upload_id(&next_id)
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .set_parts(Some(next_parts.clone()))
+                    .build(),
+            )
+            .set_if_match(if_match.map(str::to_string))
+            .set_if_none_match(if_none_match.map(str::to_string))
+            .send()
+    };
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with If-None-Match: * on an existing key",
+        conditional_complete(None, Some("*")).await,
+        412,
+        Some("PreconditionFailed"),
+    )?;
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with a stale If-Match",
+        conditional_complete(Some("\"0123456789abcdef0123456789abcdef\""), None).await,
+        412,
+        Some("PreconditionFailed"),
+    )?;
+    assert_object(s3, B, "mp", &mp).await?;
+    conditional_complete(Some(want_etag.as_str()), None)
+        .await
+        .context("Complete with the current ETag as If-Match")?;
+    assert_object(s3, B, "mp", &next).await?;
+
+    // Sections boxed: the test's future is already large for a test
+    // thread's stack in a debug build.
+    let want_crc = Box::pin(multipart_checksums(s3, seed)).await?;
+
+    // partNumber other than 1 of an object not uploaded in parts: 400 InvalidPart.
+    put(s3, B, "single", &Bytes::from_static(b"one part")).await?;
+    expect_error::<_, GetObjectError>(
+        "GET partNumber=2 of a single-part object",
+        s3.get_object()
+            .bucket(B)
+            .key("single")
+            .part_number(2)
+            .send()
+            .await,
+        400,
+        Some("InvalidPart"),
+    )?;
+    let whole = s3
+        .get_object()
+        .bucket(B)
+        .key("single")
+        .part_number(1)
+        .send()
+        .await?;
+    ensure!(
+        whole.body.collect().await?.into_bytes() == Bytes::from_static(b"one part"),
+        "GET partNumber=1 of a single-part object differs"
+    );
+
+    Box::pin(attributes_versioning_and_sse(s3, &want_crc)).await?;
+
+    // EntityTooSmall: every part but the last must be >= 5 MiB.
+    let small = random_bytes(seed + 2, 2 * MIB);
+    let small_id = create_upload(s3, B, "small").await?;
+    let small_parts = upload_parts(
+        &Upload {
+            s3,
+            bucket: B,
+            key: "small",
+            upload_id: &small_id,
+        },
+        &small,
+        MIB,
+        1,
+        2,
+    )
+    .await?;
+    expect_error::<_, CompleteMultipartUploadError>(
+        "Complete with two 1 MiB parts",
+        s3.complete_multipart_upload()
+            .bucket(B)
+            .key("small")
+            .upload_id(&small_id)
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .set_parts(Some(small_parts))
+                    .build(),
+            )
+            .send()
+            .await,
+        400,
+        Some("EntityTooSmall"),
+    )?;
+    // Re-uploading a part number replaces the part.
+    let replacement = random_bytes(seed + 3, 1000);
+    upload_parts(
+        &Upload {
+            s3,
+            bucket: B,
+            key: "small",
+            upload_id: &small_id,
+        },
+        &replacement,
+        MIB,
+        1,
+        1,
+    )
+    .await?;
+    let listed = s3
+        .list_parts()
+        .bucket(B)
+        .key("small")
+        .upload_id(&small_id)
+        .send()
+        .await?;
+    let got: Vec<(Option<i32>, Option<i64>, Option<&str>)> = listed
+        .parts()
+        .iter()
+        .map(|p| (p.part_number(), p.size(), p.e_tag()))
+        .collect();
+    let (r_etag, p2_etag) = (
+        quoted(&md5_hex(&replacement)),
+        quoted(&md5_hex(&small[MIB..])),
+    );
+    let want = [
+        (Some(1), Some(1000), Some(r_etag.as_str())),
+        (Some(2), Some(MIB as i64), Some(p2_etag.as_str())),
+    ];
+    ensure!(
+        got == want,
+        "ListParts after replacing part 1: {got:?}, want {want:?}"
+    );
+    Ok(())
+}
+
+/// Metadata round trip, ranges and conditionals, integrity, CopyObject, DeleteObjects.
+async fn object_semantics(s3: &aws_sdk_s3::Client, seed: u64) -> Result<()> {
     // ---- Metadata round trip. `aws-chunked` names how a body was sent,
     // not how it is stored: S3 keeps only the other codings.
     let text = Bytes::from_static(b"hello, sluice: metadata and content type round trip\n");
@@ -300,104 +549,7 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
         Some("PreconditionFailed"),
     )?;
 
-    // ---- Integrity: Content-MD5 and x-amz-checksum-*.
-    let body = random_bytes(seed, 64 * 1024);
-    let wrong_md5 = B64.encode(Md5::digest(b"something else"));
-    expect_error::<_, PutObjectError>(
-        "PutObject with a wrong Content-MD5",
-        s3.put_object()
-            .bucket(B)
-            .key("digest")
-            .body(ByteStream::from(body.clone()))
-            .content_md5(wrong_md5)
-            .send()
-            .await,
-        400,
-        Some("BadDigest"),
-    )?;
-    expect_error::<_, GetObjectError>(
-        "GET after a BadDigest PUT",
-        s3.get_object().bucket(B).key("digest").send().await,
-        404,
-        Some("NoSuchKey"),
-    )?;
-    s3.put_object()
-        .bucket(B)
-        .key("digest")
-        .body(ByteStream::from(body.clone()))
-        .content_md5(B64.encode(Md5::digest(&body)))
-        .send()
-        .await
-        .context("PutObject with the right Content-MD5")?;
-    assert_object(&s3, B, "digest", &body).await?;
-
-    let crc = crc32c_b64(&body);
-    let out = s3
-        .put_object()
-        .bucket(B)
-        .key("crc32c")
-        .body(ByteStream::from(body.clone()))
-        .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-        .send()
-        .await?;
-    ensure!(
-        out.checksum_crc32_c() == Some(crc.as_str()),
-        "PutObject CRC32C {:?}, want {crc}",
-        out.checksum_crc32_c()
-    );
-    let got = s3
-        .get_object()
-        .bucket(B)
-        .key("crc32c")
-        .checksum_mode(ChecksumMode::Enabled)
-        .send()
-        .await?;
-    ensure!(
-        got.checksum_crc32_c() == Some(crc.as_str()),
-        "GET CRC32C {:?}, want {crc}",
-        got.checksum_crc32_c()
-    );
-    ensure!(
-        got.body.collect().await?.into_bytes() == body,
-        "GET body of crc32c differs"
-    );
-    let head = s3
-        .head_object()
-        .bucket(B)
-        .key("crc32c")
-        .checksum_mode(ChecksumMode::Enabled)
-        .send()
-        .await?;
-    ensure!(
-        head.checksum_crc32_c() == Some(crc.as_str()),
-        "HEAD CRC32C {:?}, want {crc}",
-        head.checksum_crc32_c()
-    );
-    expect_error::<_, PutObjectError>(
-        "PutObject with a wrong x-amz-checksum-crc32c",
-        s3.put_object()
-            .bucket(B)
-            .key("crc32c-wrong")
-            .body(ByteStream::from(body.clone()))
-            .checksum_crc32_c(crc32c_b64(b"other"))
-            .send()
-            .await,
-        400,
-        Some("BadDigest"),
-    )?;
-    // Not base64 of a 32-byte digest: it can match no body.
-    expect_error::<_, PutObjectError>(
-        "PutObject with x-amz-checksum-sha256: bad",
-        s3.put_object()
-            .bucket(B)
-            .key("sha256-bad")
-            .body(ByteStream::from(body.clone()))
-            .checksum_sha256("bad")
-            .send()
-            .await,
-        400,
-        Some("BadDigest"),
-    )?;
+    Box::pin(integrity(s3, seed)).await?;
 
     // ---- CopyObject: COPY keeps metadata, REPLACE replaces it.
     let copied = s3
@@ -469,7 +621,7 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
 
     // ---- DeleteObjects.
     for k in ["del/1", "del/2", "del/3"] {
-        put(&s3, B, k, &Bytes::from(k.as_bytes().to_vec())).await?;
+        put(s3, B, k, &Bytes::from(k.as_bytes().to_vec())).await?;
     }
     let ids = ["del/1", "del/2", "del/never-existed"]
         .into_iter()
@@ -495,225 +647,121 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
     let left = s3.list_objects_v2().bucket(B).prefix("del/").send().await?;
     let left: Vec<&str> = left.contents().iter().filter_map(|o| o.key()).collect();
     ensure!(left == ["del/3"], "after DeleteObjects: {left:?}");
+    Ok(())
+}
 
-    // ---- Multipart errors.
-    let mp = random_bytes(seed + 1, 6 * MIB);
-    let mp_id = create_upload(&s3, B, "mp").await?;
-    let parts = upload_parts(
-        &Upload {
-            s3: &s3,
-            bucket: B,
-            key: "mp",
-            upload_id: &mp_id,
-        },
-        &mp,
-        5 * MIB,
-        1,
-        2,
-    )
-    .await?;
-    let (e1, e2) = (
-        parts[0].e_tag().unwrap_or_default(),
-        parts[1].e_tag().unwrap_or_default(),
-    );
-    expect_error::<_, UploadPartError>(
-        "UploadPart to an unknown upload",
-        s3.upload_part()
+/// Content-MD5 and `x-amz-checksum-*` on PutObject.
+async fn integrity(s3: &aws_sdk_s3::Client, seed: u64) -> Result<()> {
+    // ---- Integrity: Content-MD5 and x-amz-checksum-*.
+    let body = random_bytes(seed, 64 * 1024);
+    let wrong_md5 = B64.encode(Md5::digest(b"something else"));
+    expect_error::<_, PutObjectError>(
+        "PutObject with a wrong Content-MD5",
+        s3.put_object()
             .bucket(B)
-            .key("mp")
-            .upload_id("no-such-upload")
-            .part_number(1)
-            .body(ByteStream::from_static(b"x"))
+            .key("digest")
+            .body(ByteStream::from(body.clone()))
+            .content_md5(wrong_md5)
             .send()
             .await,
-        404,
-        Some("NoSuchUpload"),
-    )?;
-    expect_error::<_, ListPartsError>(
-        "ListParts of an unknown upload",
-        s3.list_parts()
-            .bucket(B)
-            .key("mp")
-            .upload_id("no-such-upload")
-            .send()
-            .await,
-        404,
-        Some("NoSuchUpload"),
-    )?;
-    expect_error::<_, AbortMultipartUploadError>(
-        "Abort of an unknown upload",
-        s3.abort_multipart_upload()
-            .bucket(B)
-            .key("mp")
-            .upload_id("no-such-upload")
-            .send()
-            .await,
-        404,
-        Some("NoSuchUpload"),
-    )?;
-    let try_complete = |parts: Vec<CompletedPart>, upload_id: &str| {
-        s3.complete_multipart_upload()
-            .bucket(B)
-            .key("mp")
-            .upload_id(upload_id)
-            .multipart_upload(
-                aws_sdk_s3::types::CompletedMultipartUpload::builder()
-                    .set_parts(Some(parts))
-                    .build(),
-            )
-            .send()
-    };
-    expect_error::<_, CompleteMultipartUploadError>(
-        "Complete of an unknown upload",
-        try_complete(vec![completed(1, e1)], "no-such-upload").await,
-        404,
-        Some("NoSuchUpload"),
-    )?;
-    expect_error::<_, CompleteMultipartUploadError>(
-        "Complete with a wrong ETag",
-        try_complete(
-            vec![
-                completed(1, "\"0123456789abcdef0123456789abcdef\""),
-                completed(2, e2),
-            ],
-            &mp_id,
-        )
-        .await,
         400,
-        Some("InvalidPart"),
+        Some("BadDigest"),
     )?;
-    expect_error::<_, CompleteMultipartUploadError>(
-        "Complete with a part never uploaded",
-        try_complete(vec![completed(1, e1), completed(3, e2)], &mp_id).await,
-        400,
-        Some("InvalidPart"),
-    )?;
-    expect_error::<_, CompleteMultipartUploadError>(
-        "Complete with parts out of order",
-        try_complete(vec![completed(2, e2), completed(1, e1)], &mp_id).await,
-        400,
-        Some("InvalidPartOrder"),
-    )?;
-    // If-Match on a key that does not exist yet: 404 NoSuchKey.
-    expect_error::<_, CompleteMultipartUploadError>(
-        "Complete with If-Match on a missing key",
-        s3.complete_multipart_upload()
-            .bucket(B)
-            .key("mp")
-            .upload_id(&mp_id)
-            .multipart_upload(
-                aws_sdk_s3::types::CompletedMultipartUpload::builder()
-                    .set_parts(Some(parts.clone()))
-                    .build(),
-            )
-            .if_match("\"0123456789abcdef0123456789abcdef\"")
-            .send()
-            .await,
+    expect_error::<_, GetObjectError>(
+        "GET after a BadDigest PUT",
+        s3.get_object().bucket(B).key("digest").send().await,
         404,
         Some("NoSuchKey"),
     )?;
-    let listed = s3
-        .list_parts()
+    s3.put_object()
         .bucket(B)
-        .key("mp")
-        .upload_id(&mp_id)
+        .key("digest")
+        .body(ByteStream::from(body.clone()))
+        .content_md5(B64.encode(Md5::digest(&body)))
+        .send()
+        .await
+        .context("PutObject with the right Content-MD5")?;
+    assert_object(s3, B, "digest", &body).await?;
+
+    let crc = crc32c_b64(&body);
+    let out = s3
+        .put_object()
+        .bucket(B)
+        .key("crc32c")
+        .body(ByteStream::from(body.clone()))
+        .checksum_algorithm(ChecksumAlgorithm::Crc32C)
         .send()
         .await?;
     ensure!(
-        listed.parts().len() == 2,
-        "failed completes changed the upload: {:?}",
-        listed.parts()
+        out.checksum_crc32_c() == Some(crc.as_str()),
+        "PutObject CRC32C {:?}, want {crc}",
+        out.checksum_crc32_c()
     );
-
-    let want_etag = quoted(&multipart_etag(mp.chunks(5 * MIB)));
-    let etag = complete(&s3, B, "mp", &mp_id, parts.clone()).await?;
-    ensure!(etag == want_etag, "multipart ETag {etag}, want {want_etag}");
-    let again = complete(&s3, B, "mp", &mp_id, parts.clone())
-        .await
-        .context("re-completing with the same list")?;
-    ensure!(
-        again == want_etag,
-        "re-complete ETag {again}, want {want_etag}"
-    );
-    assert_object(&s3, B, "mp", &mp).await?;
-    let part2 = s3
+    let got = s3
         .get_object()
         .bucket(B)
-        .key("mp")
-        .part_number(2)
+        .key("crc32c")
+        .checksum_mode(ChecksumMode::Enabled)
         .send()
         .await?;
     ensure!(
-        part2.parts_count() == Some(2),
-        "PartsCount {:?}",
-        part2.parts_count()
+        got.checksum_crc32_c() == Some(crc.as_str()),
+        "GET CRC32C {:?}, want {crc}",
+        got.checksum_crc32_c()
     );
     ensure!(
-        part2.content_length() == Some(MIB as i64),
-        "part 2 Content-Length {:?}",
-        part2.content_length()
+        got.body.collect().await?.into_bytes() == body,
+        "GET body of crc32c differs"
     );
+    let head = s3
+        .head_object()
+        .bucket(B)
+        .key("crc32c")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await?;
     ensure!(
-        part2.body.collect().await?.into_bytes() == mp.slice(5 * MIB..),
-        "GET partNumber=2 body differs"
+        head.checksum_crc32_c() == Some(crc.as_str()),
+        "HEAD CRC32C {:?}, want {crc}",
+        head.checksum_crc32_c()
     );
-
-    // Conditional Complete on the now existing key: If-None-Match: * and a
-    // wrong If-Match are 412 and leave both the object and the upload as
-    // they were; the right If-Match replaces the object.
-    let next = random_bytes(seed + 4, 1000);
-    let next_id = create_upload(&s3, B, "mp").await?;
-    let next_parts = upload_parts(
-        &Upload {
-            s3: &s3,
-            bucket: B,
-            key: "mp",
-            upload_id: &next_id,
-        },
-        &next,
-        MIB,
-        1,
-        1,
-    )
-    .await?;
-    let conditional_complete = |if_match: Option<&str>, if_none_match: Option<&str>| {
-        s3.complete_multipart_upload()
+    expect_error::<_, PutObjectError>(
+        "PutObject with a wrong x-amz-checksum-crc32c",
+        s3.put_object()
             .bucket(B)
-            .key("mp")
-            .upload_id(&next_id)
-            .multipart_upload(
-                aws_sdk_s3::types::CompletedMultipartUpload::builder()
-                    .set_parts(Some(next_parts.clone()))
-                    .build(),
-            )
-            .set_if_match(if_match.map(str::to_string))
-            .set_if_none_match(if_none_match.map(str::to_string))
+            .key("crc32c-wrong")
+            .body(ByteStream::from(body.clone()))
+            .checksum_crc32_c(crc32c_b64(b"other"))
             .send()
-    };
-    expect_error::<_, CompleteMultipartUploadError>(
-        "Complete with If-None-Match: * on an existing key",
-        conditional_complete(None, Some("*")).await,
-        412,
-        Some("PreconditionFailed"),
+            .await,
+        400,
+        Some("BadDigest"),
     )?;
-    expect_error::<_, CompleteMultipartUploadError>(
-        "Complete with a stale If-Match",
-        conditional_complete(Some("\"0123456789abcdef0123456789abcdef\""), None).await,
-        412,
-        Some("PreconditionFailed"),
+    // Not base64 of a 32-byte digest: it can match no body.
+    expect_error::<_, PutObjectError>(
+        "PutObject with x-amz-checksum-sha256: bad",
+        s3.put_object()
+            .bucket(B)
+            .key("sha256-bad")
+            .body(ByteStream::from(body.clone()))
+            .checksum_sha256("bad")
+            .send()
+            .await,
+        400,
+        Some("BadDigest"),
     )?;
-    assert_object(&s3, B, "mp", &mp).await?;
-    conditional_complete(Some(want_etag.as_str()), None)
-        .await
-        .context("Complete with the current ETag as If-Match")?;
-    assert_object(&s3, B, "mp", &next).await?;
+    Ok(())
+}
 
+/// Multipart checksums: FULL_OBJECT CRC32 uploads at `full-crc` and
+/// `full-crc-2`; returns the whole object's CRC32 (base64).
+async fn multipart_checksums(s3: &aws_sdk_s3::Client, seed: u64) -> Result<String> {
     // ---- Multipart checksums: the type is fixed at create. A FULL_OBJECT
     // CRC32 upload completed without naming the type gets the CRC32 of the
     // whole object; a wrong or malformed whole-object value, another
     // algorithm or another type is refused and changes nothing.
     let full = random_bytes(seed + 5, 5 * MIB + 1000);
-    let (full_id, full_parts) = full_object_crc32_upload(&s3, "full-crc", &full).await?;
+    let (full_id, full_parts) = full_object_crc32_upload(s3, "full-crc", &full).await?;
     let want_crc = crc32_b64(&full);
     let complete_full =
         |crc32: Option<String>, sha256: Option<String>, checksum_type: Option<ChecksumType>| {
@@ -773,10 +821,10 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
         head.checksum_crc32(),
         head.checksum_type()
     );
-    assert_object(&s3, B, "full-crc", &full).await?;
+    assert_object(s3, B, "full-crc", &full).await?;
     // Without the type at Complete either (the upload's type is used).
-    let (full2_id, parts2) = full_object_crc32_upload(&s3, "full-crc-2", &full).await?;
-    let done = complete(&s3, B, "full-crc-2", &full2_id, parts2).await;
+    let (full2_id, parts2) = full_object_crc32_upload(s3, "full-crc-2", &full).await?;
+    let done = complete(s3, B, "full-crc-2", &full2_id, parts2).await;
     done.context("Complete FULL_OBJECT without a checksum")?;
     let head = s3
         .head_object()
@@ -790,103 +838,193 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
         "HEAD of a FULL_OBJECT upload completed without the type: CRC32 {:?}, want {want_crc}",
         head.checksum_crc32()
     );
+    Ok(want_crc)
+}
 
-    // partNumber other than 1 of an object not uploaded in parts: 400 InvalidPart.
-    put(&s3, B, "single", &Bytes::from_static(b"one part")).await?;
-    expect_error::<_, GetObjectError>(
-        "GET partNumber=2 of a single-part object",
-        s3.get_object()
-            .bucket(B)
-            .key("single")
-            .part_number(2)
-            .send()
-            .await,
-        400,
-        Some("InvalidPart"),
-    )?;
-    let whole = s3
-        .get_object()
-        .bucket(B)
-        .key("single")
-        .part_number(1)
-        .send()
-        .await?;
+/// GetObjectAttributes of `single` (b"one part") and of `full-crc` (a
+/// 2-part FULL_OBJECT CRC32 upload whose checksum is `want_crc`);
+/// GetBucketVersioning; SSE refused.
+async fn attributes_versioning_and_sse(s3: &aws_sdk_s3::Client, want_crc: &str) -> Result<()> {
+    // ---- GetObjectAttributes and GetBucketVersioning.
+    let attrs = |key: &'static str, names: &[&str]| {
+        let mut r = s3.get_object_attributes().bucket(B).key(key);
+        for n in names {
+            r = r.object_attributes(ObjectAttributes::from(*n));
+        }
+        r
+    };
+    let single = attrs(
+        "single",
+        &["ETag", "ObjectSize", "StorageClass", "ObjectParts"],
+    )
+    .send()
+    .await?;
+    let want_etag = quoted(&md5_hex(b"one part"));
     ensure!(
-        whole.body.collect().await?.into_bytes() == Bytes::from_static(b"one part"),
-        "GET partNumber=1 of a single-part object differs"
+        single.e_tag() == Some(want_etag.as_str())
+            && single.object_size() == Some(8)
+            && single.storage_class() == Some(&StorageClass::Standard)
+            && single.object_parts().is_none()
+            && single.checksum().is_none()
+            && single.last_modified().is_some(),
+        "GetObjectAttributes of a single-part object: {single:?}"
     );
-
-    // EntityTooSmall: every part but the last must be >= 5 MiB.
-    let small = random_bytes(seed + 2, 2 * MIB);
-    let small_id = create_upload(&s3, B, "small").await?;
-    let small_parts = upload_parts(
-        &Upload {
-            s3: &s3,
-            bucket: B,
-            key: "small",
-            upload_id: &small_id,
-        },
-        &small,
-        MIB,
-        1,
-        2,
-    )
-    .await?;
-    expect_error::<_, CompleteMultipartUploadError>(
-        "Complete with two 1 MiB parts",
-        s3.complete_multipart_upload()
-            .bucket(B)
-            .key("small")
-            .upload_id(&small_id)
-            .multipart_upload(
-                aws_sdk_s3::types::CompletedMultipartUpload::builder()
-                    .set_parts(Some(small_parts))
-                    .build(),
-            )
-            .send()
-            .await,
-        400,
-        Some("EntityTooSmall"),
-    )?;
-    // Re-uploading a part number replaces the part.
-    let replacement = random_bytes(seed + 3, 1000);
-    upload_parts(
-        &Upload {
-            s3: &s3,
-            bucket: B,
-            key: "small",
-            upload_id: &small_id,
-        },
-        &replacement,
-        MIB,
-        1,
-        1,
-    )
-    .await?;
-    let listed = s3
-        .list_parts()
-        .bucket(B)
-        .key("small")
-        .upload_id(&small_id)
+    let multi = attrs("full-crc", &["Checksum", "ObjectParts"])
+        .max_parts(1)
         .send()
         .await?;
-    let got: Vec<(Option<i32>, Option<i64>, Option<&str>)> = listed
+    let parts = multi
+        .object_parts()
+        .context("ObjectParts of a multipart object")?;
+    let listed: Vec<(Option<i32>, Option<i64>)> = parts
         .parts()
         .iter()
-        .map(|p| (p.part_number(), p.size(), p.e_tag()))
+        .map(|p| (p.part_number(), p.size()))
         .collect();
-    let (r_etag, p2_etag) = (
-        quoted(&md5_hex(&replacement)),
-        quoted(&md5_hex(&small[MIB..])),
-    );
-    let want = [
-        (Some(1), Some(1000), Some(r_etag.as_str())),
-        (Some(2), Some(MIB as i64), Some(p2_etag.as_str())),
-    ];
     ensure!(
-        got == want,
-        "ListParts after replacing part 1: {got:?}, want {want:?}"
+        multi.checksum().and_then(|c| c.checksum_crc32()) == Some(want_crc)
+            && multi.checksum().and_then(|c| c.checksum_type()) == Some(&ChecksumType::FullObject)
+            && multi.e_tag().is_none()
+            && multi.object_size().is_none()
+            && parts.total_parts_count() == Some(2)
+            && parts.is_truncated() == Some(true)
+            && parts.next_part_number_marker() == Some("1")
+            && listed == [(Some(1), Some(5 * MIB as i64))],
+        "GetObjectAttributes of a 2-part FULL_OBJECT upload, max-parts 1: {multi:?}"
     );
+    let rest = attrs("full-crc", &["ObjectParts"])
+        .part_number_marker("1")
+        .send()
+        .await?;
+    let rest = rest.object_parts().context("second page of ObjectParts")?;
+    let listed: Vec<Option<i32>> = rest.parts().iter().map(|p| p.part_number()).collect();
+    ensure!(
+        rest.is_truncated() == Some(false) && listed == [Some(2)],
+        "GetObjectAttributes after part 1: {rest:?}"
+    );
+    expect_error::<_, GetObjectAttributesError>(
+        "GetObjectAttributes with an unknown attribute",
+        attrs("single", &["ETag", "Colour"]).send().await,
+        400,
+        Some("InvalidArgument"),
+    )?;
+    expect_error::<_, GetObjectAttributesError>(
+        "GetObjectAttributes of a missing key",
+        attrs("no-such-key", &["ETag"]).send().await,
+        404,
+        Some("NoSuchKey"),
+    )?;
+    let versioning = s3.get_bucket_versioning().bucket(B).send().await?;
+    ensure!(
+        versioning.status().is_none() && versioning.mfa_delete().is_none(),
+        "GetBucketVersioning of a never-versioned bucket: {versioning:?}"
+    );
+    expect_error::<_, GetBucketVersioningError>(
+        "GetBucketVersioning of a missing bucket",
+        s3.get_bucket_versioning().bucket("missing").send().await,
+        404,
+        Some("NoSuchBucket"),
+    )?;
+
+    // ---- Server-side encryption is refused, not silently ignored.
+    expect_error::<_, PutObjectError>(
+        "PutObject asking for SSE-S3",
+        s3.put_object()
+            .bucket(B)
+            .key("encrypted")
+            .server_side_encryption(ServerSideEncryption::Aes256)
+            .body(ByteStream::from_static(b"secret"))
+            .send()
+            .await,
+        501,
+        Some("NotImplemented"),
+    )?;
+    expect_error::<_, GetObjectError>(
+        "GET of the refused SSE object",
+        s3.get_object().bucket(B).key("encrypted").send().await,
+        404,
+        Some("NoSuchKey"),
+    )?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
+    let seed = test_seed("s3_errors");
+    let mut c = TestCluster::start(1, 6).await?;
+    let s3 = c.s3();
+
+    // ---- Buckets.
+    s3.create_bucket().bucket(B).send().await?;
+    s3.create_bucket()
+        .bucket(B)
+        .send()
+        .await
+        .context("re-creating an owned bucket must answer 200 (us-east-1)")?;
+    for bad in ["Invalid_Bucket", "ab", "-leading-dash", "192.168.1.1"] {
+        expect_error::<_, CreateBucketError>(
+            &format!("CreateBucket {bad}"),
+            s3.create_bucket().bucket(bad).send().await,
+            400,
+            Some("InvalidBucketName"),
+        )?;
+    }
+    let buckets = s3.list_buckets().send().await?;
+    let names: Vec<&str> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
+    ensure!(names == [B], "ListBuckets: {names:?}");
+    s3.head_bucket().bucket(B).send().await?;
+    s3.get_bucket_location().bucket(B).send().await?;
+    expect_error::<_, HeadBucketError>(
+        "HeadBucket missing",
+        s3.head_bucket().bucket("missing").send().await,
+        404,
+        None,
+    )?;
+    expect_error::<_, ListObjectsV2Error>(
+        "ListObjectsV2 on a missing bucket",
+        s3.list_objects_v2().bucket("missing").send().await,
+        404,
+        Some("NoSuchBucket"),
+    )?;
+    expect_error::<_, PutObjectError>(
+        "PutObject into a missing bucket",
+        s3.put_object()
+            .bucket("missing")
+            .key("k")
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await,
+        404,
+        Some("NoSuchBucket"),
+    )?;
+
+    // ---- NoSuchKey, with the XML error body S3 clients parse.
+    let err = expect_error::<_, GetObjectError>(
+        "GetObject of a missing key",
+        s3.get_object().bucket(B).key("no/such/key").send().await,
+        404,
+        Some("NoSuchKey"),
+    )?;
+    let body = err
+        .raw_response()
+        .and_then(|r| r.body().bytes())
+        .map(|b| String::from_utf8_lossy(b).into_owned());
+    let body = body.context("NoSuchKey error without a body")?;
+    for element in [
+        "<Code>NoSuchKey</Code>",
+        "<Message>",
+        "<Resource>",
+        "<RequestId>",
+    ] {
+        ensure!(
+            body.contains(element),
+            "NoSuchKey body lacks {element}: {body}"
+        );
+    }
+
+    Box::pin(object_semantics(&s3, seed)).await?;
+
+    Box::pin(multipart_errors(&s3, seed)).await?;
 
     // ---- BucketNotEmpty while objects or uploads exist.
     expect_error::<_, DeleteBucketError>(

@@ -220,6 +220,23 @@ pub(super) async fn get_bucket_location(
     }))
 }
 
+/// GetBucketVersioning of an existing bucket: no `Status`, which is what S3
+/// answers for a bucket whose versioning was never enabled ("GetBucketVersioning"
+/// in the S3 API reference). Sluice has no versioning, so that is every
+/// bucket's true state; PutBucketVersioning stays 501 `NotImplemented`.
+///
+/// Errors: `NoSuchBucket`.
+pub(super) async fn get_bucket_versioning(
+    gw: &Gateway,
+    req: S3Request<GetBucketVersioningInput>,
+) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+    gw.meta
+        .get_bucket(&req.input.bucket)
+        .await
+        .map_err(meta_error)?;
+    Ok(S3Response::new(GetBucketVersioningOutput::default()))
+}
+
 /// S3 answers an empty `LocationConstraint` for us-east-1.
 fn location_constraint(region: &str) -> Option<BucketLocationConstraint> {
     (region != "us-east-1").then(|| BucketLocationConstraint::from(region.to_string()))

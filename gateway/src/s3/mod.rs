@@ -2,7 +2,8 @@
 //! operation to a function in the file of its area.
 //!
 //! # Layout
-//! * `bucket.rs` — CreateBucket, HeadBucket, ListBuckets, DeleteBucket, GetBucketLocation; bucket-name rules.
+//! * `bucket.rs` — CreateBucket, HeadBucket, ListBuckets, DeleteBucket, GetBucketLocation, GetBucketVersioning; bucket-name rules.
+//! * `attributes.rs` — GetObjectAttributes.
 //! * `put.rs` — PutObject, and the blob write shared by every operation that stores a body.
 //! * `get.rs` — GetObject, HeadObject: ranges, conditionals, partNumber; the streamed object body.
 //! * `list.rs` — ListObjects (v1), ListObjectsV2, ListMultipartUploads; `encoding-type=url`.
@@ -21,6 +22,7 @@
 //! object, a replaced part) are deleted by meta after `delete_delay`; the
 //! gateway deletes only blobs whose commit was refused (see [`Reclaimer`]).
 
+pub mod attributes;
 pub mod bucket;
 pub mod checksum;
 pub mod copy;
@@ -271,6 +273,20 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
         bucket::delete_bucket(self, req).await
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        bucket::get_bucket_versioning(self, req).await
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        attributes::get_object_attributes(self, req).await
     }
 
     async fn get_bucket_location(
