@@ -46,6 +46,7 @@ pub static META: ServiceTable = ServiceTable {
         ("PutObject", GW),
         ("GetObject", GW),
         ("DeleteObject", GW),
+        ("PutObjectTagging", GW),
         ("ListObjects", GW),
         ("CreateUpload", GW),
         ("GetUpload", GW),

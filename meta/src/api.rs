@@ -253,6 +253,17 @@ impl<K: KvStore> Meta for MetaService<K> {
         )
     }
 
+    async fn put_object_tagging(
+        &self,
+        request: Request<pb::PutObjectTaggingRequest>,
+    ) -> Result<Response<pb::PutObjectTaggingResponse>, Status> {
+        let applied = self
+            .write(Command::PutObjectTagging(request.into_inner()))
+            .await?;
+        done("PutObjectTagging", &applied)?;
+        Ok(Response::new(pb::PutObjectTaggingResponse {}))
+    }
+
     async fn list_objects(
         &self,
         request: Request<pb::ListObjectsRequest>,

@@ -436,6 +436,28 @@ impl MetaClient {
         Ok(r.released)
     }
 
+    /// Replaces the tags of the object at `bucket`/`key` (empty: removes
+    /// them). Errors: NoSuchBucket, NoSuchKey.
+    pub async fn put_object_tagging(
+        &self,
+        bucket: &str,
+        key: &str,
+        tags: Vec<pb::Tag>,
+    ) -> Result<(), MetaError> {
+        let req = pb::PutObjectTaggingRequest {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            tags,
+            op_id: new_op_id(),
+        };
+        self.call("PutObjectTagging", |mut c| {
+            let req = req.clone();
+            async move { c.put_object_tagging(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
     pub async fn list_objects(
         &self,
         req: pb::ListObjectsRequest,

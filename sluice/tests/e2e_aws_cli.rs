@@ -197,7 +197,8 @@ fn aws_as(dev: &Dev, (access_key, secret_key): (&str, &str), args: &[&str]) -> O
 /// the dev CA as its `verify` bundle: put, head, get byte-identical,
 /// list, delete; a FULL_OBJECT CRC32 multipart upload (type fixed at create,
 /// wrong whole-object CRC refused), a conditional Complete, partNumber of a
-/// single-part object, GetObjectAttributes and GetBucketVersioning,
+/// single-part object, GetObjectAttributes, GetBucketVersioning, object
+/// tagging,
 /// ListBuckets pages and presigned-URL expiry rules. `.ci/run` installs
 /// boto3 beside the aws CLI.
 fn boto3_round_trip(dev: &Dev, ca: &str) {
@@ -251,6 +252,19 @@ op = a["ObjectParts"]
 assert op["TotalPartsCount"] == 2 and op["IsTruncated"] and op["NextPartNumberMarker"] == 1, op
 assert [(p["PartNumber"], p["Size"]) for p in op["Parts"]] == [(1, len(chunks[0]))], op
 assert "Status" not in s3.get_bucket_versioning(Bucket="boto3-tls")
+# Object tagging: on PUT, replaced by PutObjectTagging, limits enforced.
+s3.put_object(Bucket="boto3-tls", Key="tags", Body=b"t", Tagging="a=1&b=two%20words")
+assert s3.get_object_tagging(Bucket="boto3-tls", Key="tags")["TagSet"] == [
+    {"Key": "a", "Value": "1"}, {"Key": "b", "Value": "two words"}]
+assert s3.get_object(Bucket="boto3-tls", Key="tags")["TagCount"] == 2
+s3.put_object_tagging(Bucket="boto3-tls", Key="tags", Tagging={"TagSet": [{"Key": "c", "Value": "3"}]})
+assert s3.get_object_tagging(Bucket="boto3-tls", Key="tags")["TagSet"] == [{"Key": "c", "Value": "3"}]
+eleven = [{"Key": "k%d" % i, "Value": "v"} for i in range(11)]
+assert code(lambda: s3.put_object_tagging(Bucket="boto3-tls", Key="tags",
+                                          Tagging={"TagSet": eleven})) == "BadRequest"
+s3.delete_object_tagging(Bucket="boto3-tls", Key="tags")
+assert s3.get_object_tagging(Bucket="boto3-tls", Key="tags")["TagSet"] == []
+s3.delete_object(Bucket="boto3-tls", Key="tags")
 # Conditional Complete onto an existing key.
 up2 = s3.create_multipart_upload(Bucket="boto3-tls", Key="mp")["UploadId"]
 r = s3.upload_part(Bucket="boto3-tls", Key="mp", UploadId=up2, PartNumber=1, Body=b"late")

@@ -17,11 +17,13 @@ use aws_sdk_s3::operation::list_buckets::ListBucketsError;
 use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Error;
 use aws_sdk_s3::operation::list_parts::ListPartsError;
 use aws_sdk_s3::operation::put_object::PutObjectError;
+use aws_sdk_s3::operation::put_object_tagging::PutObjectTaggingError;
 use aws_sdk_s3::operation::upload_part::UploadPartError;
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
 use aws_sdk_s3::types::{
     ChecksumAlgorithm, ChecksumMode, ChecksumType, CompletedPart, Delete, MetadataDirective,
-    ObjectAttributes, ObjectIdentifier, ServerSideEncryption, StorageClass,
+    ObjectAttributes, ObjectIdentifier, ServerSideEncryption, StorageClass, Tag, Tagging,
+    TaggingDirective,
 };
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -650,6 +652,194 @@ async fn object_semantics(s3: &aws_sdk_s3::Client, seed: u64) -> Result<()> {
     Ok(())
 }
 
+/// The tags of an object, as (key, value) pairs in the order stored.
+async fn tags_of(s3: &aws_sdk_s3::Client, key: &str) -> Result<Vec<(String, String)>> {
+    let out = s3.get_object_tagging().bucket(B).key(key).send().await?;
+    Ok(out
+        .tag_set()
+        .iter()
+        .map(|t| (t.key().to_string(), t.value().to_string()))
+        .collect())
+}
+
+fn tag_set(pairs: &[(&str, &str)]) -> Result<Tagging> {
+    let tags = pairs
+        .iter()
+        .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Tagging::builder().set_tag_set(Some(tags)).build()?)
+}
+
+fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Object tagging: `x-amz-tagging` on PUT, Copy (COPY/REPLACE) and
+/// multipart; Put/Get/DeleteObjectTagging; S3's limits refused without
+/// touching the object.
+async fn object_tagging(s3: &aws_sdk_s3::Client, seed: u64) -> Result<()> {
+    let data = random_bytes(seed + 40, 1000);
+    s3.put_object()
+        .bucket(B)
+        .key("tagged")
+        .tagging("project=blue%20sky&team=")
+        .body(ByteStream::from(data.clone()))
+        .send()
+        .await?;
+    let want = owned(&[("project", "blue sky"), ("team", "")]);
+    ensure!(tags_of(s3, "tagged").await? == want, "tags after PUT");
+    let got = s3.get_object().bucket(B).key("tagged").send().await?;
+    ensure!(
+        got.tag_count() == Some(2),
+        "x-amz-tagging-count {:?}",
+        got.tag_count()
+    );
+    let before = s3.head_object().bucket(B).key("tagged").send().await?;
+
+    // Replaced whole; the object's body, ETag and Last-Modified stay.
+    s3.put_object_tagging()
+        .bucket(B)
+        .key("tagged")
+        .tagging(tag_set(&[("stage", "prod")])?)
+        .send()
+        .await?;
+    ensure!(
+        tags_of(s3, "tagged").await? == owned(&[("stage", "prod")]),
+        "tags after PutObjectTagging"
+    );
+    let after = s3.head_object().bucket(B).key("tagged").send().await?;
+    ensure!(
+        after.e_tag() == before.e_tag() && after.last_modified() == before.last_modified(),
+        "PutObjectTagging changed the object: {before:?} -> {after:?}"
+    );
+    assert_object(s3, B, "tagged", &data).await?;
+
+    // S3's limits: refused, nothing changed.
+    let eleven: Vec<(String, String)> = (0..11).map(|i| (format!("k{i}"), "v".into())).collect();
+    let eleven: Vec<(&str, &str)> = eleven
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    for (what, tags, code) in [
+        ("11 tags", eleven, "BadRequest"),
+        ("a key twice", vec![("a", "1"), ("a", "2")], "InvalidTag"),
+        ("an aws: key", vec![("aws:x", "1")], "InvalidTag"),
+    ] {
+        expect_error::<_, PutObjectTaggingError>(
+            &format!("PutObjectTagging with {what}"),
+            s3.put_object_tagging()
+                .bucket(B)
+                .key("tagged")
+                .tagging(tag_set(&tags)?)
+                .send()
+                .await,
+            400,
+            Some(code),
+        )?;
+    }
+    expect_error::<_, PutObjectError>(
+        "PutObject with a bad x-amz-tagging",
+        s3.put_object()
+            .bucket(B)
+            .key("tagged")
+            .tagging("a=1&a=2")
+            .body(ByteStream::from_static(b"other"))
+            .send()
+            .await,
+        400,
+        Some("InvalidTag"),
+    )?;
+    ensure!(
+        tags_of(s3, "tagged").await? == owned(&[("stage", "prod")]),
+        "tags after refused requests"
+    );
+    assert_object(s3, B, "tagged", &data).await?;
+    expect_error::<_, PutObjectTaggingError>(
+        "PutObjectTagging of a missing key",
+        s3.put_object_tagging()
+            .bucket(B)
+            .key("no-such-key")
+            .tagging(tag_set(&[("a", "1")])?)
+            .send()
+            .await,
+        404,
+        Some("NoSuchKey"),
+    )?;
+
+    // CopyObject copies the tags by default, replaces them with REPLACE.
+    s3.copy_object()
+        .bucket(B)
+        .key("tagged-copy")
+        .copy_source(format!("{B}/tagged"))
+        .tagging("ignored=yes")
+        .send()
+        .await?;
+    ensure!(
+        tags_of(s3, "tagged-copy").await? == owned(&[("stage", "prod")]),
+        "tags of a COPY-directive copy"
+    );
+    s3.copy_object()
+        .bucket(B)
+        .key("tagged-copy")
+        .copy_source(format!("{B}/tagged"))
+        .tagging_directive(TaggingDirective::Replace)
+        .tagging("copy=new")
+        .send()
+        .await?;
+    ensure!(
+        tags_of(s3, "tagged-copy").await? == owned(&[("copy", "new")]),
+        "tags of a REPLACE-directive copy"
+    );
+
+    // Multipart: the tags given at create are the object's at Complete.
+    let upload_id = s3
+        .create_multipart_upload()
+        .bucket(B)
+        .key("tagged-mp")
+        .tagging("via=multipart")
+        .send()
+        .await?
+        .upload_id()
+        .context("CreateMultipartUpload without UploadId")?
+        .to_string();
+    let upload = Upload {
+        s3,
+        bucket: B,
+        key: "tagged-mp",
+        upload_id: &upload_id,
+    };
+    let parts = upload_parts(&upload, &data, 5 * MIB, 1, 1).await?;
+    complete(s3, B, "tagged-mp", &upload_id, parts).await?;
+    ensure!(
+        tags_of(s3, "tagged-mp").await? == owned(&[("via", "multipart")]),
+        "tags of a completed multipart upload"
+    );
+
+    // DeleteObjectTagging: no tags, no x-amz-tagging-count.
+    s3.delete_object_tagging()
+        .bucket(B)
+        .key("tagged")
+        .send()
+        .await?;
+    ensure!(
+        tags_of(s3, "tagged").await?.is_empty(),
+        "tags after DeleteObjectTagging"
+    );
+    let got = s3.get_object().bucket(B).key("tagged").send().await?;
+    ensure!(
+        got.tag_count().is_none(),
+        "x-amz-tagging-count {:?}",
+        got.tag_count()
+    );
+    for key in ["tagged", "tagged-copy", "tagged-mp"] {
+        s3.delete_object().bucket(B).key(key).send().await?;
+    }
+    Ok(())
+}
+
 /// Content-MD5 and `x-amz-checksum-*` on PutObject.
 async fn integrity(s3: &aws_sdk_s3::Client, seed: u64) -> Result<()> {
     // ---- Integrity: Content-MD5 and x-amz-checksum-*.
@@ -1025,6 +1215,8 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
     Box::pin(object_semantics(&s3, seed)).await?;
 
     Box::pin(multipart_errors(&s3, seed)).await?;
+
+    Box::pin(object_tagging(&s3, seed)).await?;
 
     // ---- BucketNotEmpty while objects or uploads exist.
     expect_error::<_, DeleteBucketError>(

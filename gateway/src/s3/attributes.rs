@@ -28,6 +28,7 @@ use sluice_proto::meta as pb;
 
 use super::error::{invalid_argument, meta_error};
 use super::list::page_size;
+use super::multipart::part_number_marker;
 use super::put::ChecksumFields;
 use super::{Gateway, etag, timestamp};
 
@@ -140,15 +141,7 @@ pub(super) async fn get_object_attributes(
         ));
     }
     let max_parts = page_size(input.max_parts, "x-amz-max-parts")?;
-    let marker = match input.part_number_marker {
-        None => 0,
-        Some(n) if n >= 0 => n as u32,
-        Some(_) => {
-            return Err(invalid_argument(
-                "x-amz-part-number-marker must be a non-negative integer",
-            ));
-        }
-    };
+    let marker = part_number_marker(input.part_number_marker, "x-amz-part-number-marker")?;
     let obj = gw
         .meta
         .get_object(&input.bucket, &input.key)

@@ -21,6 +21,7 @@ use super::error::{invalid_argument, invalid_request, meta_error};
 use super::get::{Conditions, Precondition, object_stream};
 use super::multipart::{commit_part, part_number};
 use super::put::{ChecksumFields, commit_object, single_part_record, store_body};
+use super::tagging;
 use super::{
     Gateway, etag, http_meta, now_ms, object_placement_key, part_placement_key, timestamp,
 };
@@ -90,6 +91,17 @@ pub fn replaces_metadata(directive: Option<&MetadataDirective>) -> S3Result<bool
     }
 }
 
+/// Whether `x-amz-tagging-directive` replaces the source's tags
+/// (`REPLACE`) or copies them (`COPY`, the default).
+pub fn replaces_tags(directive: Option<&TaggingDirective>) -> S3Result<bool> {
+    match directive.map(TaggingDirective::as_str) {
+        None => Ok(false),
+        Some(d) if d.eq_ignore_ascii_case(TaggingDirective::COPY) => Ok(false),
+        Some(d) if d.eq_ignore_ascii_case(TaggingDirective::REPLACE) => Ok(true),
+        Some(_) => Err(invalid_argument("Unknown tagging directive.")),
+    }
+}
+
 /// Checks `x-amz-copy-source-if-*`; any failure is 412.
 fn check_source_conditions(conditions: &Conditions<'_>, src: &pb::ObjectRecord) -> S3Result<()> {
     match conditions.evaluate(&src.etag, src.last_modified_ms) {
@@ -136,6 +148,8 @@ pub(super) async fn copy_object(
     let mut input = req.input;
     let (src_bucket, src_key) = source_of(&input.copy_source)?;
     let replace = replaces_metadata(input.metadata_directive.as_ref())?;
+    let replace_tags = replaces_tags(input.tagging_directive.as_ref())?;
+    let new_tags = tagging::from_optional_header(input.tagging.as_deref())?;
     if src_bucket == input.bucket && src_key == input.key && !replace {
         return Err(invalid_request(
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
@@ -181,6 +195,11 @@ pub(super) async fn copy_object(
     } else {
         src.http.clone().unwrap_or_default()
     };
+    let tags = if replace_tags {
+        new_tags
+    } else {
+        src.tags.clone()
+    };
     let expected = expected_from_source(&src, true, extra);
     let body = object_stream(&gw.blobs, &src.parts, 0..src.size)?.map_err(io::Error::other);
     let placement_key = object_placement_key(&input.bucket, &input.key);
@@ -188,7 +207,7 @@ pub(super) async fn copy_object(
     let epoch = gw.blobs.epochs().begin_write();
     let stored = store_body(gw, &epoch, &placement_key, body, expected, Some(src.size)).await?;
     let new_blob = stored.placement.clone();
-    let record = single_part_record(input.bucket, input.key, stored, http, now_ms());
+    let record = single_part_record(input.bucket, input.key, stored, http, tags, now_ms());
     let (etag_value, last_modified_ms) = (record.etag.clone(), record.last_modified_ms);
     let sums = ChecksumFields::from(record.checksums.as_ref());
     tracing::debug!(from = %format!("{src_bucket}/{src_key}"), bucket = %record.bucket, key = %record.key, size = record.size, "copy object");

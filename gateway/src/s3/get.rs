@@ -430,7 +430,10 @@ pub(super) async fn get_object(
         ChecksumFields::from(sel.checksums(&obj, checksum_mode(input.checksum_mode.as_ref())));
     tracing::debug!(bucket = %input.bucket, key = %input.key, range = ?sel.range, "get object");
     Ok(S3Response::new(
-        object_output!(GetObjectOutput, &obj, &sel, sums, { body: Some(body), }),
+        object_output!(GetObjectOutput, &obj, &sel, sums, {
+            body: Some(body),
+            tag_count: super::tagging::tag_count(&obj),
+        }),
     ))
 }
 

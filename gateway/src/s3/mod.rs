@@ -10,6 +10,7 @@
 //! * `multipart.rs` — Create/UploadPart/Complete/Abort multipart upload, ListParts.
 //! * `copy.rs` — CopyObject, UploadPartCopy.
 //! * `delete.rs` — DeleteObject, DeleteObjects.
+//! * `tagging.rs` — Put/Get/DeleteObjectTagging and the `x-amz-tagging` header rules.
 //! * `checksum.rs` — ETag/MD5 and `x-amz-checksum-*` computation and verification.
 //! * `error.rs` — the mapping of meta and data-path errors to S3 errors.
 //!
@@ -33,6 +34,7 @@ pub mod host;
 pub mod list;
 pub mod multipart;
 pub mod put;
+pub mod tagging;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -280,6 +282,27 @@ impl S3 for Gateway {
         req: S3Request<GetBucketVersioningInput>,
     ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
         bucket::get_bucket_versioning(self, req).await
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        tagging::get_object_tagging(self, req).await
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        tagging::put_object_tagging(self, req).await
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        tagging::delete_object_tagging(self, req).await
     }
 
     async fn get_object_attributes(

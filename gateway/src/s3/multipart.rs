@@ -23,7 +23,7 @@ use super::put::{
     ChecksumFields, StoredBody, check_write_conditions, discard_uncommitted, request_body,
     store_body,
 };
-use super::{Gateway, etag, http_meta, now_ms, owner, part_placement_key, timestamp};
+use super::{Gateway, etag, http_meta, now_ms, owner, part_placement_key, tagging, timestamp};
 
 /// Smallest size of every part but the last.
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
@@ -117,6 +117,7 @@ pub(super) async fn create_multipart_upload(
         ),
     };
     let checksum_type = resolve_checksum_type(algorithm, input.checksum_type.as_ref())?;
+    let tags = tagging::from_optional_header(input.tagging.as_deref())?;
     gw.meta
         .get_bucket(&input.bucket)
         .await
@@ -140,6 +141,7 @@ pub(super) async fn create_multipart_upload(
         http: Some(http),
         checksum_algorithm: algorithm.map(|a| a.name().to_string()),
         checksum_type: checksum_type.as_ref().map(|t| t.as_str().to_string()),
+        tags,
     };
     gw.meta.create_upload(upload).await.map_err(meta_error)?;
     tracing::debug!(bucket = %input.bucket, key = %input.key, %upload_id, "create multipart upload");
@@ -596,21 +598,23 @@ pub(super) async fn abort_multipart_upload(
     Ok(S3Response::new(AbortMultipartUploadOutput::default()))
 }
 
+/// A part-number marker (`what` names it in the error): parts after it are
+/// listed; absent is 0. Errors: `InvalidArgument` when negative.
+pub(super) fn part_number_marker(marker: Option<i32>, what: &str) -> S3Result<u32> {
+    match marker {
+        None => Ok(0),
+        Some(n) => u32::try_from(n)
+            .map_err(|_| invalid_argument(format!("{what} must be a non-negative integer"))),
+    }
+}
+
 pub(super) async fn list_parts(
     gw: &Gateway,
     req: S3Request<ListPartsInput>,
 ) -> S3Result<S3Response<ListPartsOutput>> {
     let input = req.input;
     let max_parts = page_size(input.max_parts, "max-parts")?;
-    let marker = match input.part_number_marker {
-        None => 0,
-        Some(n) if n >= 0 => n as u32,
-        Some(_) => {
-            return Err(invalid_argument(
-                "part-number-marker must be a non-negative integer",
-            ));
-        }
-    };
+    let marker = part_number_marker(input.part_number_marker, "part-number-marker")?;
     let page = if max_parts == 0 {
         let upload = gw
             .meta

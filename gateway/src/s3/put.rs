@@ -17,7 +17,7 @@ use sluice_proto::meta as pb;
 
 use super::checksum::{self, BodyDigests, DigestingBody, Expected};
 use super::error::{blob_error, body_error, internal, meta_error};
-use super::{Gateway, etag, http_meta, now_ms, object_placement_key};
+use super::{Gateway, etag, http_meta, now_ms, object_placement_key, tagging};
 use crate::epoch::EpochGuard;
 
 /// A request body stored as a blob and verified against what the client claimed.
@@ -146,6 +146,7 @@ pub fn single_part_record(
     key: String,
     stored: StoredBody,
     http: pb::HttpMeta,
+    tags: Vec<pb::Tag>,
     last_modified_ms: i64,
 ) -> pb::ObjectRecord {
     let StoredBody { placement, digests } = stored;
@@ -168,6 +169,7 @@ pub fn single_part_record(
         }],
         multipart: false,
         upload_id: String::new(),
+        tags,
     }
 }
 
@@ -283,6 +285,7 @@ pub(super) async fn put_object(
         .await
         .map_err(meta_error)?;
     let expected = Expected::from_headers(&headers, trailing_headers)?;
+    let tags = tagging::from_optional_header(input.tagging.as_deref())?;
     check_write_conditions(
         gw,
         &input.bucket,
@@ -315,7 +318,7 @@ pub(super) async fn put_object(
     )
     .await?;
     let new_blob = stored.placement.clone();
-    let record = single_part_record(input.bucket, input.key, stored, http, now_ms());
+    let record = single_part_record(input.bucket, input.key, stored, http, tags, now_ms());
     let etag_value = record.etag.clone();
     let size = i64::try_from(record.size).unwrap_or(i64::MAX);
     let sums = ChecksumFields::from(record.checksums.as_ref());
@@ -394,7 +397,14 @@ mod tests {
                 checksums: pb::Checksums::default(),
             },
         };
-        let r = single_part_record("b".into(), "k".into(), stored, pb::HttpMeta::default(), 5);
+        let r = single_part_record(
+            "b".into(),
+            "k".into(),
+            stored,
+            pb::HttpMeta::default(),
+            vec![],
+            5,
+        );
         assert_eq!(r.etag, "d41d8cd98f00b204e9800998ecf8427e");
         assert_eq!(r.parts.len(), 1);
         assert_eq!(r.parts[0].part_number, 1);

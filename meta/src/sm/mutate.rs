@@ -72,6 +72,7 @@ pub fn apply_command_with<K: KvStore>(
         Command::DeleteBucket(r) => delete_bucket(kv, r),
         Command::PutObject(r) => put_object(kv, r),
         Command::DeleteObject(r) => delete_object(kv, r),
+        Command::PutObjectTagging(r) => put_object_tagging(kv, r),
         Command::CreateUpload(r) => create_upload(kv, r, now_ms),
         Command::PutPart(r) => put_part(kv, r),
         Command::CompleteUpload(r) => complete_upload(kv, r),
@@ -127,6 +128,7 @@ fn op_id_of(command: &Command) -> &str {
         Command::DeleteBucket(r) => &r.op_id,
         Command::PutObject(r) => &r.op_id,
         Command::DeleteObject(r) => &r.op_id,
+        Command::PutObjectTagging(r) => &r.op_id,
         Command::CreateUpload(r) => &r.op_id,
         Command::PutPart(r) => &r.op_id,
         Command::CompleteUpload(r) => &r.op_id,
@@ -334,6 +336,21 @@ fn delete_object<K: KvStore>(kv: &K, r: &pb::ObjectKey) -> Outcome {
     Ok((b, Applied::Released(released)))
 }
 
+/// Replaces the tags of the current object; its body, placements and
+/// last-modified time are unchanged (as S3's PutObjectTagging leaves them).
+fn put_object_tagging<K: KvStore>(kv: &K, r: &pb::PutObjectTaggingRequest) -> Outcome {
+    require_bucket(kv, &r.bucket)?;
+    let key = keys::object(&r.bucket, &r.key);
+    let Some(mut object): Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")?
+    else {
+        return refuse(ErrorCode::NoSuchKey, format!("no such key: {}", r.key));
+    };
+    object.tags = r.tags.clone();
+    let mut b = Batch::new();
+    b.put(Space::Objects, key, object.encode_to_vec());
+    Ok((b, Applied::Done))
+}
+
 /// Records a multipart upload initiated at leader time `now_ms` (the
 /// caller's `initiated_ms` is ignored; entries proposed before leader time
 /// was stamped, `now_ms == 0`, keep it so their replay is unchanged).
@@ -509,6 +526,7 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest) -> Outcome
         etag: multipart_etag(chosen.iter().map(|p| p.md5.as_slice())),
         last_modified_ms: r.now_ms,
         http: upload.http,
+        tags: upload.tags,
         checksums: r.checksums.clone(),
         parts: chosen,
         multipart: true,

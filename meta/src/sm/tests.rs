@@ -485,6 +485,87 @@ fn complete_builds_object_releases_unlisted_and_is_idempotent() {
     assert_eq!(refused_code(&other), Some(ErrorCode::NoSuchUpload));
 }
 
+fn tag(k: &str, v: &str) -> pb::Tag {
+    pb::Tag {
+        key: k.into(),
+        value: v.into(),
+    }
+}
+
+fn put_tags(kv: &MemStore, key: &str, tags: Vec<pb::Tag>) -> Applied {
+    exec(
+        kv,
+        Command::PutObjectTagging(pb::PutObjectTaggingRequest {
+            bucket: "b".into(),
+            key: key.into(),
+            tags,
+            op_id: String::new(),
+        }),
+    )
+}
+
+#[test]
+fn object_tagging_replaces_tags_only_and_needs_the_object() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    put(&kv, "b", "k", "blob-k");
+    let before = get_object(&kv, "b", "k").unwrap();
+    assert_eq!(
+        put_tags(&kv, "k", vec![tag("a", "1"), tag("b", "")]),
+        Applied::Done
+    );
+    let tagged = get_object(&kv, "b", "k").unwrap();
+    assert_eq!(tagged.tags, vec![tag("a", "1"), tag("b", "")]);
+    // Body, placements, ETag and last-modified are the object's own.
+    assert_eq!(
+        pb::ObjectRecord {
+            tags: vec![],
+            ..tagged.clone()
+        },
+        before
+    );
+    // Replaced, not merged; empty removes them (DeleteObjectTagging).
+    put_tags(&kv, "k", vec![tag("c", "3")]);
+    assert_eq!(get_object(&kv, "b", "k").unwrap().tags, vec![tag("c", "3")]);
+    put_tags(&kv, "k", vec![]);
+    assert_eq!(get_object(&kv, "b", "k").unwrap(), before);
+    // Nothing released: the blob is still referenced.
+    assert!(
+        filter_unreferenced(&kv, &[bid("blob-k")])
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        refused_code(&put_tags(&kv, "missing", vec![tag("a", "1")])),
+        Some(ErrorCode::NoSuchKey)
+    );
+}
+
+#[test]
+fn complete_gives_the_object_the_uploads_tags() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    let up = pb::UploadRecord {
+        bucket: "b".into(),
+        key: "k".into(),
+        upload_id: "u1".into(),
+        tags: vec![tag("team", "x")],
+        ..Default::default()
+    };
+    exec(
+        &kv,
+        Command::CreateUpload(pb::CreateUploadRequest {
+            upload: Some(up),
+            ..Default::default()
+        }),
+    );
+    part(&kv, "k", "u1", 1, 7, b"part1", "blob1");
+    let Applied::Completed(resp) = complete(&kv, "u1", vec![completed(1, b"part1")]) else {
+        panic!("not completed")
+    };
+    assert_eq!(resp.object.unwrap().tags, vec![tag("team", "x")]);
+}
+
 #[test]
 fn multipart_etag_matches_known_value() {
     // Two parts whose binary MD5s are those of "a" and "b".
