@@ -23,10 +23,10 @@
 //! source.
 
 use s3s::dto::*;
-use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+use s3s::{S3Request, S3Response, S3Result};
 use sluice_proto::meta as pb;
 
-use super::error::{invalid_argument, meta_error};
+use super::error::{invalid_argument, meta_error, unversioned};
 use super::list::page_size;
 use super::multipart::part_number_marker;
 use super::put::ChecksumFields;
@@ -134,12 +134,7 @@ pub(super) async fn get_object_attributes(
 ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
     let input = req.input;
     let wanted = Wanted::parse(input.object_attributes.iter().map(|a| a.as_str()))?;
-    if input.version_id.as_deref().is_some_and(|v| v != "null") {
-        return Err(S3Error::with_message(
-            S3ErrorCode::NotImplemented,
-            "Object versions are not supported.",
-        ));
-    }
+    unversioned(input.version_id.as_deref())?;
     let max_parts = page_size(input.max_parts, "x-amz-max-parts")?;
     let marker = part_number_marker(input.part_number_marker, "x-amz-part-number-marker")?;
     let obj = gw

@@ -17,7 +17,7 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use sluice_proto::meta as pb;
 
 use super::checksum::{self, ChecksumAlgorithm, Expected};
-use super::error::{invalid_argument, invalid_request, meta_error};
+use super::error::{invalid_argument, invalid_request, meta_error, unversioned};
 use super::get::{Conditions, Precondition, object_stream};
 use super::multipart::{commit_part, part_number};
 use super::put::{ChecksumFields, commit_object, single_part_record, store_body};
@@ -38,12 +38,7 @@ pub fn source_of(source: &CopySource) -> S3Result<(String, String)> {
             key,
             version_id,
         } => {
-            if version_id.as_deref().is_some_and(|v| v != "null") {
-                return Err(S3Error::with_message(
-                    S3ErrorCode::NotImplemented,
-                    "Object versions are not supported.",
-                ));
-            }
+            unversioned(version_id.as_deref())?;
             Ok((bucket.to_string(), key.to_string()))
         }
         _ => Err(S3Error::with_message(

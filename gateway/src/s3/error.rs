@@ -304,6 +304,19 @@ pub fn custom(code: &'static str, status: StatusCode, message: &'static str) -> 
     err
 }
 
+/// Refuses a `versionId` (or a copy source's) other than `null`: Sluice has
+/// no versioning, so every object is the `null` version. Errors: 501
+/// `NotImplemented`.
+pub fn unversioned(version_id: Option<&str>) -> Result<(), S3Error> {
+    if version_id.is_some_and(|v| v != "null") {
+        return Err(S3Error::with_message(
+            S3ErrorCode::NotImplemented,
+            "Object versions are not supported.",
+        ));
+    }
+    Ok(())
+}
+
 /// `InvalidArgument` (400) with a message.
 pub fn invalid_argument(message: impl Into<String>) -> S3Error {
     S3Error::with_message(S3ErrorCode::InvalidArgument, message.into())

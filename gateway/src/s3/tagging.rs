@@ -21,7 +21,7 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use sluice_proto::meta as pb;
 
 use super::Gateway;
-use super::error::{invalid_argument, meta_error};
+use super::error::{invalid_argument, meta_error, unversioned};
 
 /// Most tags an object carries (S3's limit).
 pub const MAX_TAGS: usize = 10;
@@ -132,22 +132,12 @@ fn to_tag_set(tags: &[pb::Tag]) -> TagSet {
         .collect()
 }
 
-fn no_versions(version_id: Option<&str>) -> S3Result<()> {
-    if version_id.is_some_and(|v| v != "null") {
-        return Err(S3Error::with_message(
-            S3ErrorCode::NotImplemented,
-            "Object versions are not supported.",
-        ));
-    }
-    Ok(())
-}
-
 pub(super) async fn get_object_tagging(
     gw: &Gateway,
     req: S3Request<GetObjectTaggingInput>,
 ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
     let input = req.input;
-    no_versions(input.version_id.as_deref())?;
+    unversioned(input.version_id.as_deref())?;
     let obj = gw
         .meta
         .get_object(&input.bucket, &input.key)
@@ -164,7 +154,7 @@ pub(super) async fn put_object_tagging(
     req: S3Request<PutObjectTaggingInput>,
 ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
     let input = req.input;
-    no_versions(input.version_id.as_deref())?;
+    unversioned(input.version_id.as_deref())?;
     let tags = from_tag_set(input.tagging.tag_set)?;
     gw.meta
         .put_object_tagging(&input.bucket, &input.key, tags)
@@ -178,7 +168,7 @@ pub(super) async fn delete_object_tagging(
     req: S3Request<DeleteObjectTaggingInput>,
 ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
     let input = req.input;
-    no_versions(input.version_id.as_deref())?;
+    unversioned(input.version_id.as_deref())?;
     gw.meta
         .put_object_tagging(&input.bucket, &input.key, Vec::new())
         .await
