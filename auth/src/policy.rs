@@ -47,6 +47,8 @@ pub static META: ServiceTable = ServiceTable {
         ("GetObject", GW),
         ("DeleteObject", GW),
         ("PutObjectTagging", GW),
+        ("PutObjectAcl", GW),
+        ("PutBucketConfig", GW),
         ("ListObjects", GW),
         ("CreateUpload", GW),
         ("GetUpload", GW),

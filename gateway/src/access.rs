@@ -28,11 +28,15 @@ use std::time::{Duration, Instant};
 
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
-use s3s::dto::{CopyObjectInput, CopySource, UploadPartCopyInput};
+use s3s::dto::{CORSRule, CopyObjectInput, CopySource, UploadPartCopyInput};
 use s3s::path::S3Path;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Result};
 use sluice_meta::MetaClient;
 use sluice_proto::meta as pb;
+use sluice_proto::meta::ErrorCode;
+
+use crate::s3::acl;
+use crate::s3::policy::{self, BucketPolicy, Decision};
 
 /// Most access keys the gateway's key cache holds.
 pub const KEY_CACHE_ENTRIES: usize = 1024;
@@ -72,6 +76,9 @@ pub fn required(op: &str) -> Need {
         | "GetObjectAcl"
         | "GetObjectRetention"
         | "GetObjectLegalHold" => Need::Read,
+        // Making an object public is the owner's decision (S3's
+        // s3:PutObjectAcl), not every writer's.
+        "PutObjectAcl" => Need::Owner,
         op if op.contains("Bucket") => Need::Owner,
         _ => Need::Write,
     }
@@ -81,8 +88,10 @@ pub fn required(op: &str) -> Need {
 /// by [`KeyAccess`] for the handlers (bucket listing, bucket creation).
 #[derive(Clone)]
 pub struct Caller {
-    /// `None`: the root key.
+    /// `None`: the root key, or nobody when `anonymous`.
     pub key: Option<Arc<pb::AccessKey>>,
+    /// An unsigned request.
+    pub anonymous: bool,
     keys: Arc<AccessKeys>,
 }
 
@@ -94,14 +103,16 @@ impl Caller {
 
     /// Whether the caller may see `bucket` in ListBuckets (any grant).
     pub fn sees(&self, bucket: &str) -> bool {
-        self.key.as_ref().is_none_or(|k| grant(k, bucket).is_some())
+        !self.anonymous && self.key.as_ref().is_none_or(|k| grant(k, bucket).is_some())
     }
 
     /// Whether the caller owns `bucket`.
     pub fn owns(&self, bucket: &str) -> bool {
-        self.key
-            .as_ref()
-            .is_none_or(|k| grant(k, bucket).is_some_and(|g| g.owner))
+        !self.anonymous
+            && self
+                .key
+                .as_ref()
+                .is_none_or(|k| grant(k, bucket).is_some_and(|g| g.owner))
     }
 
     /// Forgets the cached grants of the caller's key (after it created a
@@ -129,10 +140,56 @@ pub fn allows(key: Option<&pb::AccessKey>, bucket: &str, need: Need) -> bool {
     }
 }
 
-/// One cached answer of meta: the key, or `None` for an unknown id.
-struct Cached {
-    fetched: Instant,
-    key: Option<Arc<pb::AccessKey>>,
+/// A bounded map whose entries are trusted for a TTL: at most
+/// `max_entries`; a full cache first drops expired entries, then the
+/// oldest one. Used for access keys and bucket settings.
+pub(crate) struct TtlCache<V> {
+    max_entries: usize,
+    ttl: Duration,
+    map: Mutex<HashMap<String, (Instant, V)>>,
+}
+
+impl<V: Clone> TtlCache<V> {
+    pub(crate) fn new(max_entries: usize, ttl: Duration) -> Self {
+        TtlCache {
+            max_entries: max_entries.max(1),
+            ttl,
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The value cached for `id`, if younger than the TTL.
+    pub(crate) fn get(&self, id: &str) -> Option<V> {
+        let map = self.map.lock().expect("cache lock");
+        let (fetched, v) = map.get(id)?;
+        (fetched.elapsed() < self.ttl).then(|| v.clone())
+    }
+
+    pub(crate) fn insert(&self, id: &str, value: V) {
+        let mut map = self.map.lock().expect("cache lock");
+        if map.len() >= self.max_entries && !map.contains_key(id) {
+            let ttl = self.ttl;
+            map.retain(|_, (fetched, _)| fetched.elapsed() < ttl);
+            // Still full: drop the oldest entry (O(entries), bounded).
+            if map.len() >= self.max_entries
+                && let Some(oldest) = map
+                    .iter()
+                    .min_by_key(|(_, (fetched, _))| *fetched)
+                    .map(|(k, _)| k.clone())
+            {
+                map.remove(&oldest);
+            }
+        }
+        map.insert(id.to_string(), (Instant::now(), value));
+    }
+
+    pub(crate) fn invalidate(&self, id: &str) {
+        self.map.lock().expect("cache lock").remove(id);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.lock().expect("cache lock").len()
+    }
 }
 
 /// The root key and a bounded, expiring cache of the keys stored in meta.
@@ -140,9 +197,7 @@ pub struct AccessKeys {
     root_id: String,
     root_secret: SecretKey,
     meta: Option<MetaClient>,
-    max_entries: usize,
-    ttl: Duration,
-    cache: Mutex<HashMap<String, Cached>>,
+    cache: TtlCache<Option<Arc<pb::AccessKey>>>,
 }
 
 /// What an access key id resolves to.
@@ -173,10 +228,13 @@ impl AccessKeys {
             root_id: root_id.to_string(),
             root_secret: SecretKey::from(root_secret),
             meta,
-            max_entries: max_entries.max(1),
-            ttl,
-            cache: Mutex::new(HashMap::new()),
+            cache: TtlCache::new(max_entries, ttl),
         })
+    }
+
+    /// The root key's id (the owner shown for buckets it created).
+    pub fn root_id(&self) -> &str {
+        &self.root_id
     }
 
     /// Resolves `id`: the root key, a cached answer younger than the TTL,
@@ -210,49 +268,24 @@ impl AccessKeys {
     }
 
     fn cached(&self, id: &str) -> Option<Resolved> {
-        let cache = self.cache.lock().expect("key cache lock");
-        let c = cache.get(id)?;
-        if c.fetched.elapsed() >= self.ttl {
-            return None;
-        }
-        Some(match &c.key {
-            Some(k) => Resolved::Key(Arc::clone(k)),
+        Some(match self.cache.get(id)? {
+            Some(k) => Resolved::Key(k),
             None => Resolved::Unknown,
         })
     }
 
     fn insert(&self, id: &str, key: Option<Arc<pb::AccessKey>>) {
-        let mut cache = self.cache.lock().expect("key cache lock");
-        if cache.len() >= self.max_entries && !cache.contains_key(id) {
-            let ttl = self.ttl;
-            cache.retain(|_, c| c.fetched.elapsed() < ttl);
-            // Still full: drop the oldest entry (O(entries), bounded).
-            if cache.len() >= self.max_entries
-                && let Some(oldest) = cache
-                    .iter()
-                    .min_by_key(|(_, c)| c.fetched)
-                    .map(|(k, _)| k.clone())
-            {
-                cache.remove(&oldest);
-            }
-        }
-        cache.insert(
-            id.to_string(),
-            Cached {
-                fetched: Instant::now(),
-                key,
-            },
-        );
+        self.cache.insert(id, key);
     }
 
     /// Forgets the cached answer for `id`.
     pub fn invalidate(&self, id: &str) {
-        self.cache.lock().expect("key cache lock").remove(id);
+        self.cache.invalidate(id);
     }
 
     /// Keys in the cache (tests).
     pub fn cached_entries(&self) -> usize {
-        self.cache.lock().expect("key cache lock").len()
+        self.cache.len()
     }
 }
 
@@ -278,9 +311,236 @@ impl S3Auth for KeyAuth {
 #[derive(Clone, Default)]
 pub(crate) struct OpName(pub(crate) Arc<std::sync::OnceLock<String>>);
 
-/// The s3s access check: records the operation name, denies anonymous
-/// requests, and authorizes the caller on the request's bucket.
-pub struct KeyAccess(pub Arc<AccessKeys>);
+/// Most buckets whose settings (ACL, policy, CORS) a gateway caches.
+pub const BUCKET_CACHE_ENTRIES: usize = 1024;
+
+/// How long cached bucket settings are trusted: the most a PutBucketAcl,
+/// PutBucketPolicy or PutBucketCors made through another gateway waits to
+/// take effect on this one (on the gateway that made it: at once).
+pub const BUCKET_CACHE_TTL: Duration = Duration::from_secs(5);
+
+/// A bucket's record with its policy parsed and CORS rules in s3s's form.
+pub struct BucketView {
+    pub record: pb::Bucket,
+    pub policy: Option<BucketPolicy>,
+    pub cors: Vec<CORSRule>,
+}
+
+impl BucketView {
+    fn new(record: pb::Bucket) -> Self {
+        let policy = if record.policy.is_empty() {
+            None
+        } else {
+            match policy::parse(&record.policy, &record.name) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    // Checked at PutBucketPolicy; only a policy written by
+                    // another version could fail here. Fail closed: a
+                    // policy that cannot be read grants nothing.
+                    tracing::warn!(bucket = %record.name, error = %e, "stored bucket policy unreadable; ignored");
+                    None
+                }
+            }
+        };
+        let cors = record.cors.iter().map(cors_rule).collect();
+        BucketView {
+            record,
+            policy,
+            cors,
+        }
+    }
+}
+
+/// A stored CORS rule in s3s's form.
+pub fn cors_rule(r: &pb::CorsRule) -> CORSRule {
+    let opt = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+    CORSRule {
+        allowed_headers: opt(&r.allowed_headers),
+        allowed_methods: r.allowed_methods.clone(),
+        allowed_origins: r.allowed_origins.clone(),
+        expose_headers: opt(&r.expose_headers),
+        id: (!r.id.is_empty()).then(|| r.id.clone()),
+        max_age_seconds: r.max_age_seconds,
+    }
+}
+
+/// Bucket settings read from meta, cached: at most
+/// [`BUCKET_CACHE_ENTRIES`] buckets, each trusted for [`BUCKET_CACHE_TTL`].
+/// A missing bucket is not cached (a bucket just created through another
+/// gateway must be usable at once).
+pub struct BucketCache {
+    meta: MetaClient,
+    cache: TtlCache<Arc<BucketView>>,
+}
+
+impl BucketCache {
+    pub fn new(meta: MetaClient) -> Arc<Self> {
+        Arc::new(BucketCache {
+            meta,
+            cache: TtlCache::new(BUCKET_CACHE_ENTRIES, BUCKET_CACHE_TTL),
+        })
+    }
+
+    /// The settings of `bucket`; `None` if it does not exist. A meta
+    /// failure is `503 ServiceUnavailable`.
+    pub async fn get(&self, bucket: &str) -> S3Result<Option<Arc<BucketView>>> {
+        if let Some(hit) = self.cache.get(bucket) {
+            return Ok(Some(hit));
+        }
+        match self.meta.get_bucket(bucket).await {
+            Ok(record) => {
+                let view = Arc::new(BucketView::new(record));
+                self.cache.insert(bucket, Arc::clone(&view));
+                Ok(Some(view))
+            }
+            Err(e) if e.code() == Some(ErrorCode::NoSuchBucket) => Ok(None),
+            Err(e) => {
+                tracing::warn!(%bucket, error = %e, "reading bucket settings from meta failed");
+                Err(S3Error::with_message(
+                    S3ErrorCode::ServiceUnavailable,
+                    "The bucket's settings could not be read; please retry.",
+                ))
+            }
+        }
+    }
+
+    /// Forgets `bucket`'s cached settings (after this gateway changed them).
+    pub fn invalidate(&self, bucket: &str) {
+        self.cache.invalidate(bucket);
+    }
+}
+
+/// Who sent a request.
+#[derive(Clone, Copy)]
+pub enum Who<'a> {
+    /// The root key: owns every bucket.
+    Root,
+    Key(&'a pb::AccessKey),
+    /// No signature: S3's AllUsers group only.
+    Anonymous,
+}
+
+/// The outcome of [`authorize`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Deny,
+    /// A read of an object nothing at the bucket level allowed: the
+    /// object's own ACL decides, once the handler has read it.
+    ObjectAcl {
+        can_list: bool,
+    },
+}
+
+/// Put in a request's extensions when [`Verdict::ObjectAcl`]: the handler
+/// checks the object's ACL (`s3::acl::readable_object`).
+#[derive(Clone, Copy, Debug)]
+pub struct ObjectAclCheck {
+    /// A valid key signed the request (AuthenticatedUsers).
+    pub authenticated: bool,
+    /// The caller may list the bucket: a missing key is then 404, not 403.
+    pub can_list: bool,
+}
+
+/// Whether `who` may perform `op` (s3s operation name) on `bucket`
+/// (`key`: the object, for object operations), as S3 combines its sources
+/// ("How Amazon S3 authorizes a request"), simplified to one account:
+///
+/// 1. the root key and a key with the bucket's `owner` grant may always act
+///    (an owner cannot lock itself out);
+/// 2. an explicit `Deny` of the bucket policy for the caller refuses;
+/// 3. a key's grant ([`required`]) allows;
+/// 4. an `Allow` of the bucket policy for the caller allows;
+/// 5. the bucket's canned ACL allows listing (`READ`: ListObjects,
+///    ListObjectVersions, ListMultipartUploads, HeadBucket) and, for
+///    `public-read-write`, object writes and deletes (`WRITE`);
+/// 6. an object read (GetObject, HeadObject, GetObjectAttributes) is left
+///    to the object's ACL ([`Verdict::ObjectAcl`]);
+/// 7. anything else is denied.
+pub fn authorize(who: Who<'_>, op: &str, view: &BucketView, key: Option<&str>) -> Verdict {
+    let bucket = view.record.name.as_str();
+    let principal = match who {
+        Who::Root => return Verdict::Allow,
+        Who::Key(k) if allows(Some(k), bucket, Need::Owner) => return Verdict::Allow,
+        Who::Key(k) => policy::Principal::Key(&k.id),
+        Who::Anonymous => policy::Principal::Anonymous,
+    };
+    let by_policy = |actions: &[&str], key: Option<&str>| {
+        view.policy.as_ref().map_or(Decision::NotApplicable, |p| {
+            p.evaluate_all(principal, actions, &policy::resource_of(bucket, key))
+        })
+    };
+    let actions = policy::actions_of(op);
+    let decision = by_policy(actions, key);
+    if decision == Decision::Deny {
+        return Verdict::Deny;
+    }
+    if let Who::Key(k) = who
+        && allows(Some(k), bucket, required(op))
+    {
+        return Verdict::Allow;
+    }
+    if decision == Decision::Allow {
+        return Verdict::Allow;
+    }
+    let authenticated = matches!(who, Who::Key(_));
+    let acl = view.record.acl();
+    let action = policy::action_of(op);
+    let bucket_read = |a: &str| {
+        matches!(
+            a,
+            "s3:ListBucket" | "s3:ListBucketVersions" | "s3:ListBucketMultipartUploads"
+        )
+    };
+    let bucket_write = |a: &str| {
+        matches!(
+            a,
+            "s3:PutObject"
+                | "s3:DeleteObject"
+                | "s3:DeleteObjectVersion"
+                | "s3:AbortMultipartUpload"
+                | "s3:ListMultipartUploadParts"
+        )
+    };
+    if (bucket_read(action) && acl::allows_read(acl, authenticated))
+        || (bucket_write(action) && acl::allows_write(acl))
+    {
+        return Verdict::Allow;
+    }
+    if action == "s3:GetObject" {
+        let can_list = (acl::allows_read(acl, authenticated))
+            || match who {
+                Who::Key(k) => allows(Some(k), bucket, Need::Read),
+                _ => false,
+            }
+            || by_policy(&["s3:ListBucket"], None) == Decision::Allow;
+        return Verdict::ObjectAcl { can_list };
+    }
+    Verdict::Deny
+}
+
+/// Whether a write (`op`) asks for an ACL other than private in
+/// `x-amz-acl`.
+fn sets_public_acl(op: &str, headers: &http::HeaderMap) -> bool {
+    matches!(op, "PutObject" | "CopyObject" | "CreateMultipartUpload")
+        && headers
+            .get("x-amz-acl")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                !matches!(
+                    v,
+                    "private" | "bucket-owner-read" | "bucket-owner-full-control"
+                )
+            })
+}
+
+/// The s3s access check: records the operation name, resolves the caller
+/// (a key, the root key, or anonymous) and authorizes it on the request's
+/// bucket ([`authorize`]).
+pub struct KeyAccess {
+    pub keys: Arc<AccessKeys>,
+    pub buckets: Arc<BucketCache>,
+}
 
 fn access_denied() -> S3Error {
     S3Error::with_message(S3ErrorCode::AccessDenied, "Access Denied")
@@ -291,15 +551,28 @@ impl KeyAccess {
         req.extensions.get::<Caller>().ok_or_else(access_denied)
     }
 
-    fn check_source(req_caller: &Caller, source: &CopySource) -> S3Result<()> {
-        match source {
-            CopySource::Bucket { bucket, .. } => {
-                if allows(req_caller.key.as_deref(), &bucket[..], Need::Read) {
-                    Ok(())
-                } else {
-                    Err(access_denied())
-                }
-            }
+    /// A copy's source must be readable by the caller: the root key, a
+    /// key's `read` grant on the source bucket, or the source bucket's
+    /// policy allowing `s3:GetObject` on the source key to the caller.
+    async fn check_source(&self, caller: &Caller, source: &CopySource) -> S3Result<()> {
+        let CopySource::Bucket { bucket, key, .. } = source else {
+            return Err(access_denied());
+        };
+        let who = match (&caller.key, caller.anonymous) {
+            (_, true) => Who::Anonymous,
+            (None, false) => return Ok(()),
+            (Some(k), false) => Who::Key(k),
+        };
+        if let Who::Key(k) = who
+            && allows(Some(k), bucket, Need::Read)
+        {
+            return Ok(());
+        }
+        let Some(view) = self.buckets.get(bucket).await? else {
+            return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
+        };
+        match authorize(who, "GetObject", &view, Some(key)) {
+            Verdict::Allow => Ok(()),
             _ => Err(access_denied()),
         }
     }
@@ -312,45 +585,81 @@ impl S3Access for KeyAccess {
         if let Some(slot) = cx.extensions_mut().get::<OpName>() {
             let _ = slot.0.set(op.clone());
         }
-        let Some(access_key) = cx.credentials().map(|c| c.access_key.clone()) else {
-            return Err(S3Error::with_message(
-                S3ErrorCode::AccessDenied,
-                "Signature is required",
-            ));
+        let key = match cx.credentials().map(|c| c.access_key.clone()) {
+            None => None,
+            Some(access_key) => Some(match self.keys.resolve(&access_key).await? {
+                Resolved::Root => None,
+                Resolved::Key(k) => Some(k),
+                // Resolved during authentication; deleted since (cache expiry).
+                Resolved::Unknown => {
+                    return Err(S3Error::new(S3ErrorCode::InvalidAccessKeyId));
+                }
+            }),
         };
-        let key = match self.0.resolve(&access_key).await? {
-            Resolved::Root => None,
-            Resolved::Key(k) => Some(k),
-            // Resolved during authentication; deleted since (cache expiry).
-            Resolved::Unknown => {
-                return Err(S3Error::new(S3ErrorCode::InvalidAccessKeyId));
+        let anonymous = key.is_none();
+        let key = key.flatten();
+        let (bucket, object) = match cx.s3_path() {
+            S3Path::Root => (None, None),
+            S3Path::Bucket { bucket } => (Some(bucket.to_string()), None),
+            S3Path::Object { bucket, key } => (Some(bucket.to_string()), Some(key.to_string())),
+        };
+        let who = match (&key, anonymous) {
+            (_, true) => Who::Anonymous,
+            (None, false) => Who::Root,
+            (Some(k), false) => Who::Key(k),
+        };
+        if required(&op) == Need::Authenticated || bucket.is_none() {
+            // CreateBucket and ListBuckets: any valid key, never anonymous.
+            if anonymous {
+                return Err(access_denied());
             }
-        };
-        let need = required(&op);
-        let bucket = match cx.s3_path() {
-            S3Path::Root => None,
-            S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => Some(bucket.to_string()),
-        };
-        if let (Some(bucket), Some(k)) = (&bucket, &key)
-            && need != Need::Authenticated
-            && !allows(Some(k), bucket, need)
+        } else if let Some(bucket) = &bucket
+            && !matches!(who, Who::Root)
         {
-            tracing::debug!(key_id = %k.id, %bucket, op = %op, ?need, "access denied");
-            return Err(access_denied());
+            let view = self.buckets.get(bucket).await?;
+            let Some(view) = view else {
+                // A missing bucket is 404 to everyone (S3's answer).
+                return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
+            };
+            let mut verdict = authorize(who, &op, &view, object.as_deref());
+            // A write that also sets a non-private `x-amz-acl` needs
+            // PutObjectAcl's permission too.
+            if verdict == Verdict::Allow
+                && sets_public_acl(&op, cx.headers())
+                && authorize(who, "PutObjectAcl", &view, object.as_deref()) != Verdict::Allow
+            {
+                verdict = Verdict::Deny;
+            }
+            match verdict {
+                Verdict::Allow => {}
+                Verdict::Deny => {
+                    tracing::debug!(key_id = key.as_ref().map_or("-", |k| k.id.as_str()), %bucket, op = %op, "access denied");
+                    return Err(access_denied());
+                }
+                Verdict::ObjectAcl { can_list } => {
+                    cx.extensions_mut().insert(ObjectAclCheck {
+                        authenticated: !anonymous,
+                        can_list,
+                    });
+                }
+            }
         }
         cx.extensions_mut().insert(Caller {
             key,
-            keys: Arc::clone(&self.0),
+            anonymous,
+            keys: Arc::clone(&self.keys),
         });
         Ok(())
     }
 
     async fn copy_object(&self, req: &mut S3Request<CopyObjectInput>) -> S3Result<()> {
-        Self::check_source(Self::caller_of(req)?, &req.input.copy_source)
+        self.check_source(Self::caller_of(req)?, &req.input.copy_source)
+            .await
     }
 
     async fn upload_part_copy(&self, req: &mut S3Request<UploadPartCopyInput>) -> S3Result<()> {
-        Self::check_source(Self::caller_of(req)?, &req.input.copy_source)
+        self.check_source(Self::caller_of(req)?, &req.input.copy_source)
+            .await
     }
 }
 
@@ -451,5 +760,149 @@ mod tests {
         assert_eq!(keys.cached_entries(), 1);
         keys.invalidate("D");
         assert_eq!(keys.cached_entries(), 0);
+    }
+
+    fn view(acl: pb::CannedAcl, policy: &str) -> BucketView {
+        BucketView::new(pb::Bucket {
+            name: "b".into(),
+            acl: acl as i32,
+            policy: policy.into(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn anonymous_callers_get_exactly_what_acls_and_policies_grant() {
+        use pb::CannedAcl::*;
+        let private = view(AclPrivate, "");
+        for op in ["ListObjectsV2", "PutObject", "DeleteObject", "GetBucketAcl"] {
+            assert_eq!(
+                authorize(Who::Anonymous, op, &private, None),
+                Verdict::Deny,
+                "{op}"
+            );
+        }
+        // An object read is the object's ACL's to decide; not listable.
+        assert_eq!(
+            authorize(Who::Anonymous, "GetObject", &private, Some("k")),
+            Verdict::ObjectAcl { can_list: false }
+        );
+        let public = view(AclPublicRead, "");
+        assert_eq!(
+            authorize(Who::Anonymous, "ListObjectsV2", &public, None),
+            Verdict::Allow
+        );
+        assert_eq!(
+            authorize(Who::Anonymous, "HeadBucket", &public, None),
+            Verdict::Allow
+        );
+        assert_eq!(
+            authorize(Who::Anonymous, "PutObject", &public, Some("k")),
+            Verdict::Deny
+        );
+        assert_eq!(
+            authorize(Who::Anonymous, "GetObject", &public, Some("k")),
+            Verdict::ObjectAcl { can_list: true }
+        );
+        let open = view(AclPublicReadWrite, "");
+        for op in [
+            "PutObject",
+            "DeleteObject",
+            "CreateMultipartUpload",
+            "UploadPart",
+        ] {
+            assert_eq!(
+                authorize(Who::Anonymous, op, &open, Some("k")),
+                Verdict::Allow,
+                "{op}"
+            );
+        }
+        // Bucket configuration is never granted by an ACL.
+        assert_eq!(
+            authorize(Who::Anonymous, "PutBucketAcl", &open, None),
+            Verdict::Deny
+        );
+        let authenticated = view(AclAuthenticatedRead, "");
+        assert_eq!(
+            authorize(Who::Anonymous, "ListObjects", &authenticated, None),
+            Verdict::Deny
+        );
+        let stranger = pb::AccessKey {
+            id: "SK9".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            authorize(Who::Key(&stranger), "ListObjects", &authenticated, None),
+            Verdict::Allow
+        );
+        assert_eq!(
+            authorize(Who::Key(&stranger), "ListObjects", &private, None),
+            Verdict::Deny
+        );
+
+        let read_policy = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::b/public/*"}]}"#;
+        let by_policy = view(AclPrivate, read_policy);
+        assert_eq!(
+            authorize(Who::Anonymous, "GetObject", &by_policy, Some("public/x")),
+            Verdict::Allow
+        );
+        assert_eq!(
+            authorize(Who::Anonymous, "GetObject", &by_policy, Some("secret/x")),
+            Verdict::ObjectAcl { can_list: false }
+        );
+        assert_eq!(
+            authorize(Who::Anonymous, "PutObject", &by_policy, Some("public/x")),
+            Verdict::Deny
+        );
+    }
+
+    #[test]
+    fn keys_combine_grants_policy_denies_and_owners() {
+        use pb::CannedAcl::*;
+        let deny = r#"{"Statement":[{"Effect":"Deny","Principal":{"AWS":["SK1","SK2"]},"Action":"s3:DeleteObject","Resource":"arn:aws:s3:::b/*"}]}"#;
+        let v = view(AclPublicReadWrite, deny);
+        let writer = key(&[("b", true, true, false)]);
+        let owner = pb::AccessKey {
+            id: "SK2".into(),
+            ..key(&[("b", false, false, true)])
+        };
+        assert_eq!(
+            authorize(Who::Key(&writer), "PutObject", &v, Some("k")),
+            Verdict::Allow
+        );
+        // An explicit Deny beats the key's write grant and the ACL...
+        assert_eq!(
+            authorize(Who::Key(&writer), "DeleteObject", &v, Some("k")),
+            Verdict::Deny
+        );
+        // ...but not the owner, nor the root key.
+        assert_eq!(
+            authorize(Who::Key(&owner), "DeleteObject", &v, Some("k")),
+            Verdict::Allow
+        );
+        assert_eq!(
+            authorize(Who::Root, "DeleteObject", &v, Some("k")),
+            Verdict::Allow
+        );
+        // Anonymous callers are not named: the ACL lets them delete.
+        assert_eq!(
+            authorize(Who::Anonymous, "DeleteObject", &v, Some("k")),
+            Verdict::Allow
+        );
+        // A key's grant still needs the right permission.
+        let reader = key(&[("b", true, false, false)]);
+        let private = view(AclPrivate, "");
+        assert_eq!(
+            authorize(Who::Key(&reader), "GetObject", &private, Some("k")),
+            Verdict::Allow
+        );
+        assert_eq!(
+            authorize(Who::Key(&reader), "PutObject", &private, Some("k")),
+            Verdict::Deny
+        );
+        assert_eq!(
+            authorize(Who::Key(&reader), "PutBucketPolicy", &private, None),
+            Verdict::Deny
+        );
     }
 }

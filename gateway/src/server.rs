@@ -35,7 +35,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::access::{AccessKeys, KeyAccess, KeyAuth, OpName};
+use crate::access::{AccessKeys, BucketCache, KeyAccess, KeyAuth, OpName};
 use crate::admission::{GatewayStats, InflightGuard, InflightLimiter};
 use crate::aws_chunked::{self, Rechunked};
 use crate::blob::{BlobError, BlobStore, BlobStoreConfig};
@@ -47,6 +47,7 @@ use crate::listener::{
 use crate::metrics::{self, SlowDownReason};
 use crate::s3::Gateway;
 use crate::s3::bucket::BucketNameRules;
+use crate::s3::cors;
 use crate::s3::error::{RETRY_AFTER_SECONDS, standard_message};
 use crate::s3::host::RootDomains;
 use crate::tls::{S3TlsAcceptor, TlsError};
@@ -103,6 +104,10 @@ pub struct SluiceService {
     /// Answers unsigned `GET /health/live|ready` (see [`crate::health`]);
     /// `None`: those paths are ordinary S3 requests.
     health: Option<Arc<GatewayHealth>>,
+    /// Bucket settings, for CORS (preflights and response headers).
+    buckets: Arc<BucketCache>,
+    /// Virtual-hosted-style root domains (none: path style only).
+    root_domains: RootDomains,
 }
 
 /// Builds the S3 service for `gateway`: SigV4 (header, presigned and
@@ -137,9 +142,14 @@ pub fn s3_service_with_hosts(
     limiter: Arc<InflightLimiter>,
     root_domains: &[String],
 ) -> SluiceService {
+    let gateway = gateway.with_root_key_id(keys.root_id());
+    let buckets = gateway.bucket_cache();
     let mut builder = S3ServiceBuilder::new(gateway);
     builder.set_auth(KeyAuth(Arc::clone(&keys)));
-    builder.set_access(KeyAccess(keys));
+    builder.set_access(KeyAccess {
+        keys,
+        buckets: Arc::clone(&buckets),
+    });
     builder.set_validation(BucketNameRules);
     if !root_domains.is_empty() {
         builder.set_host(RootDomains::new(root_domains));
@@ -154,6 +164,8 @@ pub fn s3_service_with_hosts(
         limiter,
         body_limits: BodyLimits::default(),
         health: None,
+        buckets,
+        root_domains: RootDomains::new(root_domains),
     }
 }
 
@@ -220,6 +232,20 @@ impl SluiceService {
                 &resource,
             ));
         }
+        let origin = req
+            .headers()
+            .get(http::header::ORIGIN)
+            .and_then(|o| o.to_str().ok())
+            .map(str::to_string);
+        let bucket = origin
+            .as_ref()
+            .and_then(|_| request_bucket(&req, &self.root_domains));
+        if *req.method() == http::Method::OPTIONS {
+            return Ok(self
+                .preflight(&req, origin.as_deref(), bucket.as_deref(), &request_id.0)
+                .await);
+        }
+        let method = req.method().clone();
         let Some(admitted) = self.limiter.try_acquire() else {
             metrics::count_slowdown(SlowDownReason::Inflight);
             tracing::debug!(request_id = %request_id.0, method = %req.method(), path = %resource,
@@ -254,6 +280,9 @@ impl SluiceService {
         req.extensions_mut().insert(op.clone());
         let mut resp = self.inner.call(req).instrument(span.clone()).await?;
         finish_response(&mut resp, &request_id.0, &resource);
+        if let (Some(origin), Some(bucket)) = (&origin, &bucket) {
+            self.cors_headers(&mut resp, bucket, origin, &method).await;
+        }
         let status = resp.status();
         if status.is_server_error() {
             span.in_scope(|| tracing::warn!(%status, "request failed"));
@@ -273,6 +302,124 @@ impl SluiceService {
         }
         Ok(resp)
     }
+}
+
+impl SluiceService {
+    /// The answer to a CORS preflight (`OPTIONS` with `Origin`, S3
+    /// "OPTIONS object"): 200 with the `Access-Control-*` headers of the
+    /// bucket's first matching CORS rule ([`cors::preflight`]); 400
+    /// `BadRequest` without `Access-Control-Request-Method`; 403
+    /// `AccessDenied` when the bucket has no CORS configuration or no rule
+    /// matches; 404 `NoSuchBucket`.
+    async fn preflight<B>(
+        &self,
+        req: &Request<B>,
+        origin: Option<&str>,
+        bucket: Option<&str>,
+        request_id: &str,
+    ) -> HttpResponse {
+        let resource = req.uri().path();
+        let refuse = |status, code, message: &str| {
+            error_response(req, status, code, message, request_id, resource)
+        };
+        let (Some(origin), Some(bucket)) = (origin, bucket) else {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "AccessDenied",
+                "CORSResponse: CORS is not enabled for this bucket.",
+            );
+        };
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+        };
+        let method = header("access-control-request-method");
+        if method.is_empty() {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "Invalid Access-Control-Request-Method: null",
+            );
+        }
+        let view = match self.buckets.get(bucket).await {
+            Ok(Some(view)) => view,
+            Ok(None) => {
+                return refuse(
+                    StatusCode::NOT_FOUND,
+                    "NoSuchBucket",
+                    "The specified bucket does not exist",
+                );
+            }
+            Err(_) => {
+                return refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "ServiceUnavailable",
+                    "The bucket's settings could not be read; please retry.",
+                );
+            }
+        };
+        if view.cors.is_empty() {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "AccessDenied",
+                "CORSResponse: CORS is not enabled for this bucket.",
+            );
+        }
+        let requested = header("access-control-request-headers");
+        let Some(allowed) = cors::preflight(&view.cors, origin, method, requested) else {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "AccessDenied",
+                cors::PREFLIGHT_DENIED,
+            );
+        };
+        let mut resp = HttpResponse::new(s3s::Body::empty());
+        for (name, value) in allowed.headers() {
+            resp.headers_mut().insert(name, value);
+        }
+        if let Ok(id) = HeaderValue::from_str(request_id) {
+            resp.headers_mut().insert("x-amz-request-id", id);
+        }
+        resp
+    }
+
+    /// Adds the `Access-Control-*` headers of `bucket`'s first CORS rule
+    /// matching `origin` and `method` to the response of an actual
+    /// cross-origin request ([`cors::actual`]); nothing when none matches
+    /// or the settings cannot be read (the browser then blocks the answer).
+    async fn cors_headers(
+        &self,
+        resp: &mut HttpResponse,
+        bucket: &str,
+        origin: &str,
+        method: &http::Method,
+    ) {
+        let Ok(Some(view)) = self.buckets.get(bucket).await else {
+            return;
+        };
+        if let Some(allowed) = cors::actual(&view.cors, origin, method.as_str()) {
+            for (name, value) in allowed.headers() {
+                resp.headers_mut().insert(name, value);
+            }
+        }
+    }
+}
+
+/// The bucket a request addresses: `<bucket>.<root domain>` in `Host`
+/// (virtual-hosted style), else the first path segment (path style).
+fn request_bucket<B>(req: &Request<B>, domains: &RootDomains) -> Option<String> {
+    let host = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().host());
+    if let Some(bucket) = host.and_then(|h| domains.bucket(h)) {
+        return Some(bucket.to_ascii_lowercase());
+    }
+    let first = req.uri().path().trim_start_matches('/').split('/').next()?;
+    (!first.is_empty()).then(|| first.to_string())
 }
 
 /// Ends an admitted request: frees its slot and records its duration.
@@ -389,8 +536,8 @@ fn now_unix_secs() -> i64 {
 ///   -> 403 `AccessDenied`
 ///   (<https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-query-string-auth.html>);
 /// * an `OPTIONS` request (a CORS preflight) without `Origin` -> 400
-///   `BadRequest`; with one -> 403 `AccessDenied`, since no bucket has a CORS
-///   configuration (<https://docs.aws.amazon.com/AmazonS3/latest/API/RESTOPTIONSobject.html>);
+///   `BadRequest` (<https://docs.aws.amazon.com/AmazonS3/latest/API/RESTOPTIONSobject.html>;
+///   with one, [`SluiceService`] evaluates the bucket's CORS rules);
 /// * a request asking for server-side encryption (any
 ///   `x-amz-server-side-encryption*` or
 ///   `x-amz-copy-source-server-side-encryption-*` header: SSE-S3, SSE-KMS,
@@ -409,20 +556,12 @@ pub fn precheck<B>(req: &Request<B>) -> Option<(StatusCode, &'static str, &'stat
             "Server-side encryption is not supported.",
         ));
     }
-    if *req.method() == http::Method::OPTIONS {
-        return Some(if req.headers().contains_key(http::header::ORIGIN) {
-            (
-                StatusCode::FORBIDDEN,
-                "AccessDenied",
-                "CORSResponse: CORS is not enabled for this bucket.",
-            )
-        } else {
-            (
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "Insufficient information. Origin request header needed.",
-            )
-        });
+    if *req.method() == http::Method::OPTIONS && !req.headers().contains_key(http::header::ORIGIN) {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "Insufficient information. Origin request header needed.",
+        ));
     }
     let query = req.uri().query()?;
     let param = |wanted: &str| {
@@ -997,12 +1136,14 @@ mod tests {
 
     #[tokio::test]
     async fn anonymous_requests_are_denied_with_a_complete_error_body() {
-        // Authentication fails before meta or the data path is touched.
+        // ListBuckets is never anonymous: refused before meta or the data
+        // path is touched (anonymous bucket requests are decided by the
+        // bucket's ACL and policy: tests/cluster/s3_access.rs).
         let meta = MetaClient::new(vec!["http://127.0.0.1:1".into()]);
         let blobs = BlobStore::with_static_datanodes(BlobStoreConfig::default(), Vec::new());
         let service = s3_service(Gateway::new(meta, blobs, "us-east-1".into(), 4), "AK", "SK");
         let req = Request::builder()
-            .uri("/bucket/some%20key")
+            .uri("/?max-buckets=5")
             .header("host", "127.0.0.1:9000")
             .body(s3s::Body::empty())
             .unwrap();
@@ -1018,10 +1159,7 @@ mod tests {
         let body = resp.body().bytes().expect("buffered error body");
         let body = std::str::from_utf8(&body).unwrap();
         assert!(body.contains("<Code>AccessDenied</Code>"), "{body}");
-        assert!(
-            body.contains("<Resource>/bucket/some%20key</Resource>"),
-            "{body}"
-        );
+        assert!(body.contains("<Resource>/</Resource>"), "{body}");
         assert!(
             body.contains(&format!("<RequestId>{id}</RequestId>")),
             "{body}"
@@ -1082,11 +1220,11 @@ mod tests {
         );
         assert_eq!(stats.inflight_rejected(), 1);
 
-        // With the slot free the request is admitted (and denied: anonymous),
-        // and its slot is released with the response.
+        // With the slot free the request is admitted (and denied: an
+        // anonymous ListBuckets), and its slot is released with the response.
         drop(held);
         let req = Request::builder()
-            .uri("/bucket")
+            .uri("/")
             .header("host", "127.0.0.1:9000")
             .body(s3s::Body::empty())
             .unwrap();
@@ -1159,10 +1297,10 @@ mod tests {
             (no_origin.0, no_origin.1),
             (StatusCode::BAD_REQUEST, "BadRequest")
         );
-        let origin = precheck(&options(Some("https://example.com"))).expect("preflight");
         assert_eq!(
-            (origin.0, origin.1),
-            (StatusCode::FORBIDDEN, "AccessDenied")
+            precheck(&options(Some("https://example.com"))),
+            None,
+            "a preflight with Origin is the bucket's CORS rules' to answer"
         );
     }
 

@@ -264,6 +264,28 @@ impl<K: KvStore> Meta for MetaService<K> {
         Ok(Response::new(pb::PutObjectTaggingResponse {}))
     }
 
+    async fn put_object_acl(
+        &self,
+        request: Request<pb::PutObjectAclRequest>,
+    ) -> Result<Response<pb::PutObjectAclResponse>, Status> {
+        let applied = self
+            .write(Command::PutObjectAcl(request.into_inner()))
+            .await?;
+        done("PutObjectAcl", &applied)?;
+        Ok(Response::new(pb::PutObjectAclResponse {}))
+    }
+
+    async fn put_bucket_config(
+        &self,
+        request: Request<pb::PutBucketConfigRequest>,
+    ) -> Result<Response<pb::PutBucketConfigResponse>, Status> {
+        let applied = self
+            .write(Command::PutBucketConfig(request.into_inner()))
+            .await?;
+        done("PutBucketConfig", &applied)?;
+        Ok(Response::new(pb::PutBucketConfigResponse {}))
+    }
+
     async fn list_objects(
         &self,
         request: Request<pb::ListObjectsRequest>,

@@ -302,22 +302,25 @@ impl MetaClient {
     }
 
     pub async fn create_bucket(&self, name: &str, now_ms: i64) -> Result<bool, MetaError> {
-        self.create_bucket_owned(name, now_ms, "").await
+        self.create_bucket_owned(name, now_ms, "", pb::CannedAcl::AclPrivate)
+            .await
     }
 
-    /// CreateBucket by access key `owner_key_id` (empty: the root key): a
-    /// new bucket gets an owner grant for that key.
+    /// CreateBucket by access key `owner_key_id` (empty: the root key) with
+    /// canned ACL `acl`: a new bucket gets an owner grant for that key.
     pub async fn create_bucket_owned(
         &self,
         name: &str,
         now_ms: i64,
         owner_key_id: &str,
+        acl: pb::CannedAcl,
     ) -> Result<bool, MetaError> {
         let req = pb::CreateBucketRequest {
             name: name.to_string(),
             now_ms,
             op_id: new_op_id(),
             owner_key_id: owner_key_id.to_string(),
+            acl: acl as i32,
         };
         let r = self
             .call("CreateBucket", |mut c| {
@@ -434,6 +437,48 @@ impl MetaClient {
             })
             .await?;
         Ok(r.released)
+    }
+
+    /// Replaces the canned ACL of the object at `bucket`/`key`. Errors:
+    /// NoSuchBucket, NoSuchKey.
+    pub async fn put_object_acl(
+        &self,
+        bucket: &str,
+        key: &str,
+        acl: pb::CannedAcl,
+    ) -> Result<(), MetaError> {
+        let req = pb::PutObjectAclRequest {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            acl: acl as i32,
+            op_id: new_op_id(),
+        };
+        self.call("PutObjectAcl", |mut c| {
+            let req = req.clone();
+            async move { c.put_object_acl(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Replaces one subresource of bucket `name` whole (tags, ACL, policy
+    /// or CORS rules; an empty value deletes it). Errors: NoSuchBucket.
+    pub async fn put_bucket_config(
+        &self,
+        name: &str,
+        config: pb::put_bucket_config_request::Config,
+    ) -> Result<(), MetaError> {
+        let req = pb::PutBucketConfigRequest {
+            name: name.to_string(),
+            config: Some(config),
+            op_id: new_op_id(),
+        };
+        self.call("PutBucketConfig", |mut c| {
+            let req = req.clone();
+            async move { c.put_bucket_config(req).await }
+        })
+        .await?;
+        Ok(())
     }
 
     /// Replaces the tags of the object at `bucket`/`key` (empty: removes

@@ -13,6 +13,8 @@
 //! * `durability` — heal, wiped disks, exactly-once commits, readers and
 //!   overwrites, write epochs fencing a paused gateway, full datanodes,
 //!   scrub (`docs/durability.md`).
+//! * `public_access` — canned ACLs, bucket policies, anonymous requests,
+//!   bucket tagging and CORS (preflights over raw HTTP/1.1).
 //! * `access` — S3 over HTTPS with a test CA, access keys and per-bucket
 //!   authorization, certificate reload on SIGHUP.
 //! * `membership` — failure-domain placement (datanodes labelled on 3
@@ -43,6 +45,7 @@ mod listener;
 mod membership;
 mod meta_membership;
 mod mtls;
+mod public_access;
 mod s3_errors;
 mod s3_listing;
 mod scenario;
@@ -372,4 +375,66 @@ where
         );
     }
     Ok(err)
+}
+
+/// The answer to [`raw_request`]: header names lowercase.
+pub struct RawResponse {
+    pub status: u16,
+    pub headers: std::collections::HashMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+/// Sends a plain HTTP/1.1 `method` request for `uri` (`http://` only) with
+/// `headers` and no body, as a browser or curl would, unsigned unless the
+/// URL is presigned.
+pub async fn raw_request(
+    method: &str,
+    uri: &str,
+    headers: &[(String, String)],
+) -> Result<RawResponse> {
+    let rest = uri
+        .strip_prefix("http://")
+        .context("presigned URL is not http://")?;
+    let (authority, path) = rest.split_at(rest.find('/').context("URL without a path")?);
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(authority).await?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).await?;
+    let mut resp = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        stream.read_to_end(&mut resp),
+    )
+    .await??;
+    let head_end = resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("no end of headers")?;
+    let head = String::from_utf8_lossy(&resp[..head_end]).into_owned();
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("bad status line in {head:?}"))?;
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        bail!("chunked response; this helper expects Content-Length: {head}");
+    }
+    let headers = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Ok(RawResponse {
+        status,
+        headers,
+        body: resp[head_end + 4..].to_vec(),
+    })
 }

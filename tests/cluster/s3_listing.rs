@@ -5,19 +5,19 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use aws_sdk_s3::operation::list_buckets::ListBucketsError;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::types::EncodingType;
 use aws_smithy_runtime_api::client::dns::{DnsFuture, ResolveDns};
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::fixtures::{Setup, TestCluster};
 use crate::{
     MIB, Upload, assert_object, complete, create_upload, multipart_etag, put, quoted, random_bytes,
     test_seed, upload_parts,
 };
+use crate::{RawResponse, raw_request};
 
 const B: &str = "listing";
 /// A second bucket (ListBuckets pages, virtual-hosted requests).
@@ -119,46 +119,8 @@ fn page(keys: &[&str], prefixes: &[&str], truncated: bool) -> Page {
 
 /// Sends a plain HTTP/1.1 GET for `uri` with `headers`; returns status and body.
 async fn raw_get(uri: &str, headers: &[(String, String)]) -> Result<(u16, Vec<u8>)> {
-    raw_request("GET", uri, headers).await
-}
-
-/// Sends a plain HTTP/1.1 `method` request for `uri` with `headers` and no
-/// body; returns status and body.
-async fn raw_request(
-    method: &str,
-    uri: &str,
-    headers: &[(String, String)],
-) -> Result<(u16, Vec<u8>)> {
-    let rest = uri
-        .strip_prefix("http://")
-        .context("presigned URL is not http://")?;
-    let (authority, path) = rest.split_at(rest.find('/').context("URL without a path")?);
-    let mut stream = tokio::net::TcpStream::connect(authority).await?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    stream.write_all(req.as_bytes()).await?;
-    let mut resp = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut resp)).await??;
-    let head_end = resp
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .context("no end of headers")?;
-    let head = String::from_utf8_lossy(&resp[..head_end]).into_owned();
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .with_context(|| format!("bad status line in {head:?}"))?;
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        bail!("chunked response; this helper expects Content-Length: {head}");
-    }
-    Ok((status, resp[head_end + 4..].to_vec()))
+    let r = raw_request("GET", uri, headers).await?;
+    Ok((r.status, r.body))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -388,7 +350,7 @@ async fn single_voter_listing_part_copy_and_presigned_urls() -> Result<()> {
         );
     }
     // A CORS preflight without Origin: 400.
-    let (status, body) = raw_request("OPTIONS", presigned.uri(), &[]).await?;
+    let RawResponse { status, body, .. } = raw_request("OPTIONS", presigned.uri(), &[]).await?;
     ensure!(
         status == 400,
         "OPTIONS on a presigned URL: {status} {}",

@@ -108,9 +108,19 @@ pub(super) async fn create_bucket(
     // entry). Re-creating a bucket one owns answers 200; a bucket owned by
     // someone else is BucketAlreadyExists.
     let owner = caller.as_ref().map_or("", Caller::owner_key_id);
+    let acl = super::acl::bucket_acl(
+        input.acl.as_ref(),
+        &[
+            input.grant_full_control.as_deref(),
+            input.grant_read.as_deref(),
+            input.grant_read_acp.as_deref(),
+            input.grant_write.as_deref(),
+            input.grant_write_acp.as_deref(),
+        ],
+    )?;
     let created = gw
         .meta
-        .create_bucket_owned(&input.bucket, now_ms(), owner)
+        .create_bucket_owned(&input.bucket, now_ms(), owner, acl)
         .await
         .map_err(meta_error)?;
     tracing::debug!(bucket = %input.bucket, created, "create bucket");

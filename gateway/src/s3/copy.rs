@@ -145,6 +145,17 @@ pub(super) async fn copy_object(
     let replace = replaces_metadata(input.metadata_directive.as_ref())?;
     let replace_tags = replaces_tags(input.tagging_directive.as_ref())?;
     let new_tags = tagging::from_optional_header(input.tagging.as_deref())?;
+    // The copy gets the ACL the request names (private by default), as
+    // S3 does: the source's ACL is not copied.
+    let acl = super::acl::object_acl(
+        input.acl.as_ref(),
+        &[
+            input.grant_full_control.as_deref(),
+            input.grant_read.as_deref(),
+            input.grant_read_acp.as_deref(),
+            input.grant_write_acp.as_deref(),
+        ],
+    )?;
     if src_bucket == input.bucket && src_key == input.key && !replace {
         return Err(invalid_request(
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
@@ -202,7 +213,10 @@ pub(super) async fn copy_object(
     let epoch = gw.blobs.epochs().begin_write();
     let stored = store_body(gw, &epoch, &placement_key, body, expected, Some(src.size)).await?;
     let new_blob = stored.placement.clone();
-    let record = single_part_record(input.bucket, input.key, stored, http, tags, now_ms());
+    let record = pb::ObjectRecord {
+        acl: acl as i32,
+        ..single_part_record(input.bucket, input.key, stored, http, tags, now_ms())
+    };
     let (etag_value, last_modified_ms) = (record.etag.clone(), record.last_modified_ms);
     let sums = ChecksumFields::from(record.checksums.as_ref());
     tracing::debug!(from = %format!("{src_bucket}/{src_key}"), bucket = %record.bucket, key = %record.key, size = record.size, "copy object");

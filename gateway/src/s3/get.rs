@@ -20,7 +20,7 @@ use s3s::stream::{ByteStream, RemainingLength};
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, StdError};
 use sluice_proto::meta as pb;
 
-use super::error::{blob_error, custom, internal, invalid_argument, invalid_request, meta_error};
+use super::error::{blob_error, custom, internal, invalid_argument, invalid_request};
 use super::put::{ChecksumFields, matches_etag};
 use super::{Gateway, etag, timestamp, timestamp_ms};
 use crate::blob::{BlobError, BlobStore};
@@ -396,12 +396,9 @@ pub(super) async fn get_object(
     gw: &Gateway,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
+    let obj =
+        super::acl::readable_object(gw, &req.extensions, &req.input.bucket, &req.input.key).await?;
     let input = req.input;
-    let obj = gw
-        .meta
-        .get_object(&input.bucket, &input.key)
-        .await
-        .map_err(meta_error)?;
     let conditions = Conditions {
         if_match: input.if_match.as_ref(),
         if_none_match: input.if_none_match.as_ref(),
@@ -441,12 +438,9 @@ pub(super) async fn head_object(
     gw: &Gateway,
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
+    let obj =
+        super::acl::readable_object(gw, &req.extensions, &req.input.bucket, &req.input.key).await?;
     let input = req.input;
-    let obj = gw
-        .meta
-        .get_object(&input.bucket, &input.key)
-        .await
-        .map_err(meta_error)?;
     let conditions = Conditions {
         if_match: input.if_match.as_ref(),
         if_none_match: input.if_none_match.as_ref(),

@@ -3,13 +3,17 @@
 //!
 //! # Layout
 //! * `bucket.rs` — CreateBucket, HeadBucket, ListBuckets, DeleteBucket, GetBucketLocation, GetBucketVersioning; bucket-name rules.
+//! * `acl.rs` — canned ACLs: Get/PutBucketAcl, Get/PutObjectAcl, `x-amz-acl`, the object-ACL check of reads.
 //! * `attributes.rs` — GetObjectAttributes.
+//! * `bucket_config.rs` — bucket tagging, policy and CORS configuration (Put/Get/Delete).
 //! * `put.rs` — PutObject, and the blob write shared by every operation that stores a body.
 //! * `get.rs` — GetObject, HeadObject: ranges, conditionals, partNumber; the streamed object body.
 //! * `list.rs` — ListObjects (v1), ListObjectsV2, ListMultipartUploads; `encoding-type=url`.
 //! * `multipart.rs` — Create/UploadPart/Complete/Abort multipart upload, ListParts.
 //! * `copy.rs` — CopyObject, UploadPartCopy.
+//! * `cors.rs` — bucket CORS: PutBucketCors validation, preflight and actual-request evaluation.
 //! * `delete.rs` — DeleteObject, DeleteObjects.
+//! * `policy.rs` — bucket policies: parsing (PutBucketPolicy) and evaluation, pure code.
 //! * `tagging.rs` — Put/Get/DeleteObjectTagging and the `x-amz-tagging` header rules.
 //! * `checksum.rs` — ETag/MD5 and `x-amz-checksum-*` computation and verification.
 //! * `error.rs` — the mapping of meta and data-path errors to S3 errors.
@@ -23,16 +27,20 @@
 //! object, a replaced part) are deleted by meta after `delete_delay`; the
 //! gateway deletes only blobs whose commit was refused (see [`Reclaimer`]).
 
+pub mod acl;
 pub mod attributes;
 pub mod bucket;
+pub mod bucket_config;
 pub mod checksum;
 pub mod copy;
+pub mod cors;
 pub mod delete;
 pub mod error;
 pub mod get;
 pub mod host;
 pub mod list;
 pub mod multipart;
+pub mod policy;
 pub mod put;
 pub mod tagging;
 
@@ -45,6 +53,7 @@ use sluice_meta::MetaClient;
 use sluice_proto::meta as pb;
 use tokio::sync::Semaphore;
 
+use crate::access::BucketCache;
 use crate::blob::BlobStore;
 
 /// The S3 front end: metadata through [`MetaClient`], bodies through [`BlobStore`]. Cheap to clone.
@@ -55,6 +64,11 @@ pub struct Gateway {
     /// Region reported by GetBucketLocation / HeadBucket / ListBuckets.
     pub(crate) region: String,
     pub(crate) reclaimer: Reclaimer,
+    /// Bucket settings (ACL, policy, CORS) as the access check and CORS
+    /// see them; invalidated when this gateway changes them.
+    pub(crate) buckets: Arc<BucketCache>,
+    /// The root key's id: the owner shown for buckets it created.
+    pub(crate) root_key_id: String,
 }
 
 impl Gateway {
@@ -67,12 +81,40 @@ impl Gateway {
         max_background_deletes: usize,
     ) -> Self {
         let reclaimer = Reclaimer::new(blobs.clone(), max_background_deletes);
+        let buckets = BucketCache::new(meta.clone());
         Gateway {
             meta,
             blobs,
             region,
             reclaimer,
+            buckets,
+            root_key_id: String::new(),
         }
+    }
+
+    /// The cache of bucket settings the access check and CORS share with
+    /// the handlers.
+    pub fn bucket_cache(&self) -> Arc<BucketCache> {
+        Arc::clone(&self.buckets)
+    }
+
+    /// This gateway with `id` as the root key's id (shown as the owner of
+    /// the buckets it created).
+    pub fn with_root_key_id(mut self, id: &str) -> Self {
+        self.root_key_id = id.to_string();
+        self
+    }
+
+    /// Replaces one subresource of `bucket` in meta and forgets this
+    /// gateway's cached settings of it.
+    pub(crate) async fn put_bucket_config(
+        &self,
+        bucket: &str,
+        config: pb::put_bucket_config_request::Config,
+    ) -> S3Result<()> {
+        let result = self.meta.put_bucket_config(bucket, config).await;
+        self.buckets.invalidate(bucket);
+        result.map_err(error::meta_error)
     }
 
     /// What this gateway does with released and discarded blobs.
@@ -282,6 +324,97 @@ impl S3 for Gateway {
         req: S3Request<GetBucketVersioningInput>,
     ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
         bucket::get_bucket_versioning(self, req).await
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        acl::get_bucket_acl(self, req).await
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        acl::put_bucket_acl(self, req).await
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        acl::get_object_acl(self, req).await
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        acl::put_object_acl(self, req).await
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        bucket_config::get_bucket_tagging(self, req).await
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        bucket_config::put_bucket_tagging(self, req).await
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        bucket_config::delete_bucket_tagging(self, req).await
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        bucket_config::get_bucket_policy(self, req).await
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        bucket_config::put_bucket_policy(self, req).await
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        bucket_config::delete_bucket_policy(self, req).await
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        bucket_config::get_bucket_cors(self, req).await
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        bucket_config::put_bucket_cors(self, req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        bucket_config::delete_bucket_cors(self, req).await
     }
 
     async fn get_object_tagging(

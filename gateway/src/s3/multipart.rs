@@ -118,6 +118,15 @@ pub(super) async fn create_multipart_upload(
     };
     let checksum_type = resolve_checksum_type(algorithm, input.checksum_type.as_ref())?;
     let tags = tagging::from_optional_header(input.tagging.as_deref())?;
+    let acl = super::acl::object_acl(
+        input.acl.as_ref(),
+        &[
+            input.grant_full_control.as_deref(),
+            input.grant_read.as_deref(),
+            input.grant_read_acp.as_deref(),
+            input.grant_write_acp.as_deref(),
+        ],
+    )?;
     gw.meta
         .get_bucket(&input.bucket)
         .await
@@ -142,6 +151,7 @@ pub(super) async fn create_multipart_upload(
         checksum_algorithm: algorithm.map(|a| a.name().to_string()),
         checksum_type: checksum_type.as_ref().map(|t| t.as_str().to_string()),
         tags,
+        acl: acl as i32,
     };
     gw.meta.create_upload(upload).await.map_err(meta_error)?;
     tracing::debug!(bucket = %input.bucket, key = %input.key, %upload_id, "create multipart upload");

@@ -170,6 +170,7 @@ pub fn single_part_record(
         multipart: false,
         upload_id: String::new(),
         tags,
+        acl: pb::CannedAcl::AclPrivate as i32,
     }
 }
 
@@ -286,6 +287,15 @@ pub(super) async fn put_object(
         .map_err(meta_error)?;
     let expected = Expected::from_headers(&headers, trailing_headers)?;
     let tags = tagging::from_optional_header(input.tagging.as_deref())?;
+    let acl = super::acl::object_acl(
+        input.acl.as_ref(),
+        &[
+            input.grant_full_control.as_deref(),
+            input.grant_read.as_deref(),
+            input.grant_read_acp.as_deref(),
+            input.grant_write_acp.as_deref(),
+        ],
+    )?;
     check_write_conditions(
         gw,
         &input.bucket,
@@ -318,7 +328,10 @@ pub(super) async fn put_object(
     )
     .await?;
     let new_blob = stored.placement.clone();
-    let record = single_part_record(input.bucket, input.key, stored, http, tags, now_ms());
+    let record = pb::ObjectRecord {
+        acl: acl as i32,
+        ..single_part_record(input.bucket, input.key, stored, http, tags, now_ms())
+    };
     let etag_value = record.etag.clone();
     let size = i64::try_from(record.size).unwrap_or(i64::MAX);
     let sums = ChecksumFields::from(record.checksums.as_ref());

@@ -25,6 +25,8 @@ use super::error::{invalid_argument, meta_error, unversioned};
 
 /// Most tags an object carries (S3's limit).
 pub const MAX_TAGS: usize = 10;
+/// Most tags a bucket carries (S3's limit).
+pub const MAX_BUCKET_TAGS: usize = 50;
 /// Longest tag key, in Unicode characters.
 pub const MAX_KEY_CHARS: usize = 128;
 /// Longest tag value, in Unicode characters.
@@ -38,7 +40,7 @@ fn allowed(c: char) -> bool {
     c.is_alphanumeric() || c.is_whitespace() || "+-=._:/@".contains(c)
 }
 
-/// Checks `tags` against S3's limits (see the module docs).
+/// Checks an object's `tags` against S3's limits (see the module docs).
 pub fn validate(tags: &[pb::Tag]) -> S3Result<()> {
     if tags.len() > MAX_TAGS {
         let mut e = S3Error::with_message(
@@ -48,6 +50,19 @@ pub fn validate(tags: &[pb::Tag]) -> S3Result<()> {
         e.set_status_code(StatusCode::BAD_REQUEST);
         return Err(e);
     }
+    validate_each(tags)
+}
+
+/// Checks a bucket's `tags` (S3 PutBucketTagging): at most
+/// [`MAX_BUCKET_TAGS`], else 400 `InvalidTag`; each tag as an object's.
+pub fn validate_bucket(tags: &[pb::Tag]) -> S3Result<()> {
+    if tags.len() > MAX_BUCKET_TAGS {
+        return Err(invalid_tag("Bucket tag count cannot be greater than 50"));
+    }
+    validate_each(tags)
+}
+
+fn validate_each(tags: &[pb::Tag]) -> S3Result<()> {
     for (i, t) in tags.iter().enumerate() {
         let key_chars = t.key.chars().count();
         if key_chars == 0 || key_chars > MAX_KEY_CHARS {
@@ -111,19 +126,22 @@ pub fn tag_count(obj: &pb::ObjectRecord) -> Option<i32> {
     (!obj.tags.is_empty()).then_some(obj.tags.len() as i32)
 }
 
-fn from_tag_set(set: TagSet) -> S3Result<Vec<pb::Tag>> {
-    let tags: Vec<pb::Tag> = set
-        .into_iter()
+pub(super) fn tags_of(set: TagSet) -> Vec<pb::Tag> {
+    set.into_iter()
         .map(|t| pb::Tag {
             key: t.key.unwrap_or_default(),
             value: t.value.unwrap_or_default(),
         })
-        .collect();
+        .collect()
+}
+
+fn from_tag_set(set: TagSet) -> S3Result<Vec<pb::Tag>> {
+    let tags = tags_of(set);
     validate(&tags)?;
     Ok(tags)
 }
 
-fn to_tag_set(tags: &[pb::Tag]) -> TagSet {
+pub(super) fn to_tag_set(tags: &[pb::Tag]) -> TagSet {
     tags.iter()
         .map(|t| Tag {
             key: Some(t.key.clone()),

@@ -73,6 +73,8 @@ pub fn apply_command_with<K: KvStore>(
         Command::PutObject(r) => put_object(kv, r),
         Command::DeleteObject(r) => delete_object(kv, r),
         Command::PutObjectTagging(r) => put_object_tagging(kv, r),
+        Command::PutObjectAcl(r) => put_object_acl(kv, r),
+        Command::PutBucketConfig(r) => put_bucket_config(kv, r),
         Command::CreateUpload(r) => create_upload(kv, r, now_ms),
         Command::PutPart(r) => put_part(kv, r),
         Command::CompleteUpload(r) => complete_upload(kv, r),
@@ -129,6 +131,8 @@ fn op_id_of(command: &Command) -> &str {
         Command::PutObject(r) => &r.op_id,
         Command::DeleteObject(r) => &r.op_id,
         Command::PutObjectTagging(r) => &r.op_id,
+        Command::PutObjectAcl(r) => &r.op_id,
+        Command::PutBucketConfig(r) => &r.op_id,
         Command::CreateUpload(r) => &r.op_id,
         Command::PutPart(r) => &r.op_id,
         Command::CompleteUpload(r) => &r.op_id,
@@ -281,6 +285,9 @@ fn create_bucket<K: KvStore>(kv: &K, r: &pb::CreateBucketRequest) -> Outcome {
     let bucket = pb::Bucket {
         name: r.name.clone(),
         created_at_ms: r.now_ms,
+        acl: r.acl,
+        owner_key_id: r.owner_key_id.clone(),
+        ..Default::default()
     };
     b.put(Space::Buckets, key, bucket.encode_to_vec());
     access::grant_owner(kv, &mut b, &r.owner_key_id, &r.name)?;
@@ -348,6 +355,44 @@ fn put_object_tagging<K: KvStore>(kv: &K, r: &pb::PutObjectTaggingRequest) -> Ou
     object.tags = r.tags.clone();
     let mut b = Batch::new();
     b.put(Space::Objects, key, object.encode_to_vec());
+    Ok((b, Applied::Done))
+}
+
+/// Replaces the canned ACL of the current object (S3 PutObjectAcl); its
+/// body and tags are unchanged.
+fn put_object_acl<K: KvStore>(kv: &K, r: &pb::PutObjectAclRequest) -> Outcome {
+    require_bucket(kv, &r.bucket)?;
+    let key = keys::object(&r.bucket, &r.key);
+    let Some(mut object): Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")?
+    else {
+        return refuse(ErrorCode::NoSuchKey, format!("no such key: {}", r.key));
+    };
+    object.acl = r.acl;
+    let mut b = Batch::new();
+    b.put(Space::Objects, key, object.encode_to_vec());
+    Ok((b, Applied::Done))
+}
+
+/// Replaces one subresource of a bucket (tags, ACL, policy, CORS) whole;
+/// the others are unchanged.
+fn put_bucket_config<K: KvStore>(kv: &K, r: &pb::PutBucketConfigRequest) -> Outcome {
+    use pb::put_bucket_config_request::Config;
+    let mut bucket = require_bucket(kv, &r.name)?;
+    let key = keys::bucket(&r.name);
+    match &r.config {
+        Some(Config::Tags(t)) => bucket.tags = t.tags.clone(),
+        Some(Config::Acl(acl)) => bucket.acl = *acl,
+        Some(Config::Policy(p)) => bucket.policy = p.clone(),
+        Some(Config::Cors(c)) => bucket.cors = c.rules.clone(),
+        None => {
+            return refuse(
+                ErrorCode::InvalidArgument,
+                "PutBucketConfig without a value",
+            );
+        }
+    }
+    let mut b = Batch::new();
+    b.put(Space::Buckets, key, bucket.encode_to_vec());
     Ok((b, Applied::Done))
 }
 
@@ -527,6 +572,7 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest) -> Outcome
         last_modified_ms: r.now_ms,
         http: upload.http,
         tags: upload.tags,
+        acl: upload.acl,
         checksums: r.checksums.clone(),
         parts: chosen,
         multipart: true,

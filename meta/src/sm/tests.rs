@@ -877,3 +877,99 @@ mod datanodes;
 mod exactly_once;
 mod heal;
 mod refs;
+
+fn put_config(kv: &MemStore, name: &str, config: pb::put_bucket_config_request::Config) -> Applied {
+    exec(
+        kv,
+        Command::PutBucketConfig(pb::PutBucketConfigRequest {
+            name: name.into(),
+            config: Some(config),
+            op_id: String::new(),
+        }),
+    )
+}
+
+#[test]
+fn bucket_config_replaces_one_subresource_and_keeps_the_others() {
+    use pb::put_bucket_config_request::Config;
+    let kv = MemStore::new();
+    exec(
+        &kv,
+        Command::CreateBucket(pb::CreateBucketRequest {
+            name: "b".into(),
+            now_ms: 7,
+            owner_key_id: "SK1".into(),
+            acl: pb::CannedAcl::AclPublicRead as i32,
+            ..Default::default()
+        }),
+    );
+    let created = get_bucket(&kv, "b").unwrap();
+    assert_eq!(created.acl(), pb::CannedAcl::AclPublicRead);
+    assert_eq!(created.owner_key_id, "SK1");
+    assert_eq!(created.created_at_ms, 7);
+
+    let rule = pb::CorsRule {
+        allowed_methods: vec!["GET".into()],
+        allowed_origins: vec!["*".into()],
+        max_age_seconds: Some(60),
+        ..Default::default()
+    };
+    let tags = vec![tag("team", "x")];
+    for config in [
+        Config::Tags(pb::BucketTags { tags: tags.clone() }),
+        Config::Policy("{}".into()),
+        Config::Cors(pb::BucketCors {
+            rules: vec![rule.clone()],
+        }),
+        Config::Acl(pb::CannedAcl::AclAuthenticatedRead as i32),
+    ] {
+        assert_eq!(put_config(&kv, "b", config), Applied::Done);
+    }
+    let b = get_bucket(&kv, "b").unwrap();
+    assert_eq!(
+        b,
+        pb::Bucket {
+            name: "b".into(),
+            created_at_ms: 7,
+            tags: tags.clone(),
+            acl: pb::CannedAcl::AclAuthenticatedRead as i32,
+            policy: "{}".into(),
+            cors: vec![rule],
+            owner_key_id: "SK1".into(),
+        }
+    );
+    // An empty value deletes that subresource only.
+    put_config(&kv, "b", Config::Cors(pb::BucketCors::default()));
+    put_config(&kv, "b", Config::Policy(String::new()));
+    let b = get_bucket(&kv, "b").unwrap();
+    assert!(b.cors.is_empty() && b.policy.is_empty());
+    assert_eq!(b.tags, tags);
+    assert_eq!(
+        refused_code(&put_config(&kv, "nope", Config::Policy("{}".into()))),
+        Some(ErrorCode::NoSuchBucket)
+    );
+}
+
+#[test]
+fn object_acl_replaces_the_acl_only() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    put(&kv, "b", "k", "blob-k");
+    let before = get_object(&kv, "b", "k").unwrap();
+    let set = |key: &str| {
+        exec(
+            &kv,
+            Command::PutObjectAcl(pb::PutObjectAclRequest {
+                bucket: "b".into(),
+                key: key.into(),
+                acl: pb::CannedAcl::AclPublicRead as i32,
+                op_id: String::new(),
+            }),
+        )
+    };
+    assert_eq!(set("k"), Applied::Done);
+    let after = get_object(&kv, "b", "k").unwrap();
+    assert_eq!(after.acl(), pb::CannedAcl::AclPublicRead);
+    assert_eq!(pb::ObjectRecord { acl: 0, ..after }, before);
+    assert_eq!(refused_code(&set("missing")), Some(ErrorCode::NoSuchKey));
+}
