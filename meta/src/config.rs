@@ -79,6 +79,16 @@ pub struct Config {
     /// datanodes' shard GC. Default 24h; any positive humantime.
     #[serde(with = "humantime_serde")]
     pub stale_upload_expiry: Duration,
+    /// How often the leader runs the buckets' lifecycle rules (expiring
+    /// objects, aborting incomplete multipart uploads; the first run is one
+    /// interval after the node starts). Default 1h.
+    #[serde(with = "humantime_serde")]
+    pub lifecycle_check_interval: Duration,
+    /// How long a lifecycle "day" is. Default 24h, with S3's rounding to
+    /// midnight UTC; a shorter one (tests) is not rounded, like Ceph RGW's
+    /// `rgw_lc_debug_interval`.
+    #[serde(with = "humantime_serde")]
+    pub lifecycle_day: Duration,
     /// Address of this node's Prometheus endpoint (`GET /metrics`), e.g.
     /// `"127.0.0.1:7091"`. Default `None`: no metrics endpoint. The role
     /// library does not read it: the `sluice` binary installs the process-wide
@@ -156,6 +166,8 @@ impl Default for Config {
             peer_connect_timeout: Duration::from_secs(1),
             stale_upload_check_interval: Duration::from_secs(6 * 3600),
             stale_upload_expiry: Duration::from_secs(24 * 3600),
+            lifecycle_check_interval: Duration::from_secs(3600),
+            lifecycle_day: Duration::from_secs(24 * 3600),
             metrics_listen: None,
             session_table_max_entries: crate::sm::sessions::DEFAULT_MAX_ENTRIES,
             session_expiry: Duration::from_secs(600),
@@ -197,6 +209,8 @@ pub enum ConfigError {
     CacheTooSmall(u64),
     #[error("stale_upload_check_interval must be greater than 0")]
     StaleUploadCheckInterval,
+    #[error("lifecycle_check_interval and lifecycle_day must be greater than 0")]
+    Lifecycle,
     #[error("stale_upload_expiry must be greater than 0")]
     StaleUploadExpiry,
     #[error("session_table_max_entries must be greater than 0")]
@@ -250,6 +264,9 @@ impl Config {
         }
         if self.stale_upload_check_interval.is_zero() {
             return Err(ConfigError::StaleUploadCheckInterval);
+        }
+        if self.lifecycle_check_interval.is_zero() || self.lifecycle_day.is_zero() {
+            return Err(ConfigError::Lifecycle);
         }
         if self.stale_upload_expiry.is_zero() {
             return Err(ConfigError::StaleUploadExpiry);

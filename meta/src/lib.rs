@@ -23,7 +23,8 @@
 //!   hints); `liveness` — datanode heartbeats in leader memory;
 //!   `sweeper` — the leader aborts multipart uploads older than
 //!   `stale_upload_expiry` through Raft, closes write epochs whose lease
-//!   ran out and expires client sessions; [`reclaimer`] — the leader
+//!   ran out and expires client sessions; [`lifecycle`] — the leader runs
+//!   the buckets' lifecycle rules; [`reclaimer`] — the leader
 //!   deletes released blobs' shards after `delete_delay`.
 //! * [`client`] — [`MetaClient`], the leader-following client.
 //!
@@ -32,6 +33,8 @@
 //! state machine. `sluice_meta_stale_uploads_aborted_total`: uploads the
 //! sweeper aborted. `sluice_meta_epochs_closed_total`: write epochs closed
 //! for an expired lease. `sluice_meta_sessions`: session table entries.
+//! `sluice_meta_lifecycle_expired_total`, `sluice_meta_lifecycle_aborted_total`:
+//! see [`lifecycle`].
 //! `sluice_meta_pending_deletions`, `sluice_meta_reclaimed_blobs_total`:
 //! see [`reclaimer`].
 
@@ -41,6 +44,7 @@ mod api;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod lifecycle;
 mod liveness;
 mod node;
 pub mod raft;

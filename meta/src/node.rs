@@ -19,6 +19,7 @@ use crate::admin::AdminService;
 use crate::api::MetaService;
 use crate::config::Config;
 use crate::error::Error;
+use crate::lifecycle::LifecycleSweeper;
 use crate::liveness::{Liveness, watch_leadership};
 use crate::raft::network::{MAX_MESSAGE_BYTES, Network};
 use crate::raft::service::RaftService;
@@ -120,6 +121,15 @@ pub async fn run(
         }
         .run(),
     );
+    let lifecycle_sweeper = tokio::spawn(
+        LifecycleSweeper {
+            raft: raft.clone(),
+            kv: kv.clone(),
+            interval: config.lifecycle_check_interval,
+            day: config.lifecycle_day,
+        }
+        .run(),
+    );
     let lease_sweeper = tokio::spawn(
         LeaseSweeper {
             raft: raft.clone(),
@@ -205,7 +215,7 @@ pub async fn run(
     };
     watcher.abort();
     let _ = watcher.await;
-    for task in [sweeper, lease_sweeper, reclaimer] {
+    for task in [sweeper, lifecycle_sweeper, lease_sweeper, reclaimer] {
         task.abort();
         let _ = task.await;
     }

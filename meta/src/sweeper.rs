@@ -105,7 +105,7 @@ const EXPIRE_BATCH: u32 = 1000;
 const EXPIRE_ROUNDS: usize = 64;
 
 /// Proposes `command` (stamped with this leader's clock).
-async fn propose(raft: &MetaRaft, command: Command) -> Result<Applied, SweepError> {
+pub(crate) async fn propose(raft: &MetaRaft, command: Command) -> Result<Applied, SweepError> {
     let cmd = MetaCommand {
         leader_now_ms: now_ms(),
         command: Some(command),
@@ -119,7 +119,7 @@ async fn propose(raft: &MetaRaft, command: Command) -> Result<Applied, SweepErro
     }
 }
 
-fn is_leader(raft: &MetaRaft) -> bool {
+pub(crate) fn is_leader(raft: &MetaRaft) -> bool {
     raft.metrics().borrow().state == ServerState::Leader
 }
 

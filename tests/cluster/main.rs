@@ -13,6 +13,8 @@
 //! * `durability` — heal, wiped disks, exactly-once commits, readers and
 //!   overwrites, write epochs fencing a paused gateway, full datanodes,
 //!   scrub (`docs/durability.md`).
+//! * `lifecycle` — bucket lifecycle rules run by the meta leader (a day of
+//!   2 s): expiration, aborted uploads, the configuration's errors.
 //! * `public_access` — canned ACLs, bucket policies, anonymous requests,
 //!   bucket tagging and CORS (preflights over raw HTTP/1.1).
 //! * `access` — S3 over HTTPS with a test CA, access keys and per-bucket
@@ -41,6 +43,7 @@ mod access;
 mod admin_status;
 mod durability;
 mod fixtures;
+mod lifecycle;
 mod listener;
 mod membership;
 mod meta_membership;

@@ -8,6 +8,7 @@
 //! * `bucket_config.rs` — bucket tagging, policy and CORS configuration (Put/Get/Delete).
 //! * `put.rs` — PutObject, and the blob write shared by every operation that stores a body.
 //! * `get.rs` — GetObject, HeadObject: ranges, conditionals, partNumber; the streamed object body.
+//! * `lifecycle.rs` — Put/Get/DeleteBucketLifecycleConfiguration: the rules' checks and stored form.
 //! * `list.rs` — ListObjects (v1), ListObjectsV2, ListMultipartUploads; `encoding-type=url`.
 //! * `multipart.rs` — Create/UploadPart/Complete/Abort multipart upload, ListParts.
 //! * `copy.rs` — CopyObject, UploadPartCopy.
@@ -38,6 +39,7 @@ pub mod delete;
 pub mod error;
 pub mod get;
 pub mod host;
+pub mod lifecycle;
 pub mod list;
 pub mod multipart;
 pub mod policy;
@@ -415,6 +417,27 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketCorsInput>,
     ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
         bucket_config::delete_bucket_cors(self, req).await
+    }
+
+    async fn get_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+        lifecycle::get_bucket_lifecycle_configuration(self, req).await
+    }
+
+    async fn put_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<PutBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+        lifecycle::put_bucket_lifecycle_configuration(self, req).await
+    }
+
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: S3Request<DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+        lifecycle::delete_bucket_lifecycle(self, req).await
     }
 
     async fn get_object_tagging(

@@ -24,6 +24,7 @@ pub mod access;
 pub mod epochs;
 pub mod heal;
 pub mod keys;
+pub mod lifecycle;
 mod mutate;
 pub mod pending;
 mod read;

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 use md5::{Digest, Md5};
 use prost::Message;
 use sluice_proto::meta::{self as pb, ErrorCode};
-use sluice_proto::raft::{MetaCommand, meta_command::Command};
+use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
 
 use super::refs::{object_refs, part_refs, update_index};
 use super::{
@@ -85,6 +85,7 @@ pub fn apply_command_with<K: KvStore>(
         Command::CloseEpochs(r) => epochs::close_epochs(kv, r, now_ms),
         Command::CollectPending(r) => pending::collect_pending(kv, r),
         Command::ExpireSessions(r) => sessions::expire_sessions(kv, r),
+        Command::ExpireObjects(r) => expire_objects(kv, r),
         Command::ReportMissing(r) => heal::report_missing(kv, r),
         Command::BeginHeal(r) => heal::begin_heal(kv, r),
         Command::UpdatePlacement(r) => heal::update_placement(kv, r),
@@ -123,7 +124,7 @@ pub fn apply_command_with<K: KvStore>(
 }
 
 /// The operation id of a mutation request; empty for the leader's internal
-/// entries (CloseEpochs, CollectPending, ExpireSessions).
+/// entries (CloseEpochs, CollectPending, ExpireSessions, ExpireObjects).
 fn op_id_of(command: &Command) -> &str {
     match command {
         Command::CreateBucket(r) => &r.op_id,
@@ -148,7 +149,10 @@ fn op_id_of(command: &Command) -> &str {
         Command::SetKeyGrant(r) => &r.op_id,
         Command::DrainDatanode(r) => &r.op_id,
         Command::RemoveDatanode(r) => &r.op_id,
-        Command::CloseEpochs(_) | Command::CollectPending(_) | Command::ExpireSessions(_) => "",
+        Command::CloseEpochs(_)
+        | Command::CollectPending(_)
+        | Command::ExpireSessions(_)
+        | Command::ExpireObjects(_) => "",
     }
 }
 
@@ -343,6 +347,34 @@ fn delete_object<K: KvStore>(kv: &K, r: &pb::ObjectKey) -> Outcome {
     Ok((b, Applied::Released(released)))
 }
 
+/// Deletes each listed object that is still the version the lifecycle
+/// sweeper evaluated (same ETag and last-modified time); an object replaced
+/// or deleted since is left alone. The blobs are released as DeleteObject
+/// releases them.
+fn expire_objects<K: KvStore>(kv: &K, r: &rpb::ExpireObjects) -> Outcome {
+    let mut b = Batch::new();
+    let mut released = Vec::new();
+    let mut seen = HashSet::new();
+    for e in &r.objects {
+        let key = keys::object(&e.bucket, &e.key);
+        // The batch is applied after the loop: a key listed twice is
+        // deleted (and released) once.
+        if !seen.insert(key.clone()) {
+            continue;
+        }
+        let Some(old): Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")? else {
+            continue;
+        };
+        if old.etag != e.etag || old.last_modified_ms != e.last_modified_ms {
+            continue;
+        }
+        b.delete(Space::Objects, key);
+        released.extend(released_by_replace(Some(&old), None));
+    }
+    update_index(&mut b, &released, []);
+    Ok((b, Applied::Released(released)))
+}
+
 /// Replaces the tags of the current object; its body, placements and
 /// last-modified time are unchanged (as S3's PutObjectTagging leaves them).
 fn put_object_tagging<K: KvStore>(kv: &K, r: &pb::PutObjectTaggingRequest) -> Outcome {
@@ -384,6 +416,7 @@ fn put_bucket_config<K: KvStore>(kv: &K, r: &pb::PutBucketConfigRequest) -> Outc
         Some(Config::Acl(acl)) => bucket.acl = *acl,
         Some(Config::Policy(p)) => bucket.policy = p.clone(),
         Some(Config::Cors(c)) => bucket.cors = c.rules.clone(),
+        Some(Config::Lifecycle(l)) => bucket.lifecycle = l.rules.clone(),
         None => {
             return refuse(
                 ErrorCode::InvalidArgument,

@@ -936,6 +936,7 @@ fn bucket_config_replaces_one_subresource_and_keeps_the_others() {
             policy: "{}".into(),
             cors: vec![rule],
             owner_key_id: "SK1".into(),
+            lifecycle: vec![],
         }
     );
     // An empty value deletes that subresource only.
@@ -972,4 +973,87 @@ fn object_acl_replaces_the_acl_only() {
     assert_eq!(after.acl(), pb::CannedAcl::AclPublicRead);
     assert_eq!(pb::ObjectRecord { acl: 0, ..after }, before);
     assert_eq!(refused_code(&set("missing")), Some(ErrorCode::NoSuchKey));
+}
+
+#[test]
+fn lifecycle_expires_only_the_version_it_saw() {
+    use sluice_proto::raft as rpb;
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    exec(
+        &kv,
+        Command::PutBucketConfig(pb::PutBucketConfigRequest {
+            name: "b".into(),
+            config: Some(pb::put_bucket_config_request::Config::Lifecycle(
+                pb::BucketLifecycle {
+                    rules: vec![pb::LifecycleRule {
+                        enabled: true,
+                        prefix: "logs/".into(),
+                        expiration_days: 1,
+                        ..Default::default()
+                    }],
+                },
+            )),
+            op_id: String::new(),
+        }),
+    );
+    put(&kv, "b", "logs/old", "blob-old");
+    put(&kv, "b", "logs/replaced", "blob-r1");
+    put(&kv, "b", "keep/x", "blob-x");
+    let b = get_bucket(&kv, "b").unwrap();
+    // Every record was written at last_modified 0; one day is 10 ms here.
+    let page = lifecycle::expired_objects(&kv, &b, None, 10, 10, 100).unwrap();
+    let keys: Vec<&str> = page.found.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["logs/old", "logs/replaced"]);
+    assert_eq!(page.next, None);
+    // A small page stops after its last record (keep/x, logs/old).
+    let first = lifecycle::expired_objects(&kv, &b, None, 10, 10, 2).unwrap();
+    assert_eq!(first.found.len(), 1);
+    assert_eq!(first.found[0].key, "logs/old");
+    let second = lifecycle::expired_objects(&kv, &b, first.next.as_deref(), 10, 10, 2).unwrap();
+    assert_eq!(second.found[0].key, "logs/replaced");
+    assert_eq!(second.next, None);
+
+    // The fault this guards against: a PUT lands between the scan and the
+    // expiration; the new object must survive a rule evaluated on the old.
+    let mut newer = object("b", "logs/replaced", "blob-r2");
+    newer.etag = "e2".into();
+    newer.last_modified_ms = 5;
+    exec(
+        &kv,
+        Command::PutObject(pb::PutObjectRequest {
+            object: Some(newer.clone()),
+            ..Default::default()
+        }),
+    );
+    let mut listed = page.found.clone();
+    listed.push(listed[0].clone()); // a duplicate is expired once
+    let Applied::Released(released) = exec(
+        &kv,
+        Command::ExpireObjects(rpb::ExpireObjects { objects: listed }),
+    ) else {
+        panic!("not applied")
+    };
+    let ids: Vec<String> = released.iter().map(|p| p.blob_id.clone()).collect();
+    assert_eq!(ids, [bid("blob-old")]);
+    assert_eq!(
+        refused_code(&exec(
+            &kv,
+            Command::DeleteObject(pb::ObjectKey {
+                bucket: "b".into(),
+                key: "logs/old".into(),
+                ..Default::default()
+            })
+        )),
+        None,
+        "deleting a missing key is not an error"
+    );
+    assert!(get_object(&kv, "b", "logs/old").is_err());
+    assert_eq!(get_object(&kv, "b", "logs/replaced").unwrap(), newer);
+    assert!(get_object(&kv, "b", "keep/x").is_ok());
+    // The expired blob left the reference index; the kept ones did not.
+    assert_eq!(
+        filter_unreferenced(&kv, &[bid("blob-old"), bid("blob-r2"), bid("blob-x")]).unwrap(),
+        vec![bid("blob-old")]
+    );
 }

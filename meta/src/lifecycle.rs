@@ -1,0 +1,189 @@
+//! The leader's lifecycle sweeper: every `lifecycle_check_interval`, for
+//! every bucket with enabled lifecycle rules, it walks the bucket's
+//! objects and multipart uploads one page ([`PAGE`] records) at a time
+//! ([`sm::lifecycle`]) and proposes, through Raft, an `ExpireObjects`
+//! entry for the page's expired objects (deleted only if unchanged since
+//! the page was read) and an `AbortUpload` for each upload to abort (the
+//! same entry as AbortMultipartUpload). Released blobs go through the
+//! pending-deletion path like any DeleteObject's.
+//!
+//! Bounds: one page of records in memory; one Raft entry of at most
+//! [`PAGE`] objects at a time. A follower does nothing; a leader that loses
+//! leadership stops at its next proposal. It replaces nothing of the stale
+//! upload sweeper, which still aborts every upload past
+//! `stale_upload_expiry` whatever the rules say.
+//!
+//! # Metrics
+//! `sluice_meta_lifecycle_expired_total`: objects expired;
+//! `sluice_meta_lifecycle_aborted_total`: uploads aborted.
+
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_proto::meta::{self as pb, ErrorCode};
+use sluice_proto::raft::{self as rpb, meta_command::Command};
+use tokio::time::MissedTickBehavior;
+
+use crate::raft::MetaRaft;
+use crate::sm::{self, Applied, lifecycle};
+use crate::store::{KvStore, Space};
+use crate::sweeper::{SweepError, is_leader, propose};
+
+/// Counter: objects expired by lifecycle rules.
+pub const LIFECYCLE_EXPIRED_TOTAL: &str = "sluice_meta_lifecycle_expired_total";
+/// Counter: multipart uploads aborted by lifecycle rules.
+pub const LIFECYCLE_ABORTED_TOTAL: &str = "sluice_meta_lifecycle_aborted_total";
+
+/// Records read per page, and most objects in one ExpireObjects entry.
+pub const PAGE: usize = 256;
+
+/// The lifecycle sweeper of one meta node.
+pub(crate) struct LifecycleSweeper<K: KvStore> {
+    pub raft: MetaRaft,
+    pub kv: Arc<K>,
+    /// `lifecycle_check_interval`.
+    pub interval: Duration,
+    /// `lifecycle_day`.
+    pub day: Duration,
+}
+
+/// What one run did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct LifecycleRun {
+    pub expired: u64,
+    pub aborted: u64,
+}
+
+impl<K: KvStore> LifecycleSweeper<K> {
+    /// Runs every interval while this node is the leader, until aborted.
+    pub(crate) async fn run(self) {
+        let start = tokio::time::Instant::now() + self.interval;
+        let mut ticker = tokio::time::interval_at(start, self.interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            if !is_leader(&self.raft) {
+                continue;
+            }
+            match self.sweep().await {
+                Ok(run) if run == LifecycleRun::default() => {
+                    tracing::debug!("lifecycle rules: nothing to do")
+                }
+                Ok(run) => tracing::info!(
+                    expired = run.expired,
+                    aborted = run.aborted,
+                    "lifecycle rules applied"
+                ),
+                Err(SweepError::NotLeader) => {
+                    tracing::info!("lost leadership during the lifecycle sweep")
+                }
+                Err(e) => tracing::warn!(error = %e, "lifecycle sweep stopped"),
+            }
+        }
+    }
+
+    fn day_ms(&self) -> i64 {
+        i64::try_from(self.day.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// One pass over every bucket with lifecycle rules.
+    pub(crate) async fn sweep(&self) -> Result<LifecycleRun, SweepError> {
+        let mut run = LifecycleRun::default();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let start = match &after {
+                Some(k) => Bound::Excluded(k.as_slice()),
+                None => Bound::Unbounded,
+            };
+            let rows = self
+                .kv
+                .scan(Space::Buckets, start, Bound::Unbounded, PAGE)
+                .map_err(sm::SmError::from)?;
+            let full = rows.len() == PAGE;
+            for (k, v) in &rows {
+                let bucket: pb::Bucket = sm::decode("bucket", v)?;
+                if bucket.lifecycle.iter().any(|r| r.enabled) {
+                    self.sweep_bucket(&bucket, &mut run).await?;
+                }
+                after = Some(k.clone());
+            }
+            if !full {
+                return Ok(run);
+            }
+        }
+    }
+
+    async fn sweep_bucket(
+        &self,
+        bucket: &pb::Bucket,
+        run: &mut LifecycleRun,
+    ) -> Result<(), SweepError> {
+        let day_ms = self.day_ms();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            if !is_leader(&self.raft) {
+                return Err(SweepError::NotLeader);
+            }
+            let now = sm::wall_clock_ms();
+            let page = lifecycle::expired_objects(
+                self.kv.as_ref(),
+                bucket,
+                after.as_deref(),
+                now,
+                day_ms,
+                PAGE,
+            )?;
+            if !page.found.is_empty() {
+                let n = page.found.len() as u64;
+                let applied = propose(
+                    &self.raft,
+                    Command::ExpireObjects(rpb::ExpireObjects {
+                        objects: page.found,
+                    }),
+                )
+                .await?;
+                if let Applied::Released(_) = applied {
+                    run.expired += n;
+                    metrics::counter!(LIFECYCLE_EXPIRED_TOTAL).increment(n);
+                }
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            if !is_leader(&self.raft) {
+                return Err(SweepError::NotLeader);
+            }
+            let now = sm::wall_clock_ms();
+            let page = lifecycle::expired_uploads(
+                self.kv.as_ref(),
+                bucket,
+                after.as_deref(),
+                now,
+                day_ms,
+                PAGE,
+            )?;
+            for upload in page.found {
+                match propose(&self.raft, Command::AbortUpload(upload)).await? {
+                    Applied::Released(_) => {
+                        run.aborted += 1;
+                        metrics::counter!(LIFECYCLE_ABORTED_TOTAL).increment(1);
+                    }
+                    Applied::Refused {
+                        code: ErrorCode::NoSuchUpload,
+                        ..
+                    } => {}
+                    other => tracing::warn!(applied = ?other, "lifecycle abort not applied"),
+                }
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(()),
+            }
+        }
+    }
+}
