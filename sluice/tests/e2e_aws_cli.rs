@@ -198,7 +198,8 @@ fn aws_as(dev: &Dev, (access_key, secret_key): (&str, &str), args: &[&str]) -> O
 /// list, delete; a FULL_OBJECT CRC32 multipart upload (type fixed at create,
 /// wrong whole-object CRC refused), a conditional Complete, partNumber of a
 /// single-part object, GetObjectAttributes, GetBucketVersioning, object
-/// tagging,
+/// tagging, canned ACLs read anonymously (urllib, as curl), a bucket
+/// policy, bucket tagging, CORS and lifecycle configuration,
 /// ListBuckets pages and presigned-URL expiry rules. `.ci/run` installs
 /// boto3 beside the aws CLI.
 fn boto3_round_trip(dev: &Dev, ca: &str) {
@@ -306,7 +307,45 @@ for client, marker in ((s3, "Expires="), (v4, "X-Amz-Expires=")):
                                             ExpiresIn=expires)
         status, body = fetch(url)
         assert status == 403 and b"<Code>AccessDenied</Code>" in body, (url, status, body)
-for key in ("mp", "single"):
+# Anonymous access: a public-read object is readable unsigned (urllib as curl
+# would), a private one and a missing bucket are not.
+s3.put_object(Bucket="boto3-tls", Key="pub", Body=b"for all", ACL="public-read")
+base = sys.argv[1] + "/boto3-tls/"
+assert fetch(base + "pub") == (200, b"for all"), fetch(base + "pub")
+status, body = fetch(base + "single")
+assert status == 403 and b"<Code>AccessDenied</Code>" in body, (status, body)
+status, body = fetch(sys.argv[1] + "/no-such-bucket/k")
+assert status == 404 and b"<Code>NoSuchBucket</Code>" in body, (status, body)
+grants = s3.get_object_acl(Bucket="boto3-tls", Key="pub")["Grants"]
+assert {"Type": "Group", "URI": "http://acs.amazonaws.com/groups/global/AllUsers"} in [g["Grantee"] for g in grants], grants
+s3.put_object_acl(Bucket="boto3-tls", Key="pub", ACL="private")
+assert fetch(base + "pub")[0] == 403
+# A bucket policy opening one prefix.
+import json
+policy = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": "*",
+    "Action": "s3:GetObject", "Resource": "arn:aws:s3:::boto3-tls/pub*"}]})
+s3.put_bucket_policy(Bucket="boto3-tls", Policy=policy)
+assert s3.get_bucket_policy(Bucket="boto3-tls")["Policy"] == policy
+assert fetch(base + "pub") == (200, b"for all")
+assert code(lambda: s3.put_bucket_policy(Bucket="boto3-tls", Policy="{")) == "MalformedPolicy"
+s3.delete_bucket_policy(Bucket="boto3-tls")
+assert fetch(base + "pub")[0] == 403
+# Bucket tagging, CORS and lifecycle round trips.
+s3.put_bucket_tagging(Bucket="boto3-tls", Tagging={"TagSet": [{"Key": "team", "Value": "s"}]})
+assert s3.get_bucket_tagging(Bucket="boto3-tls")["TagSet"] == [{"Key": "team", "Value": "s"}]
+s3.delete_bucket_tagging(Bucket="boto3-tls")
+assert code(lambda: s3.get_bucket_tagging(Bucket="boto3-tls")) == "NoSuchTagSet"
+rule = {"AllowedOrigins": ["https://app.example.com"], "AllowedMethods": ["GET"], "MaxAgeSeconds": 60}
+s3.put_bucket_cors(Bucket="boto3-tls", CORSConfiguration={"CORSRules": [rule]})
+assert s3.get_bucket_cors(Bucket="boto3-tls")["CORSRules"] == [rule]
+s3.delete_bucket_cors(Bucket="boto3-tls")
+lc = {"Rules": [{"ID": "tmp", "Status": "Enabled", "Filter": {"Prefix": "tmp/"},
+                 "Expiration": {"Days": 7}, "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}]}
+s3.put_bucket_lifecycle_configuration(Bucket="boto3-tls", LifecycleConfiguration=lc)
+got = s3.get_bucket_lifecycle_configuration(Bucket="boto3-tls")["Rules"][0]
+assert got["ID"] == "tmp" and got["Expiration"] == {"Days": 7} and got["Filter"]["Prefix"] == "tmp/", got
+s3.delete_bucket_lifecycle(Bucket="boto3-tls")
+for key in ("mp", "single", "pub"):
     s3.delete_object(Bucket="boto3-tls", Key=key)
 print("boto3 ok")
 "#;
