@@ -79,6 +79,11 @@ pub fn required(op: &str) -> Need {
         // Making an object public is the owner's decision (S3's
         // s3:PutObjectAcl), not every writer's.
         "PutObjectAcl" => Need::Owner,
+        "GetObjectLockConfiguration"
+        | "PutObjectLockConfiguration"
+        | "GetPublicAccessBlock"
+        | "PutPublicAccessBlock"
+        | "DeletePublicAccessBlock" => Need::Owner,
         op if op.contains("Bucket") => Need::Owner,
         _ => Need::Write,
     }

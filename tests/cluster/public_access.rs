@@ -205,6 +205,49 @@ async fn acls_policies_anonymous_access_tagging_and_cors() -> Result<()> {
         .send()
         .await?;
     ensure!(get_body(&anon, "pol-b", "public/x").await? == data);
+    let status = root
+        .get_bucket_policy_status()
+        .bucket("pol-b")
+        .send()
+        .await?;
+    ensure!(
+        status.policy_status().and_then(|s| s.is_public()) == Some(true),
+        "{status:?}"
+    );
+    // Subresources Sluice does not keep read as never configured.
+    let payer = root
+        .get_bucket_request_payment()
+        .bucket("pol-b")
+        .send()
+        .await?;
+    ensure!(
+        payer.payer().map(|p| p.as_str()) == Some("BucketOwner"),
+        "{payer:?}"
+    );
+    let r = root.get_bucket_encryption().bucket("pol-b").send().await;
+    expect_error(
+        "no encryption",
+        r,
+        404,
+        Some("ServerSideEncryptionConfigurationNotFoundError"),
+    )?;
+    let r = root
+        .get_object_lock_configuration()
+        .bucket("pol-b")
+        .send()
+        .await;
+    expect_error(
+        "no object lock",
+        r,
+        404,
+        Some("ObjectLockConfigurationNotFoundError"),
+    )?;
+    let r = root
+        .get_bucket_encryption()
+        .bucket("no-such-b")
+        .send()
+        .await;
+    expect_error("no bucket", r, 404, Some("NoSuchBucket"))?;
     let r = anon
         .get_object()
         .bucket("pol-b")

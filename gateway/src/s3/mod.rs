@@ -16,6 +16,7 @@
 //! * `delete.rs` — DeleteObject, DeleteObjects.
 //! * `policy.rs` — bucket policies: parsing (PutBucketPolicy) and evaluation, pure code.
 //! * `tagging.rs` — Put/Get/DeleteObjectTagging and the `x-amz-tagging` header rules.
+//! * `unconfigured.rs` — Get* of subresources Sluice does not keep (encryption, object lock, website, ...), answered as for a bucket with none.
 //! * `checksum.rs` — ETag/MD5 and `x-amz-checksum-*` computation and verification.
 //! * `error.rs` — the mapping of meta and data-path errors to S3 errors.
 //!
@@ -45,6 +46,7 @@ pub mod multipart;
 pub mod policy;
 pub mod put;
 pub mod tagging;
+pub mod unconfigured;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -438,6 +440,83 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketLifecycleInput>,
     ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
         lifecycle::delete_bucket_lifecycle(self, req).await
+    }
+
+    async fn get_bucket_encryption(
+        &self,
+        req: S3Request<GetBucketEncryptionInput>,
+    ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+        unconfigured::get_bucket_encryption(self, req).await
+    }
+
+    async fn get_bucket_ownership_controls(
+        &self,
+        req: S3Request<GetBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+        unconfigured::get_bucket_ownership_controls(self, req).await
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+        unconfigured::get_object_lock_configuration(self, req).await
+    }
+
+    async fn get_bucket_website(
+        &self,
+        req: S3Request<GetBucketWebsiteInput>,
+    ) -> S3Result<S3Response<GetBucketWebsiteOutput>> {
+        unconfigured::get_bucket_website(self, req).await
+    }
+
+    async fn get_bucket_replication(
+        &self,
+        req: S3Request<GetBucketReplicationInput>,
+    ) -> S3Result<S3Response<GetBucketReplicationOutput>> {
+        unconfigured::get_bucket_replication(self, req).await
+    }
+
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+        unconfigured::get_public_access_block(self, req).await
+    }
+
+    async fn get_bucket_logging(
+        &self,
+        req: S3Request<GetBucketLoggingInput>,
+    ) -> S3Result<S3Response<GetBucketLoggingOutput>> {
+        unconfigured::get_bucket_logging(self, req).await
+    }
+
+    async fn get_bucket_accelerate_configuration(
+        &self,
+        req: S3Request<GetBucketAccelerateConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketAccelerateConfigurationOutput>> {
+        unconfigured::get_bucket_accelerate_configuration(self, req).await
+    }
+
+    async fn get_bucket_notification_configuration(
+        &self,
+        req: S3Request<GetBucketNotificationConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketNotificationConfigurationOutput>> {
+        unconfigured::get_bucket_notification_configuration(self, req).await
+    }
+
+    async fn get_bucket_request_payment(
+        &self,
+        req: S3Request<GetBucketRequestPaymentInput>,
+    ) -> S3Result<S3Response<GetBucketRequestPaymentOutput>> {
+        unconfigured::get_bucket_request_payment(self, req).await
+    }
+
+    async fn get_bucket_policy_status(
+        &self,
+        req: S3Request<GetBucketPolicyStatusInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+        unconfigured::get_bucket_policy_status(self, req).await
     }
 
     async fn get_object_tagging(
