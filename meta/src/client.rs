@@ -390,8 +390,20 @@ impl MetaClient {
         &self,
         object: pb::ObjectRecord,
     ) -> Result<Vec<pb::Placement>, MetaError> {
+        self.put_object_if(object, None).await
+    }
+
+    /// [`MetaClient::put_object`] applied only if `condition` holds against
+    /// the current object in the commit's own log entry. Errors besides
+    /// put_object's: PreconditionFailed, NoSuchKey (If-Match, no object).
+    pub async fn put_object_if(
+        &self,
+        object: pb::ObjectRecord,
+        condition: Option<pb::WriteCondition>,
+    ) -> Result<Vec<pb::Placement>, MetaError> {
         let req = pb::PutObjectRequest {
             object: Some(object),
+            condition,
             op_id: new_op_id(),
         };
         let r = self

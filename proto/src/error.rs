@@ -41,6 +41,7 @@ fn status_from_detail(detail: ErrorDetail) -> tonic::Status {
         | ErrorCode::EntityTooSmall
         | ErrorCode::EpochClosed
         | ErrorCode::PlacementChanged
+        | ErrorCode::PreconditionFailed
         | ErrorCode::MembershipChangeRefused => tonic::Code::FailedPrecondition,
         ErrorCode::DuplicateDatanode => tonic::Code::AlreadyExists,
         ErrorCode::DatanodeInUse => tonic::Code::FailedPrecondition,

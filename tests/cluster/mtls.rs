@@ -119,6 +119,7 @@ async fn meta_services_refuse_unauthenticated_and_wrong_role_callers() -> Result
                 key: "k".into(),
                 ..Default::default()
             }),
+            condition: None,
             op_id: "op-dn-put".into(),
         })
         .await,

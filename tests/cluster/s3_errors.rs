@@ -32,8 +32,8 @@ use md5::{Digest as _, Md5};
 
 use crate::fixtures::{ACCESS_KEY, TestCluster};
 use crate::{
-    MIB, Upload, assert_object, complete, create_upload, expect_error, md5_hex, multipart_etag,
-    put, quoted, random_bytes, test_seed, upload_parts,
+    MIB, Upload, assert_object, complete, create_upload, expect_error, get_all, md5_hex,
+    multipart_etag, put, quoted, random_bytes, test_seed, upload_parts,
 };
 
 const B: &str = "errors";
@@ -1291,5 +1291,81 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
     )?;
 
     c.stop_all().await?;
+    Ok(())
+}
+
+/// Conditional writes racing each other: writers that all pass the
+/// gateway's early check (no object yet, or the same current ETag) must
+/// not all commit. Meta checks the condition in the commit's own log entry,
+/// so exactly one wins each round and the object holds the winner's bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_conditional_writes_commit_exactly_once() -> Result<()> {
+    const WRITERS: usize = 6;
+    let seed = test_seed("conditional_race");
+    let c = TestCluster::start(1, 6).await?;
+    let s3 = c.s3();
+    s3.create_bucket().bucket("race-b").send().await?;
+    for round in 0..3u64 {
+        let key = format!("k{round}");
+        // Round 0-2: If-None-Match: * on a missing key.
+        let bodies: Vec<Bytes> = (0..WRITERS as u64)
+            .map(|i| random_bytes(seed ^ (round * 100 + i), 512 * 1024))
+            .collect();
+        let outcomes = futures::future::join_all(bodies.iter().map(|body| {
+            s3.put_object()
+                .bucket("race-b")
+                .key(&key)
+                .if_none_match("*")
+                .body(ByteStream::from(body.clone()))
+                .send()
+        }))
+        .await;
+        let won: Vec<usize> = outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.is_ok())
+            .map(|(i, _)| i)
+            .collect();
+        ensure!(
+            won.len() == 1,
+            "round {round}: {} writers committed: {won:?}",
+            won.len()
+        );
+        for (i, o) in outcomes.into_iter().enumerate() {
+            if i != won[0] {
+                expect_error(&format!("loser {i}"), o, 412, Some("PreconditionFailed"))?;
+            }
+        }
+        let stored = s3.get_object().bucket("race-b").key(&key).send().await?;
+        let etag = stored.e_tag().unwrap_or_default().to_string();
+        let got = stored.body.collect().await?.into_bytes();
+        ensure!(
+            got == bodies[won[0]],
+            "round {round}: not the winner's bytes"
+        );
+
+        // Then If-Match on the winner's ETag: again exactly one.
+        let outcomes = futures::future::join_all(bodies.iter().map(|body| {
+            s3.put_object()
+                .bucket("race-b")
+                .key(&key)
+                .if_match(&etag)
+                .body(ByteStream::from(body.slice(1..)))
+                .send()
+        }))
+        .await;
+        let won: Vec<usize> = outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.is_ok())
+            .map(|(i, _)| i)
+            .collect();
+        ensure!(won.len() == 1, "round {round} If-Match: {won:?} committed");
+        let got = get_all(&s3, "race-b", &key).await?;
+        ensure!(
+            got == bodies[won[0]].slice(1..),
+            "round {round}: If-Match winner's bytes"
+        );
+    }
     Ok(())
 }

@@ -220,7 +220,7 @@ pub(super) async fn copy_object(
     let (etag_value, last_modified_ms) = (record.etag.clone(), record.last_modified_ms);
     let sums = ChecksumFields::from(record.checksums.as_ref());
     tracing::debug!(from = %format!("{src_bucket}/{src_key}"), bucket = %record.bucket, key = %record.key, size = record.size, "copy object");
-    commit_object(gw, record, new_blob).await?;
+    commit_object(gw, record, new_blob, None).await?;
     drop(epoch);
     Ok(S3Response::new(CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {

@@ -68,6 +68,7 @@ pub fn meta_code(code: ErrorCode) -> S3ErrorCode {
         ErrorCode::InvalidPartOrder => S3ErrorCode::InvalidPartOrder,
         ErrorCode::EntityTooSmall => S3ErrorCode::EntityTooSmall,
         ErrorCode::InvalidArgument => S3ErrorCode::InvalidArgument,
+        ErrorCode::PreconditionFailed => S3ErrorCode::PreconditionFailed,
         // The client retries leader changes itself; one that leaks out is a
         // cluster without a leader.
         ErrorCode::NotLeader => S3ErrorCode::ServiceUnavailable,

@@ -565,6 +565,10 @@ pub(super) async fn complete_multipart_upload(
             now_ms: now_ms(),
             min_part_size: MIN_PART_SIZE,
             checksums,
+            condition: super::put::write_condition(
+                input.if_match.as_ref(),
+                input.if_none_match.as_ref(),
+            ),
             op_id: String::new(),
         })
         .await

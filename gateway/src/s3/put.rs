@@ -102,7 +102,9 @@ where
     Ok(StoredBody { placement, digests })
 }
 
-/// Commits `record` in meta (meta releases the blobs it replaced and
+/// Commits `record` in meta if `condition` (a conditional write's
+/// `If-Match`/`If-None-Match`) holds when the commit is applied (meta
+/// releases the blobs it replaced and
 /// deletes them after `delete_delay`). When the commit fails, `new_blob`
 /// (the blob written for this record) is deleted if meta definitely
 /// refused the record (`EPOCH_CLOSED` among the refusals: `503`); when
@@ -113,8 +115,9 @@ pub async fn commit_object(
     gw: &Gateway,
     record: pb::ObjectRecord,
     new_blob: Option<pb::Placement>,
+    condition: Option<pb::WriteCondition>,
 ) -> S3Result<()> {
-    match gw.meta.put_object(record).await {
+    match gw.meta.put_object_if(record, condition).await {
         Ok(released) => {
             gw.reclaimer.release(&released);
             Ok(())
@@ -176,7 +179,10 @@ pub fn single_part_record(
 
 /// Best-effort S3 conditional write (`If-None-Match: *`, `If-Match`) of
 /// PutObject and CompleteMultipartUpload, checked before the body is read
-/// (or the parts are joined). Not atomic with the commit.
+/// (or the parts are joined), so a write bound to fail does not store its
+/// body first. Meta checks the same conditions again atomically with the
+/// commit ([`write_condition`]): two writers racing past this check cannot
+/// both commit.
 ///
 /// Errors: `If-None-Match` matching the current object -> 412
 /// `PreconditionFailed`; `If-Match` with no object -> 404 `NoSuchKey`, not
@@ -226,6 +232,30 @@ pub(super) async fn check_write_conditions(
         }
     }
     Ok(())
+}
+
+/// The `If-Match`/`If-None-Match` of a write as meta checks it at commit
+/// (`None` when neither is given). The values are compared with the
+/// stored ETag (unquoted hex), as [`matches_etag`] does.
+pub fn write_condition(
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+) -> Option<pb::WriteCondition> {
+    if if_match.is_none() && if_none_match.is_none() {
+        return None;
+    }
+    let mut c = pb::WriteCondition::default();
+    match if_match {
+        Some(ETagCondition::Any) => c.if_match_any = true,
+        Some(ETagCondition::ETag(e)) => c.if_match_etag = e.value().to_string(),
+        None => {}
+    }
+    match if_none_match {
+        Some(ETagCondition::Any) => c.if_none_match_any = true,
+        Some(ETagCondition::ETag(e)) => c.if_none_match_etag = e.value().to_string(),
+        None => {}
+    }
+    Some(c)
 }
 
 /// Whether an `If-Match`/`If-None-Match` value matches an existing object's ETag.
@@ -304,6 +334,7 @@ pub(super) async fn put_object(
         input.if_none_match.as_ref(),
     )
     .await?;
+    let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref());
 
     let http = http_meta(
         input.content_type.take(),
@@ -336,7 +367,7 @@ pub(super) async fn put_object(
     let size = i64::try_from(record.size).unwrap_or(i64::MAX);
     let sums = ChecksumFields::from(record.checksums.as_ref());
     tracing::debug!(bucket = %record.bucket, key = %record.key, size, etag = %etag_value, "put object");
-    commit_object(gw, record, new_blob).await?;
+    commit_object(gw, record, new_blob, condition).await?;
     drop(epoch);
 
     Ok(S3Response::new(PutObjectOutput {

@@ -319,6 +319,33 @@ fn delete_bucket<K: KvStore>(kv: &K, r: &pb::BucketRequest) -> Outcome {
     Ok((b, Applied::Done))
 }
 
+/// Checks a conditional write against the current object `current`.
+fn check_condition(
+    current: Option<&pb::ObjectRecord>,
+    condition: Option<&pb::WriteCondition>,
+) -> Result<(), SmError> {
+    let Some(c) = condition else { return Ok(()) };
+    let failed = || refuse(ErrorCode::PreconditionFailed, "precondition failed");
+    match current {
+        Some(obj) => {
+            if c.if_none_match_any
+                || (!c.if_none_match_etag.is_empty() && c.if_none_match_etag == obj.etag)
+            {
+                return failed();
+            }
+            if !c.if_match_etag.is_empty() && c.if_match_etag != obj.etag {
+                return failed();
+            }
+        }
+        None => {
+            if c.if_match_any || !c.if_match_etag.is_empty() {
+                return refuse(ErrorCode::NoSuchKey, "If-Match: no current object");
+            }
+        }
+    }
+    Ok(())
+}
+
 fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest) -> Outcome {
     let Some(object) = &r.object else {
         return refuse(ErrorCode::InvalidArgument, "PutObject without an object");
@@ -327,6 +354,7 @@ fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest) -> Outcome {
     check_name("key", &object.key)?;
     let key = keys::object(&object.bucket, &object.key);
     let old: Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")?;
+    check_condition(old.as_ref(), r.condition.as_ref())?;
     let released = released_by_replace(old.as_ref(), Some(object));
     let mut b = Batch::new();
     b.put(Space::Objects, key, object.encode_to_vec());
@@ -550,6 +578,7 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest) -> Outcome
         );
     };
 
+    check_condition(current.as_ref(), r.condition.as_ref())?;
     if r.parts.is_empty() {
         return refuse(ErrorCode::InvalidPartOrder, "the part list is empty");
     }

@@ -1057,3 +1057,67 @@ fn lifecycle_expires_only_the_version_it_saw() {
         vec![bid("blob-old")]
     );
 }
+
+#[test]
+fn conditional_writes_are_checked_in_the_commit_entry() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    let put_if = |blob: &str, etag: &str, condition: pb::WriteCondition| {
+        let mut obj = object("b", "k", blob);
+        obj.etag = etag.into();
+        exec(
+            &kv,
+            Command::PutObject(pb::PutObjectRequest {
+                object: Some(obj),
+                condition: Some(condition),
+                op_id: String::new(),
+            }),
+        )
+    };
+    let absent = pb::WriteCondition {
+        if_none_match_any: true,
+        ..Default::default()
+    };
+    // If-Match on a missing key is NoSuchKey, as S3 answers.
+    let must_match = |etag: &str| pb::WriteCondition {
+        if_match_etag: etag.into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        refused_code(&put_if("blob-0", "e0", must_match("e1"))),
+        Some(ErrorCode::NoSuchKey)
+    );
+    // Two writers that both checked "absent" before writing: one commits.
+    assert!(matches!(
+        put_if("blob-1", "e1", absent.clone()),
+        Applied::Released(_)
+    ));
+    assert_eq!(
+        refused_code(&put_if("blob-2", "e2", absent)),
+        Some(ErrorCode::PreconditionFailed)
+    );
+    assert_eq!(get_object(&kv, "b", "k").unwrap().etag, "e1");
+    // If-Match: only against the current ETag.
+    assert_eq!(
+        refused_code(&put_if("blob-3", "e3", must_match("e0"))),
+        Some(ErrorCode::PreconditionFailed)
+    );
+    assert!(matches!(
+        put_if("blob-3", "e3", must_match("e1")),
+        Applied::Released(_)
+    ));
+    assert_eq!(get_object(&kv, "b", "k").unwrap().etag, "e3");
+    // The refused writes' blobs were never referenced.
+    assert_eq!(
+        filter_unreferenced(&kv, &[bid("blob-2"), bid("blob-3")]).unwrap(),
+        vec![bid("blob-2")]
+    );
+    let not_this = pb::WriteCondition {
+        if_none_match_etag: "e3".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        refused_code(&put_if("blob-4", "e4", not_this)),
+        Some(ErrorCode::PreconditionFailed)
+    );
+}

@@ -34,6 +34,7 @@ fn at(kv: &MemStore, now_ms: i64, command: Command) -> Applied {
 fn put_op(b: &str, key: &str, blob: &str, op: &str) -> Command {
     Command::PutObject(pb::PutObjectRequest {
         object: Some(object(b, key, blob)),
+        condition: None,
         op_id: op.into(),
     })
 }
@@ -508,6 +509,7 @@ fn commits_are_fenced_by_epoch_and_release() {
             1,
             Command::PutObject(pb::PutObjectRequest {
                 object: Some(obj),
+                condition: None,
                 op_id: String::new(),
             }),
         );
@@ -538,6 +540,7 @@ fn collect_pending_drops_confirmed_nodes_then_the_record() {
         1000,
         Command::PutObject(pb::PutObjectRequest {
             object: Some(obj),
+            condition: None,
             op_id: String::new(),
         }),
     );
