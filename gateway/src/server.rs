@@ -285,7 +285,8 @@ impl SluiceService {
         }
         let status = resp.status();
         if status.is_server_error() {
-            span.in_scope(|| tracing::warn!(%status, "request failed"));
+            let op = op.0.get().map_or("Unknown", String::as_str);
+            span.in_scope(|| tracing::warn!(%status, op, "request failed"));
         }
         let done = Finished {
             _admitted: admitted,

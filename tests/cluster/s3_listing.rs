@@ -458,3 +458,118 @@ async fn single_voter_listing_part_copy_and_presigned_urls() -> Result<()> {
     c.stop_all().await?;
     Ok(())
 }
+
+/// ListObjectVersions of a bucket without versioning (each object is its
+/// only version, `null`), paged by key and version-id markers; a self-copy
+/// that only changes the storage class; request payment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unversioned_object_versions_storage_class_copy_and_payer() -> Result<()> {
+    use aws_sdk_s3::types::{Payer, RequestPaymentConfiguration, StorageClass};
+    let c = TestCluster::start(1, 6).await?;
+    let s3 = c.s3();
+    s3.create_bucket().bucket("versions-b").send().await?;
+    let data = Bytes::from_static(b"v");
+    for key in ["a", "b/1", "b/2", "c"] {
+        crate::put(&s3, "versions-b", key, &data).await?;
+    }
+    let page = s3
+        .list_object_versions()
+        .bucket("versions-b")
+        .max_keys(2)
+        .send()
+        .await?;
+    let keys: Vec<(&str, &str, bool)> = page
+        .versions()
+        .iter()
+        .map(|v| {
+            (
+                v.key().unwrap_or_default(),
+                v.version_id().unwrap_or_default(),
+                v.is_latest().unwrap_or(false),
+            )
+        })
+        .collect();
+    ensure!(
+        keys == [("a", "null", true), ("b/1", "null", true)],
+        "{keys:?}"
+    );
+    ensure!(
+        page.is_truncated() == Some(true)
+            && page.next_key_marker() == Some("b/1")
+            && page.next_version_id_marker() == Some("null"),
+        "{page:?}"
+    );
+    let rest = s3
+        .list_object_versions()
+        .bucket("versions-b")
+        .key_marker("b/1")
+        .version_id_marker("null")
+        .send()
+        .await?;
+    let keys: Vec<&str> = rest.versions().iter().filter_map(|v| v.key()).collect();
+    ensure!(
+        keys == ["b/2", "c"] && rest.is_truncated() == Some(false),
+        "{rest:?}"
+    );
+    let grouped = s3
+        .list_object_versions()
+        .bucket("versions-b")
+        .delimiter("/")
+        .send()
+        .await?;
+    let prefixes: Vec<&str> = grouped
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix())
+        .collect();
+    ensure!(
+        prefixes == ["b/"] && grouped.versions().len() == 2,
+        "{grouped:?}"
+    );
+    crate::expect_error(
+        "a version id that cannot exist",
+        s3.list_object_versions()
+            .bucket("versions-b")
+            .key_marker("a")
+            .version_id_marker("3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY")
+            .send()
+            .await,
+        400,
+        Some("InvalidArgument"),
+    )?;
+
+    // `rclone settier`: a self-copy changing only the storage class.
+    s3.copy_object()
+        .bucket("versions-b")
+        .key("a")
+        .copy_source("versions-b/a")
+        .storage_class(StorageClass::StandardIa)
+        .send()
+        .await?;
+    ensure!(crate::get_all(&s3, "versions-b", "a").await? == data);
+
+    s3.put_bucket_request_payment()
+        .bucket("versions-b")
+        .request_payment_configuration(
+            RequestPaymentConfiguration::builder()
+                .payer(Payer::BucketOwner)
+                .build()?,
+        )
+        .send()
+        .await?;
+    crate::expect_error(
+        "Requester Pays",
+        s3.put_bucket_request_payment()
+            .bucket("versions-b")
+            .request_payment_configuration(
+                RequestPaymentConfiguration::builder()
+                    .payer(Payer::Requester)
+                    .build()?,
+            )
+            .send()
+            .await,
+        501,
+        Some("NotImplemented"),
+    )?;
+    Ok(())
+}

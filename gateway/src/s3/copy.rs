@@ -156,7 +156,14 @@ pub(super) async fn copy_object(
             input.grant_write_acp.as_deref(),
         ],
     )?;
-    if src_bucket == input.bucket && src_key == input.key && !replace {
+    // A storage class names a change S3 accepts (tiering tools such as
+    // `rclone settier` copy an object onto itself to change it); Sluice has
+    // one class, so the copy rewrites the object as STANDARD.
+    if src_bucket == input.bucket
+        && src_key == input.key
+        && !replace
+        && input.storage_class.is_none()
+    {
         return Err(invalid_request(
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
         ));

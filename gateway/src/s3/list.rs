@@ -228,6 +228,81 @@ pub(super) async fn list_objects(
     }))
 }
 
+/// ListObjectVersions of a bucket without versioning: every object is its
+/// only version, `VersionId` `null`, the latest (S3 answers an unversioned
+/// bucket so). `key-marker` starts after that key; a `version-id-marker`
+/// other than `null` is `400 InvalidArgument`; with `null` it continues
+/// after the key-marker's (only) version. Truncated pages name the last
+/// key and `null` as the next markers.
+pub(super) async fn list_object_versions(
+    gw: &Gateway,
+    req: S3Request<ListObjectVersionsInput>,
+) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+    let input = req.input;
+    let url = wants_url_encoding(input.encoding_type.as_ref())?;
+    let max_keys = page_size(input.max_keys, "max-keys")?;
+    let prefix = input.prefix.unwrap_or_default();
+    let delimiter = input.delimiter.filter(|d| !d.is_empty());
+    let key_marker = input.key_marker.unwrap_or_default();
+    let version_id_marker = input.version_id_marker.filter(|v| !v.is_empty());
+    if let Some(v) = &version_id_marker {
+        if v != "null" {
+            return Err(invalid_argument("Invalid version id specified"));
+        }
+        if key_marker.is_empty() {
+            return Err(invalid_argument(
+                "A version-id marker cannot be specified without a key marker.",
+            ));
+        }
+    }
+    let page = list_page(
+        gw,
+        &input.bucket,
+        &prefix,
+        delimiter.as_deref(),
+        &key_marker,
+        max_keys,
+    )
+    .await?;
+    let versions: Vec<ObjectVersion> = page
+        .objects
+        .into_iter()
+        .map(|o| {
+            let entry = object_entry(o, url, true);
+            ObjectVersion {
+                checksum_algorithm: entry.checksum_algorithm,
+                e_tag: entry.e_tag,
+                is_latest: Some(true),
+                key: entry.key,
+                last_modified: entry.last_modified,
+                owner: entry.owner,
+                size: entry.size,
+                storage_class: Some(ObjectVersionStorageClass::from_static(
+                    ObjectVersionStorageClass::STANDARD,
+                )),
+                version_id: Some("null".to_string()),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let truncated = page.is_truncated;
+    Ok(S3Response::new(ListObjectVersionsOutput {
+        name: Some(input.bucket),
+        prefix: Some(enc(url, prefix)),
+        key_marker: Some(enc(url, key_marker)),
+        version_id_marker,
+        max_keys: Some(max_keys as i32),
+        is_truncated: Some(truncated),
+        next_key_marker: truncated.then(|| enc(url, page.next_marker.clone())),
+        next_version_id_marker: truncated.then(|| "null".to_string()),
+        versions: (!versions.is_empty()).then_some(versions),
+        common_prefixes: common_prefixes(page.common_prefixes, url),
+        delimiter: delimiter.map(|d| enc(url, d)),
+        encoding_type: input.encoding_type,
+        ..Default::default()
+    }))
+}
+
 pub(super) async fn list_multipart_uploads(
     gw: &Gateway,
     req: S3Request<ListMultipartUploadsInput>,

@@ -9,7 +9,7 @@
 //! * `put.rs` — PutObject, and the blob write shared by every operation that stores a body.
 //! * `get.rs` — GetObject, HeadObject: ranges, conditionals, partNumber; the streamed object body.
 //! * `lifecycle.rs` — Put/Get/DeleteBucketLifecycleConfiguration: the rules' checks and stored form.
-//! * `list.rs` — ListObjects (v1), ListObjectsV2, ListMultipartUploads; `encoding-type=url`.
+//! * `list.rs` — ListObjects (v1), ListObjectsV2, ListObjectVersions (of an unversioned bucket), ListMultipartUploads; `encoding-type=url`.
 //! * `multipart.rs` — Create/UploadPart/Complete/Abort multipart upload, ListParts.
 //! * `copy.rs` — CopyObject, UploadPartCopy.
 //! * `cors.rs` — bucket CORS: PutBucketCors validation, preflight and actual-request evaluation.
@@ -517,6 +517,20 @@ impl S3 for Gateway {
         req: S3Request<GetBucketPolicyStatusInput>,
     ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
         unconfigured::get_bucket_policy_status(self, req).await
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        list::list_object_versions(self, req).await
+    }
+
+    async fn put_bucket_request_payment(
+        &self,
+        req: S3Request<PutBucketRequestPaymentInput>,
+    ) -> S3Result<S3Response<PutBucketRequestPaymentOutput>> {
+        unconfigured::put_bucket_request_payment(self, req).await
     }
 
     async fn get_object_tagging(

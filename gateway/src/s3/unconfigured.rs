@@ -15,7 +15,8 @@
 //!   `Payer` `BucketOwner`; GetBucketPolicyStatus answers `IsPublic` from
 //!   the bucket policy (an `Allow` to `"*"`).
 //!
-//! Their Put counterparts stay `501 NotImplemented`.
+//! Their Put counterparts stay `501 NotImplemented`, except
+//! PutBucketRequestPayment with `BucketOwner`, a no-op.
 
 use http::StatusCode;
 use s3s::dto::*;
@@ -153,6 +154,22 @@ pub(super) async fn get_bucket_policy_status(
             is_public: Some(is_public),
         }),
     }))
+}
+
+/// PutBucketRequestPayment: `BucketOwner` (what every bucket here is) is
+/// accepted as the no-op it is; `Requester` is `501 NotImplemented`.
+pub(super) async fn put_bucket_request_payment(
+    gw: &Gateway,
+    req: S3Request<PutBucketRequestPaymentInput>,
+) -> S3Result<S3Response<PutBucketRequestPaymentOutput>> {
+    exists(gw, &req.input.bucket).await?;
+    if req.input.request_payment_configuration.payer.as_str() != Payer::BUCKET_OWNER {
+        return Err(S3Error::with_message(
+            S3ErrorCode::NotImplemented,
+            "Requester Pays buckets are not supported.",
+        ));
+    }
+    Ok(S3Response::new(PutBucketRequestPaymentOutput {}))
 }
 
 #[cfg(test)]
