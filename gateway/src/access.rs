@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
-use s3s::dto::{CORSRule, CopyObjectInput, CopySource, UploadPartCopyInput};
+use s3s::dto::{CORSRule, CopyObjectInput, CopySource, DeleteObjectsInput, UploadPartCopyInput};
 use s3s::path::S3Path;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Result};
 use sluice_meta::MetaClient;
@@ -328,22 +328,24 @@ pub const BUCKET_CACHE_TTL: Duration = Duration::from_secs(5);
 pub struct BucketView {
     pub record: pb::Bucket,
     pub policy: Option<BucketPolicy>,
+    /// A stored policy that did not parse (written by another version):
+    /// [`authorize`] then refuses everyone but the owner.
+    pub policy_unreadable: bool,
     pub cors: Vec<CORSRule>,
 }
 
 impl BucketView {
     fn new(record: pb::Bucket) -> Self {
-        let policy = if record.policy.is_empty() {
-            None
+        let (policy, policy_unreadable) = if record.policy.is_empty() {
+            (None, false)
         } else {
             match policy::parse(&record.policy, &record.name) {
-                Ok(p) => Some(p),
+                Ok(p) => (Some(p), false),
                 Err(e) => {
                     // Checked at PutBucketPolicy; only a policy written by
-                    // another version could fail here. Fail closed: a
-                    // policy that cannot be read grants nothing.
-                    tracing::warn!(bucket = %record.name, error = %e, "stored bucket policy unreadable; ignored");
-                    None
+                    // another version could fail here. Fail closed.
+                    tracing::warn!(bucket = %record.name, error = %e, "stored bucket policy unreadable; only the owner may act");
+                    (None, true)
                 }
             }
         };
@@ -351,6 +353,7 @@ impl BucketView {
         BucketView {
             record,
             policy,
+            policy_unreadable,
             cors,
         }
     }
@@ -371,26 +374,43 @@ pub fn cors_rule(r: &pb::CorsRule) -> CORSRule {
 
 /// Bucket settings read from meta, cached: at most
 /// [`BUCKET_CACHE_ENTRIES`] buckets, each trusted for [`BUCKET_CACHE_TTL`].
-/// A missing bucket is not cached (a bucket just created through another
-/// gateway must be usable at once).
+/// A missing bucket is remembered only for unsigned requests, and only for
+/// [`MISSING_BUCKET_TTL`] (at most [`BUCKET_CACHE_ENTRIES`] names): a
+/// bucket just created through another gateway is usable by its owner at
+/// once, and a flood of anonymous requests to made-up buckets costs meta
+/// one read per name per second.
 pub struct BucketCache {
     meta: MetaClient,
     cache: TtlCache<Arc<BucketView>>,
+    missing: TtlCache<()>,
 }
+
+/// How long an unsigned request's "no such bucket" is remembered.
+pub const MISSING_BUCKET_TTL: Duration = Duration::from_secs(1);
 
 impl BucketCache {
     pub fn new(meta: MetaClient) -> Arc<Self> {
         Arc::new(BucketCache {
             meta,
             cache: TtlCache::new(BUCKET_CACHE_ENTRIES, BUCKET_CACHE_TTL),
+            missing: TtlCache::new(BUCKET_CACHE_ENTRIES, MISSING_BUCKET_TTL),
         })
     }
 
-    /// The settings of `bucket`; `None` if it does not exist. A meta
-    /// failure is `503 ServiceUnavailable`.
+    /// The settings of `bucket` for a signed request; `None` if it does
+    /// not exist. A meta failure is `503 ServiceUnavailable`.
     pub async fn get(&self, bucket: &str) -> S3Result<Option<Arc<BucketView>>> {
+        self.get_as(bucket, false).await
+    }
+
+    /// [`BucketCache::get`], for an unsigned request when `anonymous`
+    /// (which may be answered from the missing-bucket cache).
+    pub async fn get_as(&self, bucket: &str, anonymous: bool) -> S3Result<Option<Arc<BucketView>>> {
         if let Some(hit) = self.cache.get(bucket) {
             return Ok(Some(hit));
+        }
+        if anonymous && self.missing.get(bucket).is_some() {
+            return Ok(None);
         }
         match self.meta.get_bucket(bucket).await {
             Ok(record) => {
@@ -398,7 +418,12 @@ impl BucketCache {
                 self.cache.insert(bucket, Arc::clone(&view));
                 Ok(Some(view))
             }
-            Err(e) if e.code() == Some(ErrorCode::NoSuchBucket) => Ok(None),
+            Err(e) if e.code() == Some(ErrorCode::NoSuchBucket) => {
+                if anonymous {
+                    self.missing.insert(bucket, ());
+                }
+                Ok(None)
+            }
             Err(e) => {
                 tracing::warn!(%bucket, error = %e, "reading bucket settings from meta failed");
                 Err(S3Error::with_message(
@@ -412,6 +437,7 @@ impl BucketCache {
     /// Forgets `bucket`'s cached settings (after this gateway changed them).
     pub fn invalidate(&self, bucket: &str) {
         self.cache.invalidate(bucket);
+        self.missing.invalidate(bucket);
     }
 }
 
@@ -430,10 +456,12 @@ pub enum Who<'a> {
 pub enum Verdict {
     Allow,
     Deny,
-    /// A read of an object nothing at the bucket level allowed: the
-    /// object's own ACL decides, once the handler has read it.
+    /// A read of an object: when not `granted` at the bucket level the
+    /// object's own ACL decides, once the handler has read it; a missing
+    /// key is `404` only to a caller that may list the bucket.
     ObjectAcl {
         can_list: bool,
+        granted: bool,
     },
 }
 
@@ -441,11 +469,19 @@ pub enum Verdict {
 /// checks the object's ACL (`s3::acl::readable_object`).
 #[derive(Clone, Copy, Debug)]
 pub struct ObjectAclCheck {
+    /// The bucket policy allowed the read: the object's ACL need not.
+    pub granted: bool,
     /// A valid key signed the request (AuthenticatedUsers).
     pub authenticated: bool,
     /// The caller may list the bucket: a missing key is then 404, not 403.
     pub can_list: bool,
 }
+
+/// The keys of a DeleteObjects request the caller may not delete (taken
+/// out of the request by the access hook; the handler reports each as
+/// `AccessDenied`).
+#[derive(Clone, Debug, Default)]
+pub struct DeniedKeys(pub Vec<String>);
 
 /// Whether `who` may perform `op` (s3s operation name) on `bucket`
 /// (`key`: the object, for object operations), as S3 combines its sources
@@ -470,6 +506,13 @@ pub fn authorize(who: Who<'_>, op: &str, view: &BucketView, key: Option<&str>) -
         Who::Key(k) => policy::Principal::Key(&k.id),
         Who::Anonymous => policy::Principal::Anonymous,
     };
+    // Bucket configuration and deletion are the owner's: no policy or ACL
+    // hands them to anyone else (S3 never lets another account touch a
+    // bucket's policy). A stored policy that cannot be read grants nothing
+    // and, since its Deny statements cannot be read either, refuses all.
+    if required(op) == Need::Owner || view.policy_unreadable {
+        return Verdict::Deny;
+    }
     let by_policy = |actions: &[&str], key: Option<&str>| {
         view.policy.as_ref().map_or(Decision::NotApplicable, |p| {
             p.evaluate_all(principal, actions, &policy::resource_of(bucket, key))
@@ -485,12 +528,29 @@ pub fn authorize(who: Who<'_>, op: &str, view: &BucketView, key: Option<&str>) -
     {
         return Verdict::Allow;
     }
-    if decision == Decision::Allow {
-        return Verdict::Allow;
-    }
     let authenticated = matches!(who, Who::Key(_));
     let acl = view.record.acl();
     let action = policy::action_of(op);
+    let can_list = || {
+        acl::allows_read(acl, authenticated)
+            || match who {
+                Who::Key(k) => allows(Some(k), bucket, Need::Read),
+                _ => false,
+            }
+            || by_policy(&["s3:ListBucket"], None) == Decision::Allow
+    };
+    if decision == Decision::Allow {
+        // A read allowed by the policy still hides which keys exist from a
+        // caller that may not list them.
+        return if action == "s3:GetObject" {
+            Verdict::ObjectAcl {
+                can_list: can_list(),
+                granted: true,
+            }
+        } else {
+            Verdict::Allow
+        };
+    }
     let bucket_read = |a: &str| {
         matches!(
             a,
@@ -513,13 +573,10 @@ pub fn authorize(who: Who<'_>, op: &str, view: &BucketView, key: Option<&str>) -
         return Verdict::Allow;
     }
     if action == "s3:GetObject" {
-        let can_list = (acl::allows_read(acl, authenticated))
-            || match who {
-                Who::Key(k) => allows(Some(k), bucket, Need::Read),
-                _ => false,
-            }
-            || by_policy(&["s3:ListBucket"], None) == Decision::Allow;
-        return Verdict::ObjectAcl { can_list };
+        return Verdict::ObjectAcl {
+            can_list: can_list(),
+            granted: false,
+        };
     }
     Verdict::Deny
 }
@@ -556,9 +613,10 @@ impl KeyAccess {
         req.extensions.get::<Caller>().ok_or_else(access_denied)
     }
 
-    /// A copy's source must be readable by the caller: the root key, a
-    /// key's `read` grant on the source bucket, or the source bucket's
-    /// policy allowing `s3:GetObject` on the source key to the caller.
+    /// A copy's source must be readable by the caller ([`authorize`] of a
+    /// GetObject of the source: the root key, an owner, a `read` grant or
+    /// the policy, a policy Deny refusing); a source readable only through
+    /// its object ACL is refused.
     async fn check_source(&self, caller: &Caller, source: &CopySource) -> S3Result<()> {
         let CopySource::Bucket { bucket, key, .. } = source else {
             return Err(access_denied());
@@ -568,16 +626,15 @@ impl KeyAccess {
             (None, false) => return Ok(()),
             (Some(k), false) => Who::Key(k),
         };
-        if let Who::Key(k) = who
-            && allows(Some(k), bucket, Need::Read)
-        {
-            return Ok(());
-        }
+        // Always through `authorize`: a policy Deny on the source beats
+        // a read grant, as for a GET.
         let Some(view) = self.buckets.get(bucket).await? else {
             return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
         };
         match authorize(who, "GetObject", &view, Some(key)) {
-            Verdict::Allow => Ok(()),
+            Verdict::Allow | Verdict::ObjectAcl { granted: true, .. } => Ok(()),
+            // Readable only through the object's own ACL: not checked for
+            // copies (S3 would; Sluice refuses, the safe side).
             _ => Err(access_denied()),
         }
     }
@@ -620,8 +677,9 @@ impl S3Access for KeyAccess {
             }
         } else if let Some(bucket) = &bucket
             && !matches!(who, Who::Root)
+            && op != "DeleteObjects"
         {
-            let view = self.buckets.get(bucket).await?;
+            let view = self.buckets.get_as(bucket, anonymous).await?;
             let Some(view) = view else {
                 // A missing bucket is 404 to everyone (S3's answer).
                 return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
@@ -641,8 +699,9 @@ impl S3Access for KeyAccess {
                     tracing::debug!(key_id = key.as_ref().map_or("-", |k| k.id.as_str()), %bucket, op = %op, "access denied");
                     return Err(access_denied());
                 }
-                Verdict::ObjectAcl { can_list } => {
+                Verdict::ObjectAcl { can_list, granted } => {
                     cx.extensions_mut().insert(ObjectAclCheck {
+                        granted,
                         authenticated: !anonymous,
                         can_list,
                     });
@@ -654,6 +713,32 @@ impl S3Access for KeyAccess {
             anonymous,
             keys: Arc::clone(&self.keys),
         });
+        Ok(())
+    }
+
+    /// DeleteObjects names its keys in the body: each is authorized as a
+    /// DeleteObject of that key (a policy Deny on `b/locked/*` holds here
+    /// too). Refused keys leave the request and are answered per key as
+    /// `AccessDenied` ([`DeniedKeys`]), as S3 answers them.
+    async fn delete_objects(&self, req: &mut S3Request<DeleteObjectsInput>) -> S3Result<()> {
+        let caller = Self::caller_of(req)?.clone();
+        let who = match (&caller.key, caller.anonymous) {
+            (_, true) => Who::Anonymous,
+            (None, false) => return Ok(()),
+            (Some(k), false) => Who::Key(k),
+        };
+        let Some(view) = self.buckets.get(&req.input.bucket).await? else {
+            return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
+        };
+        let objects = std::mem::take(&mut req.input.delete.objects);
+        let (allowed, denied): (Vec<_>, Vec<_>) = objects
+            .into_iter()
+            .partition(|o| authorize(who, "DeleteObject", &view, Some(&o.key)) == Verdict::Allow);
+        req.input.delete.objects = allowed;
+        if !denied.is_empty() {
+            req.extensions
+                .insert(DeniedKeys(denied.into_iter().map(|o| o.key).collect()));
+        }
         Ok(())
     }
 
@@ -790,7 +875,10 @@ mod tests {
         // An object read is the object's ACL's to decide; not listable.
         assert_eq!(
             authorize(Who::Anonymous, "GetObject", &private, Some("k")),
-            Verdict::ObjectAcl { can_list: false }
+            Verdict::ObjectAcl {
+                can_list: false,
+                granted: false
+            }
         );
         let public = view(AclPublicRead, "");
         assert_eq!(
@@ -807,7 +895,10 @@ mod tests {
         );
         assert_eq!(
             authorize(Who::Anonymous, "GetObject", &public, Some("k")),
-            Verdict::ObjectAcl { can_list: true }
+            Verdict::ObjectAcl {
+                can_list: true,
+                granted: false
+            }
         );
         let open = view(AclPublicReadWrite, "");
         for op in [
@@ -847,13 +938,52 @@ mod tests {
 
         let read_policy = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::b/public/*"}]}"#;
         let by_policy = view(AclPrivate, read_policy);
+        // Allowed by the policy, but a missing key stays hidden (403).
         assert_eq!(
             authorize(Who::Anonymous, "GetObject", &by_policy, Some("public/x")),
-            Verdict::Allow
+            Verdict::ObjectAcl {
+                can_list: false,
+                granted: true
+            }
         );
         assert_eq!(
             authorize(Who::Anonymous, "GetObject", &by_policy, Some("secret/x")),
-            Verdict::ObjectAcl { can_list: false }
+            Verdict::ObjectAcl {
+                can_list: false,
+                granted: false
+            }
+        );
+        // No policy hands bucket configuration or deletion to others.
+        let everything = r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:*","Resource":["arn:aws:s3:::b","arn:aws:s3:::b/*"]}]}"#;
+        let open_policy = view(AclPrivate, everything);
+        for op in [
+            "PutBucketPolicy",
+            "GetBucketPolicy",
+            "DeleteBucketPolicy",
+            "PutBucketLifecycleConfiguration",
+            "PutBucketAcl",
+            "DeleteBucket",
+        ] {
+            assert_eq!(
+                authorize(Who::Anonymous, op, &open_policy, None),
+                Verdict::Deny,
+                "{op}"
+            );
+        }
+        assert_eq!(
+            authorize(Who::Anonymous, "PutObject", &open_policy, Some("k")),
+            Verdict::Allow
+        );
+        // A stored policy that cannot be read refuses all but the owner.
+        let unreadable = view(AclPublicReadWrite, "{not json");
+        assert!(unreadable.policy_unreadable);
+        assert_eq!(
+            authorize(Who::Anonymous, "PutObject", &unreadable, Some("k")),
+            Verdict::Deny
+        );
+        assert_eq!(
+            authorize(Who::Root, "PutObject", &unreadable, Some("k")),
+            Verdict::Allow
         );
         assert_eq!(
             authorize(Who::Anonymous, "PutObject", &by_policy, Some("public/x")),

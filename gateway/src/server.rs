@@ -240,11 +240,6 @@ impl SluiceService {
         let bucket = origin
             .as_ref()
             .and_then(|_| request_bucket(&req, &self.root_domains));
-        if *req.method() == http::Method::OPTIONS {
-            return Ok(self
-                .preflight(&req, origin.as_deref(), bucket.as_deref(), &request_id.0)
-                .await);
-        }
         let method = req.method().clone();
         let Some(admitted) = self.limiter.try_acquire() else {
             metrics::count_slowdown(SlowDownReason::Inflight);
@@ -252,6 +247,14 @@ impl SluiceService {
                 max = self.limiter.max(), "too many requests in flight; answering SlowDown");
             return Ok(inflight_slow_down(&req, &request_id.0, &resource));
         };
+        if method == http::Method::OPTIONS {
+            // Admitted like any request: a preflight may read meta.
+            let resp = self
+                .preflight(&req, origin.as_deref(), bucket.as_deref(), &request_id.0)
+                .await;
+            drop(admitted);
+            return Ok(resp);
+        }
         let span = tracing::info_span!("s3", request_id = %request_id.0, method = %req.method(), path = %resource);
         let op = OpName::default();
         // A body must keep arriving (`body_timeout`). Unsigned aws-chunked
@@ -344,7 +347,7 @@ impl SluiceService {
                 "Invalid Access-Control-Request-Method: null",
             );
         }
-        let view = match self.buckets.get(bucket).await {
+        let view = match self.buckets.get_as(bucket, true).await {
             Ok(Some(view)) => view,
             Ok(None) => {
                 return refuse(
@@ -397,7 +400,7 @@ impl SluiceService {
         origin: &str,
         method: &http::Method,
     ) {
-        let Ok(Some(view)) = self.buckets.get(bucket).await else {
+        let Ok(Some(view)) = self.buckets.get_as(bucket, true).await else {
             return;
         };
         if let Some(allowed) = cors::actual(&view.cors, origin, method.as_str()) {

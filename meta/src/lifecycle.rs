@@ -14,7 +14,9 @@
 //! `stale_upload_expiry` whatever the rules say.
 //!
 //! # Metrics
-//! `sluice_meta_lifecycle_expired_total`: objects expired;
+//! `sluice_meta_lifecycle_expired_total`: objects proposed for expiry (an
+//! object changed since the page was read is skipped when the entry is
+//! applied, and still counted);
 //! `sluice_meta_lifecycle_aborted_total`: uploads aborted.
 
 use std::ops::Bound;
@@ -140,6 +142,7 @@ impl<K: KvStore> LifecycleSweeper<K> {
                     &self.raft,
                     Command::ExpireObjects(rpb::ExpireObjects {
                         objects: page.found,
+                        day_ms,
                     }),
                 )
                 .await?;

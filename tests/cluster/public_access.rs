@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use anyhow::{Result, ensure};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
-    BucketCannedAcl, CorsConfiguration, CorsRule, ObjectCannedAcl, Permission, Tag, Tagging, Type,
+    BucketCannedAcl, CorsConfiguration, CorsRule, Delete, ObjectCannedAcl, ObjectIdentifier,
+    Permission, Tag, Tagging, Type,
 };
 use bytes::Bytes;
 
@@ -281,6 +282,79 @@ async fn acls_policies_anonymous_access_tagging_and_cors() -> Result<()> {
     expect_error("policy deleted", r, 403, Some("AccessDenied"))?;
     let r = root.get_bucket_policy().bucket("pol-b").send().await;
     expect_error("no policy", r, 404, Some("NoSuchBucketPolicy"))?;
+
+    // A policy granting everything to "*" still leaves the bucket's
+    // configuration (and deletion) to its owner.
+    let everything = r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:*","Resource":["arn:aws:s3:::pol-b","arn:aws:s3:::pol-b/*"]},{"Effect":"Deny","Principal":"*","Action":"s3:DeleteObject","Resource":"arn:aws:s3:::pol-b/secret/*"}]}"#;
+    root.put_bucket_policy()
+        .bucket("pol-b")
+        .policy(everything)
+        .send()
+        .await?;
+    let r = anon
+        .put_bucket_policy()
+        .bucket("pol-b")
+        .policy(everything)
+        .send()
+        .await;
+    expect_error("anonymous PutBucketPolicy", r, 403, Some("AccessDenied"))?;
+    let r = anon.get_bucket_policy().bucket("pol-b").send().await;
+    expect_error("anonymous GetBucketPolicy", r, 403, Some("AccessDenied"))?;
+    let r = anon
+        .put_bucket_acl()
+        .bucket("pol-b")
+        .acl(BucketCannedAcl::PublicReadWrite)
+        .send()
+        .await;
+    expect_error("anonymous PutBucketAcl", r, 403, Some("AccessDenied"))?;
+    // DeleteObjects is authorized per key: the Deny on secret/* holds.
+    put(&root, "pol-b", "free/z", &data).await?;
+    let del = anon
+        .delete_objects()
+        .bucket("pol-b")
+        .delete(
+            Delete::builder()
+                .objects(ObjectIdentifier::builder().key("secret/x").build()?)
+                .objects(ObjectIdentifier::builder().key("free/z").build()?)
+                .build()?,
+        )
+        .send()
+        .await?;
+    let deleted: Vec<&str> = del.deleted().iter().filter_map(|d| d.key()).collect();
+    let refused: Vec<(&str, &str)> = del
+        .errors()
+        .iter()
+        .map(|e| (e.key().unwrap_or_default(), e.code().unwrap_or_default()))
+        .collect();
+    ensure!(
+        deleted == ["free/z"] && refused == [("secret/x", "AccessDenied")],
+        "{del:?}"
+    );
+    ensure!(get_body(&root, "pol-b", "secret/x").await? == data);
+    root.delete_bucket_policy().bucket("pol-b").send().await?;
+
+    // Settings cached for a deleted bucket are not a new bucket's.
+    root.create_bucket()
+        .bucket("reuse-b")
+        .acl(BucketCannedAcl::PublicReadWrite)
+        .send()
+        .await?;
+    anon.list_objects_v2().bucket("reuse-b").send().await?;
+    root.delete_bucket().bucket("reuse-b").send().await?;
+    root.create_bucket().bucket("reuse-b").send().await?;
+    let r = anon
+        .put_object()
+        .bucket("reuse-b")
+        .key("planted")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await;
+    expect_error(
+        "anonymous PUT, recreated private",
+        r,
+        403,
+        Some("AccessDenied"),
+    )?;
 
     // Bucket tagging.
     let r = root.get_bucket_tagging().bucket("pol-b").send().await;

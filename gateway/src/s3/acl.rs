@@ -317,7 +317,8 @@ pub(super) async fn put_object_acl(
 
 /// The object at `bucket`/`key` for a read, checked against its ACL when
 /// the access check deferred to it ([`crate::access::ObjectAclCheck`] in
-/// `extensions`): allowed when the object's ACL grants the caller `READ`;
+/// `extensions`): allowed when the policy granted the read or the
+/// object's ACL grants the caller `READ`;
 /// otherwise `403 AccessDenied`, and a missing key is `403` too unless the
 /// caller may list the bucket (S3 hides which keys exist).
 pub(super) async fn readable_object(
@@ -329,13 +330,13 @@ pub(super) async fn readable_object(
     let check = extensions.get::<crate::access::ObjectAclCheck>();
     let found = gw.meta.get_object(bucket, key).await.map_err(meta_error);
     let Some(check) = check else { return found };
+    let denied = || S3Error::with_message(S3ErrorCode::AccessDenied, "Access Denied");
     match found {
-        Ok(obj) if allows_read(obj.acl(), check.authenticated) => Ok(obj),
-        Err(e) if check.can_list && e.code() == &S3ErrorCode::NoSuchKey => Err(e),
-        _ => Err(S3Error::with_message(
-            S3ErrorCode::AccessDenied,
-            "Access Denied",
-        )),
+        Ok(obj) if check.granted || allows_read(obj.acl(), check.authenticated) => Ok(obj),
+        Ok(_) => Err(denied()),
+        Err(e) if e.code() == &S3ErrorCode::NoSuchKey && !check.can_list => Err(denied()),
+        // NoSuchKey to a lister, NoSuchBucket, 503: as they are.
+        Err(e) => Err(e),
     }
 }
 

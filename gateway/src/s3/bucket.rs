@@ -124,6 +124,9 @@ pub(super) async fn create_bucket(
         .await
         .map_err(meta_error)?;
     tracing::debug!(bucket = %input.bucket, created, "create bucket");
+    // Settings cached for a bucket of this name (deleted since) are not
+    // this bucket's.
+    gw.buckets.invalidate(&input.bucket);
     if let Some(caller) = &caller {
         if created {
             // The cached grants predate the new owner grant.
@@ -210,10 +213,9 @@ pub(super) async fn delete_bucket(
     req: S3Request<DeleteBucketInput>,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
     // Meta refuses with BucketNotEmpty while objects or uploads exist.
-    gw.meta
-        .delete_bucket(&req.input.bucket)
-        .await
-        .map_err(meta_error)?;
+    let deleted = gw.meta.delete_bucket(&req.input.bucket).await;
+    gw.buckets.invalidate(&req.input.bucket);
+    deleted.map_err(meta_error)?;
     Ok(S3Response::new(DeleteBucketOutput {}))
 }
 

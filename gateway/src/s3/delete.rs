@@ -48,8 +48,13 @@ pub(super) async fn delete_objects(
     gw: &Gateway,
     req: S3Request<DeleteObjectsInput>,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    let denied = req
+        .extensions
+        .get::<crate::access::DeniedKeys>()
+        .map(|d| d.0.clone())
+        .unwrap_or_default();
     let input = req.input;
-    check_delete_count(input.delete.objects.len())?;
+    check_delete_count(input.delete.objects.len() + denied.len())?;
     let quiet = input.delete.quiet.unwrap_or(false);
     let bucket = input.bucket;
     // The bucket must exist even when every key is missing.
@@ -73,7 +78,15 @@ pub(super) async fn delete_objects(
             .await;
 
     let mut deleted = Vec::new();
-    let mut errors = Vec::new();
+    let mut errors: Vec<Error> = denied
+        .into_iter()
+        .map(|key| Error {
+            code: Some("AccessDenied".to_string()),
+            key: Some(key),
+            message: Some("Access Denied".to_string()),
+            version_id: None,
+        })
+        .collect();
     for (key, result) in results {
         match result {
             Ok(released) => {

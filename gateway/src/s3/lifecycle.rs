@@ -111,6 +111,20 @@ pub fn stored_rule(rule: &LifecycleRule, index: usize) -> S3Result<pb::Lifecycle
         }
         (Some(prefix), None) => out.prefix = prefix.clone(),
         (None, Some(f)) => {
+            // A Filter holds exactly one of Prefix, Tag, And and the size
+            // bounds (S3 LifecycleRuleFilter; combinations go in And).
+            let given = [
+                f.prefix.is_some(),
+                f.tag.is_some(),
+                f.and.is_some(),
+                f.object_size_greater_than.is_some() || f.object_size_less_than.is_some(),
+            ];
+            if given.iter().filter(|g| **g).count() > 1 {
+                return Err(err(
+                    S3ErrorCode::MalformedXML,
+                    "A Filter holds only one of Prefix, Tag, And and the object size bounds; combine them in And",
+                ));
+            }
             if let Some(and) = &f.and {
                 out.prefix = and.prefix.clone().unwrap_or_default();
                 out.tags = and.tags.clone().map(tagging::tags_of).unwrap_or_default();
@@ -134,12 +148,13 @@ pub fn stored_rule(rule: &LifecycleRule, index: usize) -> S3Result<pb::Lifecycle
         (None, None) => {}
     }
     if let Some(e) = &rule.expiration {
-        if e.expired_object_delete_marker.is_some() {
+        if e.expired_object_delete_marker == Some(true) {
             return Err(not_implemented(
                 "ExpiredObjectDeleteMarker (delete markers need versioning)",
             ));
         }
         match (e.days, &e.date) {
+            (None, None) if e.expired_object_delete_marker.is_some() => {}
             (Some(_), Some(_)) | (None, None) => {
                 return Err(err(
                     S3ErrorCode::MalformedXML,
@@ -186,6 +201,12 @@ pub fn stored_rule(rule: &LifecycleRule, index: usize) -> S3Result<pb::Lifecycle
                 "AbortIncompleteMultipartUpload cannot be specified with Tags.",
             ));
         }
+        if out.size_greater_than.is_some() || out.size_less_than.is_some() {
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                "AbortIncompleteMultipartUpload cannot be specified with an object size filter.",
+            ));
+        }
     }
     if out.expiration_days == 0
         && out.expiration_date_ms == 0
@@ -229,7 +250,8 @@ pub fn s3_rule(r: &pb::LifecycleRule) -> LifecycleRule {
     let tags = tagging::to_tag_set(&r.tags);
     let sized = r.size_greater_than.is_some() || r.size_less_than.is_some();
     let as_i64 = |v: Option<u64>| v.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-    let filter = if tags.len() > 1 || (!tags.is_empty() && (!r.prefix.is_empty() || sized)) {
+    let elements = usize::from(!r.prefix.is_empty()) + tags.len() + usize::from(sized);
+    let filter = if elements > 1 {
         LifecycleRuleFilter {
             and: Some(LifecycleRuleAndOperator {
                 prefix: Some(r.prefix.clone()),
@@ -239,12 +261,20 @@ pub fn s3_rule(r: &pb::LifecycleRule) -> LifecycleRule {
             }),
             ..Default::default()
         }
+    } else if !tags.is_empty() {
+        LifecycleRuleFilter {
+            tag: tags.into_iter().next(),
+            ..Default::default()
+        }
+    } else if sized {
+        LifecycleRuleFilter {
+            object_size_greater_than: as_i64(r.size_greater_than),
+            object_size_less_than: as_i64(r.size_less_than),
+            ..Default::default()
+        }
     } else {
         LifecycleRuleFilter {
             prefix: Some(r.prefix.clone()),
-            tag: tags.into_iter().next(),
-            object_size_greater_than: as_i64(r.size_greater_than),
-            object_size_less_than: as_i64(r.size_less_than),
             ..Default::default()
         }
     };
@@ -384,7 +414,22 @@ mod tests {
         abort.abort_incomplete_multipart_upload = Some(AbortIncompleteMultipartUpload {
             days_after_initiation: Some(7),
         });
-        let stored = stored_rules(&[rule(), tagged, abort]).unwrap();
+        let mut sized = rule();
+        sized.id = Some("big".into());
+        sized.filter = Some(LifecycleRuleFilter {
+            object_size_greater_than: Some(1 << 20),
+            ..Default::default()
+        });
+        let mut one_tag = rule();
+        one_tag.id = Some("tag".into());
+        one_tag.filter = Some(LifecycleRuleFilter {
+            tag: Some(Tag {
+                key: Some("k".into()),
+                value: Some("v".into()),
+            }),
+            ..Default::default()
+        });
+        let stored = stored_rules(&[rule(), tagged, abort, sized, one_tag]).unwrap();
         assert_eq!(stored[0].prefix, "logs/");
         assert_eq!(stored[0].expiration_days, 30);
         assert_eq!(stored[1].tags.len(), 1);
@@ -441,6 +486,28 @@ mod tests {
             days_after_initiation: Some(1),
         });
         assert_eq!(code(stored_rules(&[r])), S3ErrorCode::InvalidRequest);
+        let mut r = rule();
+        r.filter.as_mut().unwrap().tag = Some(Tag {
+            key: Some("t".into()),
+            value: Some("1".into()),
+        });
+        assert_eq!(
+            code(stored_rules(&[r])),
+            S3ErrorCode::MalformedXML,
+            "Prefix and Tag"
+        );
+        let mut r = rule();
+        r.filter = Some(LifecycleRuleFilter {
+            object_size_greater_than: Some(5),
+            ..Default::default()
+        });
+        r.abort_incomplete_multipart_upload = Some(AbortIncompleteMultipartUpload {
+            days_after_initiation: Some(1),
+        });
+        assert_eq!(code(stored_rules(&[r])), S3ErrorCode::InvalidRequest);
+        let mut r = rule();
+        r.expiration.as_mut().unwrap().expired_object_delete_marker = Some(false);
+        assert_eq!(stored_rules(&[r]).unwrap()[0].expiration_days, 30);
         let mut r = rule();
         r.expiration.as_mut().unwrap().days = None;
         r.expiration.as_mut().unwrap().date = Some(timestamp(3 * DAY_MS));

@@ -3,7 +3,7 @@
 //! batch that writes or removes a part or object record also updates the
 //! reference index (see [`super::refs`]).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use md5::{Digest, Md5};
 use prost::Message;
@@ -85,7 +85,7 @@ pub fn apply_command_with<K: KvStore>(
         Command::CloseEpochs(r) => epochs::close_epochs(kv, r, now_ms),
         Command::CollectPending(r) => pending::collect_pending(kv, r),
         Command::ExpireSessions(r) => sessions::expire_sessions(kv, r),
-        Command::ExpireObjects(r) => expire_objects(kv, r),
+        Command::ExpireObjects(r) => expire_objects(kv, r, now_ms),
         Command::ReportMissing(r) => heal::report_missing(kv, r),
         Command::BeginHeal(r) => heal::begin_heal(kv, r),
         Command::UpdatePlacement(r) => heal::update_placement(kv, r),
@@ -376,14 +376,21 @@ fn delete_object<K: KvStore>(kv: &K, r: &pb::ObjectKey) -> Outcome {
 }
 
 /// Deletes each listed object that is still the version the lifecycle
-/// sweeper evaluated (same ETag and last-modified time); an object replaced
-/// or deleted since is left alone. The blobs are released as DeleteObject
-/// releases them.
-fn expire_objects<K: KvStore>(kv: &K, r: &rpb::ExpireObjects) -> Outcome {
+/// sweeper evaluated (same ETag and last-modified time) and that the
+/// bucket's rules, as they are now, still expire at the entry's leader time
+/// `now_ms`; anything changed since is left alone. The blobs are released
+/// as DeleteObject releases them.
+fn expire_objects<K: KvStore>(kv: &K, r: &rpb::ExpireObjects, now_ms: i64) -> Outcome {
     let mut b = Batch::new();
     let mut released = Vec::new();
     let mut seen = HashSet::new();
+    let mut rules: HashMap<&str, Vec<pb::LifecycleRule>> = HashMap::new();
     for e in &r.objects {
+        if !rules.contains_key(e.bucket.as_str()) {
+            let bucket: Option<pb::Bucket> =
+                get(kv, Space::Buckets, &keys::bucket(&e.bucket), "bucket")?;
+            rules.insert(&e.bucket, bucket.map(|b| b.lifecycle).unwrap_or_default());
+        }
         let key = keys::object(&e.bucket, &e.key);
         // The batch is applied after the loop: a key listed twice is
         // deleted (and released) once.
@@ -393,7 +400,11 @@ fn expire_objects<K: KvStore>(kv: &K, r: &rpb::ExpireObjects) -> Outcome {
         let Some(old): Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")? else {
             continue;
         };
-        if old.etag != e.etag || old.last_modified_ms != e.last_modified_ms {
+        if old.etag != e.etag
+            || old.last_modified_ms != e.last_modified_ms
+            || r.day_ms <= 0
+            || !super::lifecycle::object_expired(&rules[e.bucket.as_str()], &old, now_ms, r.day_ms)
+        {
             continue;
         }
         b.delete(Space::Objects, key);

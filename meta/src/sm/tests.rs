@@ -16,12 +16,17 @@ fn next_index() -> u64 {
 }
 
 fn exec(kv: &MemStore, command: Command) -> Applied {
+    exec_at(kv, command, 0)
+}
+
+/// [`exec`] of an entry the leader stamped with `now_ms`.
+fn exec_at(kv: &MemStore, command: Command, now_ms: i64) -> Applied {
     let (batch, applied) = apply_command(
         kv,
         next_index(),
         &MetaCommand {
             command: Some(command),
-            ..Default::default()
+            leader_now_ms: now_ms,
         },
     )
     .unwrap();
@@ -1028,10 +1033,19 @@ fn lifecycle_expires_only_the_version_it_saw() {
     );
     let mut listed = page.found.clone();
     listed.push(listed[0].clone()); // a duplicate is expired once
-    let Applied::Released(released) = exec(
-        &kv,
-        Command::ExpireObjects(rpb::ExpireObjects { objects: listed }),
-    ) else {
+    let expire = |objects: Vec<rpb::ExpireObject>, now_ms: i64| {
+        exec_at(
+            &kv,
+            Command::ExpireObjects(rpb::ExpireObjects {
+                objects,
+                day_ms: 10,
+            }),
+            now_ms,
+        )
+    };
+    // Applied before the rule's day has passed (leader time 9): nothing.
+    assert_eq!(expire(listed.clone(), 9), Applied::Released(vec![]));
+    let Applied::Released(released) = expire(listed, 10) else {
         panic!("not applied")
     };
     let ids: Vec<String> = released.iter().map(|p| p.blob_id.clone()).collect();
@@ -1051,6 +1065,21 @@ fn lifecycle_expires_only_the_version_it_saw() {
     assert!(get_object(&kv, "b", "logs/old").is_err());
     assert_eq!(get_object(&kv, "b", "logs/replaced").unwrap(), newer);
     assert!(get_object(&kv, "b", "keep/x").is_ok());
+    // The rules are read when the entry is applied: an object the sweeper
+    // found before the configuration was deleted is left alone.
+    put(&kv, "b", "logs/late", "blob-late");
+    let b = get_bucket(&kv, "b").unwrap();
+    let found = lifecycle::expired_objects(&kv, &b, None, 10, 10, 100)
+        .unwrap()
+        .found;
+    assert_eq!(found.len(), 1);
+    put_config(
+        &kv,
+        "b",
+        pb::put_bucket_config_request::Config::Lifecycle(pb::BucketLifecycle::default()),
+    );
+    assert_eq!(expire(found, 10), Applied::Released(vec![]));
+    assert!(get_object(&kv, "b", "logs/late").is_ok());
     // The expired blob left the reference index; the kept ones did not.
     assert_eq!(
         filter_unreferenced(&kv, &[bid("blob-old"), bid("blob-r2"), bid("blob-x")]).unwrap(),
