@@ -1,7 +1,8 @@
 //! End to end: the built `sluice` binary started as `sluice dev`, driven by
 //! the aws CLI and curl exactly as a user would (README quickstart).
 //!
-//! Needs `aws` (aws-cli) and `curl` on PATH; `.ci/run` installs them.
+//! Needs `aws` (aws-cli), `curl`, `s3cmd`, `rclone` and python's boto3
+//! and minio on PATH; `.ci/run` installs them.
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
@@ -720,7 +721,138 @@ fn aws_cli_against_sluice_dev() {
         ],
     ));
     assert_eq!(parts["Parts"][0]["Size"], 1024);
+    other_clients(&dev, tmp.path());
     dev.stop();
+}
+
+/// Runs `program` with `args` (explicit keys in the arguments or config,
+/// no instance-metadata probing); its stdout, or a panic naming what failed.
+fn run_ok(what: &str, program: &str, args: &[&str], envs: &[(&str, &str)]) -> String {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .env_remove("AWS_CA_BUNDLE");
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: run {program} (.ci/run installs it): {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// s3cmd, minio-py and rclone as their users run them (issue 12): `s3cmd
+/// info` of a bucket and an object with no `501`, `s3cmd setacl
+/// --acl-public` then a plain `curl` of the object, minio-py's object tags
+/// and bucket policy, rclone with a versioning query. `.ci/run` installs
+/// all three.
+fn other_clients(dev: &Dev, dir: &Path) {
+    let host = dev.endpoint.trim_start_matches("http://");
+    let cfg = dir.join("s3cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[default]\naccess_key = {ACCESS_KEY}\nsecret_key = {SECRET_KEY}\nhost_base = {host}\nhost_bucket = {host}\nuse_https = False\nsignature_v2 = False\nbucket_location = us-east-1\n"
+        ),
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let file = dir.join("s3cmd.txt");
+    std::fs::write(&file, b"from s3cmd\n").unwrap();
+    let s3cmd = |args: &[&str]| {
+        let mut all = vec!["-c", cfg];
+        all.extend_from_slice(args);
+        run_ok(&format!("s3cmd {args:?}"), "s3cmd", &all, &[])
+    };
+    s3cmd(&["mb", "s3://clients"]);
+    s3cmd(&["put", file.to_str().unwrap(), "s3://clients/obj"]);
+    for target in ["s3://clients", "s3://clients/obj"] {
+        let info = s3cmd(&["--debug", "info", target]);
+        assert!(!info.contains("501"), "s3cmd info {target}: {info}");
+    }
+    let url = format!("{}/clients/obj", dev.endpoint);
+    let curl = |url: &str| {
+        run_ok(
+            "curl",
+            "curl",
+            &["-s", "-o", "/dev/null", "-w", "%{http_code}", url],
+            &[],
+        )
+    };
+    assert_eq!(curl(&url), "403", "private before setacl");
+    s3cmd(&["setacl", "--acl-public", "s3://clients/obj"]);
+    assert_eq!(curl(&url), "200", "public after setacl --acl-public");
+    s3cmd(&["setacl", "--acl-private", "s3://clients/obj"]);
+    assert_eq!(curl(&url), "403", "private again");
+
+    const MINIO: &str = r#"
+import io, json, sys
+from minio import Minio
+from minio.commonconfig import Tags
+c = Minio(sys.argv[1], access_key=sys.argv[2], secret_key=sys.argv[3], secure=False, region="us-east-1")
+c.put_object("clients", "tagged", io.BytesIO(b"minio"), 5)
+tags = Tags.new_object_tags()
+tags["team"] = "storage"
+c.set_object_tags("clients", "tagged", tags)
+assert dict(c.get_object_tags("clients", "tagged")) == {"team": "storage"}
+c.delete_object_tags("clients", "tagged")
+assert not c.get_object_tags("clients", "tagged")
+policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": ["*"]},
+          "Action": ["s3:GetObject"], "Resource": ["arn:aws:s3:::clients/tagged"]}]}
+c.set_bucket_policy("clients", json.dumps(policy))
+assert json.loads(c.get_bucket_policy("clients")) == policy
+c.delete_bucket_policy("clients")
+c.remove_object("clients", "tagged")
+print("minio ok")
+"#;
+    let out = run_ok(
+        "minio-py",
+        "python3",
+        &["-c", MINIO, host, ACCESS_KEY, SECRET_KEY],
+        &[],
+    );
+    assert!(out.contains("minio ok"), "{out}");
+
+    // rclone's remote from the environment (no config file): `sl:`.
+    let rclone_env = [
+        ("RCLONE_CONFIG", "/dev/null"),
+        ("RCLONE_CONFIG_SL_TYPE", "s3"),
+        ("RCLONE_CONFIG_SL_PROVIDER", "Other"),
+        ("RCLONE_CONFIG_SL_ENV_AUTH", "false"),
+        ("RCLONE_CONFIG_SL_ACCESS_KEY_ID", ACCESS_KEY),
+        ("RCLONE_CONFIG_SL_SECRET_ACCESS_KEY", SECRET_KEY),
+        ("RCLONE_CONFIG_SL_ENDPOINT", dev.endpoint.as_str()),
+        ("RCLONE_CONFIG_SL_FORCE_PATH_STYLE", "true"),
+        ("RCLONE_CONFIG_SL_REGION", "us-east-1"),
+    ];
+    let remote = "sl:";
+    let rclone = |args: &[&str]| {
+        let mut all = vec!["--retries", "1", "--low-level-retries", "1"];
+        all.extend_from_slice(args);
+        run_ok(&format!("rclone {args:?}"), "rclone", &all, &rclone_env)
+    };
+    rclone(&[
+        "copyto",
+        file.to_str().unwrap(),
+        &format!("{remote}clients/rc.txt"),
+    ]);
+    let listed = rclone(&["lsf", &format!("{remote}clients")]);
+    assert!(listed.lines().any(|l| l == "rc.txt"), "{listed}");
+    let versioning = rclone(&["backend", "versioning", &format!("{remote}clients")]);
+    assert_eq!(versioning.trim(), "Unversioned");
+    let versions = rclone(&["lsf", "--s3-versions", &format!("{remote}clients")]);
+    assert!(versions.lines().any(|l| l == "rc.txt"), "{versions}");
+    rclone(&["purge", &format!("{remote}clients")]);
 }
 
 /// `sluice dev --https`: the aws CLI with `--ca-bundle` of the dev CA;
