@@ -477,6 +477,12 @@ pub struct ObjectAclCheck {
     pub can_list: bool,
 }
 
+/// Put in a copy's extensions when its source is readable by policy only,
+/// to a caller that may not list the source bucket: a missing source is
+/// then `403 AccessDenied`, as a GET of it is.
+#[derive(Clone, Copy, Debug)]
+pub struct HideMissingSource;
+
 /// The keys of a DeleteObjects request the caller may not delete (taken
 /// out of the request by the access hook; the handler reports each as
 /// `AccessDenied`).
@@ -617,7 +623,12 @@ impl KeyAccess {
     /// GetObject of the source: the root key, an owner, a `read` grant or
     /// the policy, a policy Deny refusing); a source readable only through
     /// its object ACL is refused.
-    async fn check_source(&self, caller: &Caller, source: &CopySource) -> S3Result<()> {
+    async fn check_source(
+        &self,
+        caller: &Caller,
+        source: &CopySource,
+        extensions: &mut http::Extensions,
+    ) -> S3Result<()> {
         let CopySource::Bucket { bucket, key, .. } = source else {
             return Err(access_denied());
         };
@@ -632,7 +643,17 @@ impl KeyAccess {
             return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
         };
         match authorize(who, "GetObject", &view, Some(key)) {
-            Verdict::Allow | Verdict::ObjectAcl { granted: true, .. } => Ok(()),
+            Verdict::Allow => Ok(()),
+            Verdict::ObjectAcl {
+                granted: true,
+                can_list,
+            } => {
+                if !can_list {
+                    // As for a GET: a missing source is 403, not 404.
+                    extensions.insert(HideMissingSource);
+                }
+                Ok(())
+            }
             // Readable only through the object's own ACL: not checked for
             // copies (S3 would; Sluice refuses, the safe side).
             _ => Err(access_denied()),
@@ -646,6 +667,14 @@ impl S3Access for KeyAccess {
         let op = cx.s3_op().name().to_string();
         if let Some(slot) = cx.extensions_mut().get::<OpName>() {
             let _ = slot.0.set(op.clone());
+        }
+        // Browser form uploads carry key and ACL in the body, past every
+        // check here: not served (s3s would accept an empty file).
+        if op == "PostObject" {
+            return Err(S3Error::with_message(
+                S3ErrorCode::NotImplemented,
+                "PostObject (browser form uploads) is not supported.",
+            ));
         }
         let key = match cx.credentials().map(|c| c.access_key.clone()) {
             None => None,
@@ -677,14 +706,19 @@ impl S3Access for KeyAccess {
             }
         } else if let Some(bucket) = &bucket
             && !matches!(who, Who::Root)
-            && op != "DeleteObjects"
         {
             let view = self.buckets.get_as(bucket, anonymous).await?;
             let Some(view) = view else {
                 // A missing bucket is 404 to everyone (S3's answer).
                 return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
             };
-            let mut verdict = authorize(who, &op, &view, object.as_deref());
+            // DeleteObjects names its keys in the body: the hook authorizes
+            // each (`delete_objects` below).
+            let mut verdict = if op == "DeleteObjects" {
+                Verdict::Allow
+            } else {
+                authorize(who, &op, &view, object.as_deref())
+            };
             // A write that also sets a non-private `x-amz-acl` needs
             // PutObjectAcl's permission too.
             if verdict == Verdict::Allow
@@ -727,7 +761,13 @@ impl S3Access for KeyAccess {
             (None, false) => return Ok(()),
             (Some(k), false) => Who::Key(k),
         };
-        let Some(view) = self.buckets.get(&req.input.bucket).await? else {
+        // The request's size first: no per-key work past S3's limit.
+        crate::s3::delete::check_delete_count(req.input.delete.objects.len())?;
+        let Some(view) = self
+            .buckets
+            .get_as(&req.input.bucket, caller.anonymous)
+            .await?
+        else {
             return Err(S3Error::new(S3ErrorCode::NoSuchBucket));
         };
         let objects = std::mem::take(&mut req.input.delete.objects);
@@ -743,12 +783,14 @@ impl S3Access for KeyAccess {
     }
 
     async fn copy_object(&self, req: &mut S3Request<CopyObjectInput>) -> S3Result<()> {
-        self.check_source(Self::caller_of(req)?, &req.input.copy_source)
+        let caller = Self::caller_of(req)?.clone();
+        self.check_source(&caller, &req.input.copy_source, &mut req.extensions)
             .await
     }
 
     async fn upload_part_copy(&self, req: &mut S3Request<UploadPartCopyInput>) -> S3Result<()> {
-        self.check_source(Self::caller_of(req)?, &req.input.copy_source)
+        let caller = Self::caller_of(req)?.clone();
+        self.check_source(&caller, &req.input.copy_source, &mut req.extensions)
             .await
     }
 }

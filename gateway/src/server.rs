@@ -240,6 +240,12 @@ impl SluiceService {
         let bucket = origin
             .as_ref()
             .and_then(|_| request_bucket(&req, &self.root_domains));
+        // Signed requests never see the anonymous missing-bucket cache.
+        let signed = req.headers().contains_key(http::header::AUTHORIZATION)
+            || req
+                .uri()
+                .query()
+                .is_some_and(|q| q.contains("X-Amz-Signature=") || q.contains("Signature="));
         let method = req.method().clone();
         let Some(admitted) = self.limiter.try_acquire() else {
             metrics::count_slowdown(SlowDownReason::Inflight);
@@ -284,7 +290,8 @@ impl SluiceService {
         let mut resp = self.inner.call(req).instrument(span.clone()).await?;
         finish_response(&mut resp, &request_id.0, &resource);
         if let (Some(origin), Some(bucket)) = (&origin, &bucket) {
-            self.cors_headers(&mut resp, bucket, origin, &method).await;
+            self.cors_headers(&mut resp, bucket, origin, &method, !signed)
+                .await;
         }
         let status = resp.status();
         if status.is_server_error() {
@@ -399,8 +406,9 @@ impl SluiceService {
         bucket: &str,
         origin: &str,
         method: &http::Method,
+        anonymous: bool,
     ) {
-        let Ok(Some(view)) = self.buckets.get_as(bucket, true).await else {
+        let Ok(Some(view)) = self.buckets.get_as(bucket, anonymous).await else {
             return;
         };
         if let Some(allowed) = cors::actual(&view.cors, origin, method.as_str()) {

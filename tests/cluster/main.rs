@@ -395,6 +395,17 @@ pub async fn raw_request(
     uri: &str,
     headers: &[(String, String)],
 ) -> Result<RawResponse> {
+    raw_request_with_body(method, uri, headers, &[]).await
+}
+
+/// [`raw_request`] with `body` (sent with its Content-Length when not
+/// empty).
+pub async fn raw_request_with_body(
+    method: &str,
+    uri: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Result<RawResponse> {
     let rest = uri
         .strip_prefix("http://")
         .context("presigned URL is not http://")?;
@@ -405,8 +416,12 @@ pub async fn raw_request(
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
+    if !body.is_empty() {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
     req.push_str("\r\n");
     stream.write_all(req.as_bytes()).await?;
+    stream.write_all(body).await?;
     let mut resp = Vec::new();
     tokio::time::timeout(
         std::time::Duration::from_secs(30),

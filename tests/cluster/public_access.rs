@@ -13,7 +13,7 @@ use aws_sdk_s3::types::{
 use bytes::Bytes;
 
 use super::fixtures::TestCluster;
-use super::{expect_error, put, raw_request};
+use super::{expect_error, put, raw_request, raw_request_with_body};
 
 const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
 
@@ -206,6 +206,59 @@ async fn acls_policies_anonymous_access_tagging_and_cors() -> Result<()> {
         .send()
         .await?;
     ensure!(get_body(&anon, "pol-b", "public/x").await? == data);
+    // A copy from a source the policy opens: allowed into a bucket the
+    // caller may write; a missing source stays hidden (403, as a GET).
+    anon.copy_object()
+        .bucket("open-b")
+        .key("copied")
+        .copy_source("pol-b/public/x")
+        .send()
+        .await?;
+    let r = anon
+        .copy_object()
+        .bucket("open-b")
+        .key("copied2")
+        .copy_source("pol-b/public/missing")
+        .send()
+        .await;
+    expect_error("copy of a hidden missing key", r, 403, Some("AccessDenied"))?;
+    let r = anon
+        .copy_object()
+        .bucket("open-b")
+        .key("copied3")
+        .copy_source("pol-b/secret/x")
+        .send()
+        .await;
+    expect_error("copy from outside the policy", r, 403, Some("AccessDenied"))?;
+    // Browser form uploads (PostObject) are not served: key and ACL in the
+    // body would pass no check.
+    let boundary = "sluiceboundary";
+    let form = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nposted\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"acl\"\r\n\r\npublic-read\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\nContent-Type: application/octet-stream\r\n\r\n\r\n--{boundary}--\r\n"
+    );
+    let posted = raw_request_with_body(
+        "POST",
+        &format!("{}/open-b", c.s3_endpoint()),
+        &[(
+            "Content-Type".to_string(),
+            format!("multipart/form-data; boundary={boundary}"),
+        )],
+        form.as_bytes(),
+    )
+    .await?;
+    ensure!(
+        posted.status >= 400,
+        "PostObject: {} {}",
+        posted.status,
+        String::from_utf8_lossy(&posted.body)
+    );
+    let r = root
+        .head_object()
+        .bucket("open-b")
+        .key("posted")
+        .send()
+        .await;
+    expect_error("nothing posted", r, 404, None)?;
     let status = root
         .get_bucket_policy_status()
         .bucket("pol-b")

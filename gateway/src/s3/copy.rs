@@ -25,6 +25,7 @@ use super::tagging;
 use super::{
     Gateway, etag, http_meta, now_ms, object_placement_key, part_placement_key, timestamp,
 };
+use crate::access::HideMissingSource;
 
 /// Largest source S3 copies in one request (5 GiB).
 pub const MAX_COPY_SIZE: u64 = 5 * 1024 * 1024 * 1024;
@@ -136,10 +137,27 @@ fn source_too_large() -> S3Error {
     ))
 }
 
+/// The copy source's record; a missing one is `403 AccessDenied` when the
+/// access check asked to hide it ([`HideMissingSource`]).
+async fn source_object(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    hide_missing: bool,
+) -> S3Result<pb::ObjectRecord> {
+    match gw.meta.get_object(bucket, key).await.map_err(meta_error) {
+        Err(e) if hide_missing && e.code() == &S3ErrorCode::NoSuchKey => Err(
+            S3Error::with_message(S3ErrorCode::AccessDenied, "Access Denied"),
+        ),
+        other => other,
+    }
+}
+
 pub(super) async fn copy_object(
     gw: &Gateway,
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
+    let hide_missing = req.extensions.get::<HideMissingSource>().is_some();
     let mut input = req.input;
     let (src_bucket, src_key) = source_of(&input.copy_source)?;
     let replace = replaces_metadata(input.metadata_directive.as_ref())?;
@@ -175,11 +193,7 @@ pub(super) async fn copy_object(
                 .ok_or_else(|| invalid_request("Checksum algorithm is invalid"))?,
         ),
     };
-    let src = gw
-        .meta
-        .get_object(&src_bucket, &src_key)
-        .await
-        .map_err(meta_error)?;
+    let src = source_object(gw, &src_bucket, &src_key, hide_missing).await?;
     let conditions = Conditions {
         if_match: input.copy_source_if_match.as_ref(),
         if_none_match: input.copy_source_if_none_match.as_ref(),
@@ -248,6 +262,7 @@ pub(super) async fn upload_part_copy(
     gw: &Gateway,
     req: S3Request<UploadPartCopyInput>,
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+    let hide_missing = req.extensions.get::<HideMissingSource>().is_some();
     let input = req.input;
     let number = part_number(input.part_number)?;
     let upload = gw
@@ -256,11 +271,7 @@ pub(super) async fn upload_part_copy(
         .await
         .map_err(meta_error)?;
     let (src_bucket, src_key) = source_of(&input.copy_source)?;
-    let src = gw
-        .meta
-        .get_object(&src_bucket, &src_key)
-        .await
-        .map_err(meta_error)?;
+    let src = source_object(gw, &src_bucket, &src_key, hide_missing).await?;
     let conditions = Conditions {
         if_match: input.copy_source_if_match.as_ref(),
         if_none_match: input.copy_source_if_none_match.as_ref(),

@@ -400,10 +400,18 @@ fn expire_objects<K: KvStore>(kv: &K, r: &rpb::ExpireObjects, now_ms: i64) -> Ou
         let Some(old): Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")? else {
             continue;
         };
+        // `day_ms` 0: an entry without it (none was ever proposed by a
+        // released version; kept deterministic anyway) is applied by the
+        // ETag and last-modified guard alone.
         if old.etag != e.etag
             || old.last_modified_ms != e.last_modified_ms
-            || r.day_ms <= 0
-            || !super::lifecycle::object_expired(&rules[e.bucket.as_str()], &old, now_ms, r.day_ms)
+            || (r.day_ms > 0
+                && !super::lifecycle::object_expired(
+                    &rules[e.bucket.as_str()],
+                    &old,
+                    now_ms,
+                    r.day_ms,
+                ))
         {
             continue;
         }
