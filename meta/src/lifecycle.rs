@@ -2,9 +2,10 @@
 //! every bucket with enabled lifecycle rules, it walks the bucket's
 //! objects and multipart uploads one page ([`PAGE`] records) at a time
 //! ([`sm::lifecycle`]) and proposes, through Raft, an `ExpireObjects`
-//! entry for the page's expired objects (deleted only if unchanged since
-//! the page was read) and an `AbortUpload` for each upload to abort (the
-//! same entry as AbortMultipartUpload). Released blobs go through the
+//! entry for the page's expired objects and an `ExpireUploads` entry for
+//! its uploads to abort; each is applied only to what the rules, read again
+//! when the entry is applied, still select (an object also only if
+//! unchanged since the page was read). Released blobs go through the
 //! pending-deletion path like any DeleteObject's.
 //!
 //! Bounds: one page of records in memory; one Raft entry of at most
@@ -17,13 +18,14 @@
 //! `sluice_meta_lifecycle_expired_total`: objects proposed for expiry (an
 //! object changed since the page was read is skipped when the entry is
 //! applied, and still counted);
-//! `sluice_meta_lifecycle_aborted_total`: uploads aborted.
+//! `sluice_meta_lifecycle_aborted_total`: uploads proposed for abort
+//! (counted the same way).
 
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_proto::meta::{self as pb, ErrorCode};
+use sluice_proto::meta as pb;
 use sluice_proto::raft::{self as rpb, meta_command::Command};
 use tokio::time::MissedTickBehavior;
 
@@ -170,17 +172,19 @@ impl<K: KvStore> LifecycleSweeper<K> {
                 day_ms,
                 PAGE,
             )?;
-            for upload in page.found {
-                match propose(&self.raft, Command::AbortUpload(upload)).await? {
-                    Applied::Released(_) => {
-                        run.aborted += 1;
-                        metrics::counter!(LIFECYCLE_ABORTED_TOTAL).increment(1);
-                    }
-                    Applied::Refused {
-                        code: ErrorCode::NoSuchUpload,
-                        ..
-                    } => {}
-                    other => tracing::warn!(applied = ?other, "lifecycle abort not applied"),
+            if !page.found.is_empty() {
+                let n = page.found.len() as u64;
+                let applied = propose(
+                    &self.raft,
+                    Command::ExpireUploads(rpb::ExpireUploads {
+                        uploads: page.found,
+                        day_ms,
+                    }),
+                )
+                .await?;
+                if let Applied::Released(_) = applied {
+                    run.aborted += n;
+                    metrics::counter!(LIFECYCLE_ABORTED_TOTAL).increment(n);
                 }
             }
             match page.next {

@@ -86,6 +86,7 @@ pub fn apply_command_with<K: KvStore>(
         Command::CollectPending(r) => pending::collect_pending(kv, r),
         Command::ExpireSessions(r) => sessions::expire_sessions(kv, r),
         Command::ExpireObjects(r) => expire_objects(kv, r, now_ms),
+        Command::ExpireUploads(r) => expire_uploads(kv, r, now_ms),
         Command::ReportMissing(r) => heal::report_missing(kv, r),
         Command::BeginHeal(r) => heal::begin_heal(kv, r),
         Command::UpdatePlacement(r) => heal::update_placement(kv, r),
@@ -152,7 +153,8 @@ fn op_id_of(command: &Command) -> &str {
         Command::CloseEpochs(_)
         | Command::CollectPending(_)
         | Command::ExpireSessions(_)
-        | Command::ExpireObjects(_) => "",
+        | Command::ExpireObjects(_)
+        | Command::ExpireUploads(_) => "",
     }
 }
 
@@ -682,8 +684,20 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest) -> Outcome
 
 fn abort_upload<K: KvStore>(kv: &K, r: &pb::UploadKey) -> Outcome {
     require_upload(kv, &r.bucket, &r.key, &r.upload_id)?;
-    let parts = upload_parts(kv, &r.upload_id)?;
     let mut b = Batch::new();
+    let released = abort_into(kv, &mut b, r)?;
+    update_index(&mut b, &released, []);
+    Ok((b, Applied::Released(released)))
+}
+
+/// Adds the deletions of upload `r` (its part records and itself) to `b`;
+/// the placements it releases.
+fn abort_into<K: KvStore>(
+    kv: &K,
+    b: &mut Batch,
+    r: &pb::UploadKey,
+) -> Result<Vec<pb::Placement>, SmError> {
+    let parts = upload_parts(kv, &r.upload_id)?;
     for n in parts.keys() {
         b.delete(Space::Parts, keys::part(&r.upload_id, *n));
     }
@@ -691,7 +705,44 @@ fn abort_upload<K: KvStore>(kv: &K, r: &pb::UploadKey) -> Outcome {
         Space::Uploads,
         keys::upload(&r.bucket, &r.key, &r.upload_id),
     );
-    let released: Vec<pb::Placement> = parts.into_values().filter_map(|p| p.placement).collect();
+    Ok(parts.into_values().filter_map(|p| p.placement).collect())
+}
+
+/// Aborts each listed upload that still exists and that the bucket's
+/// rules, as they are now, still abort at leader time `now_ms`
+/// (AbortIncompleteMultipartUpload); anything changed since the sweeper's
+/// page is left alone.
+fn expire_uploads<K: KvStore>(kv: &K, r: &rpb::ExpireUploads, now_ms: i64) -> Outcome {
+    let mut b = Batch::new();
+    let mut released = Vec::new();
+    let mut seen = HashSet::new();
+    let mut rules: HashMap<&str, Vec<pb::LifecycleRule>> = HashMap::new();
+    for u in &r.uploads {
+        if !seen.insert((&u.bucket, &u.key, &u.upload_id)) {
+            continue;
+        }
+        if !rules.contains_key(u.bucket.as_str()) {
+            let bucket: Option<pb::Bucket> =
+                get(kv, Space::Buckets, &keys::bucket(&u.bucket), "bucket")?;
+            rules.insert(&u.bucket, bucket.map(|b| b.lifecycle).unwrap_or_default());
+        }
+        let key = keys::upload(&u.bucket, &u.key, &u.upload_id);
+        let Some(upload): Option<pb::UploadRecord> = get(kv, Space::Uploads, &key, "upload")?
+        else {
+            continue;
+        };
+        if r.day_ms <= 0
+            || !super::lifecycle::upload_expired(
+                &rules[u.bucket.as_str()],
+                &upload,
+                now_ms,
+                r.day_ms,
+            )
+        {
+            continue;
+        }
+        released.extend(abort_into(kv, &mut b, u)?);
+    }
     update_index(&mut b, &released, []);
     Ok((b, Applied::Released(released)))
 }

@@ -1150,3 +1150,69 @@ fn conditional_writes_are_checked_in_the_commit_entry() {
         Some(ErrorCode::PreconditionFailed)
     );
 }
+
+#[test]
+fn lifecycle_aborts_only_uploads_the_rules_still_select() {
+    use sluice_proto::raft as rpb;
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    let abort_rule = pb::put_bucket_config_request::Config::Lifecycle(pb::BucketLifecycle {
+        rules: vec![pb::LifecycleRule {
+            enabled: true,
+            prefix: "tmp/".into(),
+            abort_incomplete_days: 1,
+            ..Default::default()
+        }],
+    });
+    put_config(&kv, "b", abort_rule.clone());
+    // Initiated at 5; a day is 10 ms here.
+    upload(&kv, "b", "tmp/u", "u1");
+    part(&kv, "tmp/u", "u1", 1, 3, b"abc", "blob-u1");
+    upload(&kv, "b", "keep/u", "u2");
+    let b = get_bucket(&kv, "b").unwrap();
+    let found = lifecycle::expired_uploads(&kv, &b, None, 15, 10, 100)
+        .unwrap()
+        .found;
+    let ids: Vec<&str> = found.iter().map(|u| u.upload_id.as_str()).collect();
+    assert_eq!(ids, ["u1"]);
+    let expire = |now_ms: i64| {
+        exec_at(
+            &kv,
+            Command::ExpireUploads(rpb::ExpireUploads {
+                uploads: found.clone(),
+                day_ms: 10,
+            }),
+            now_ms,
+        )
+    };
+    // Before the day is over: nothing.
+    assert_eq!(expire(14), Applied::Released(vec![]));
+    // The configuration deleted after the page was read: nothing.
+    put_config(
+        &kv,
+        "b",
+        pb::put_bucket_config_request::Config::Lifecycle(pb::BucketLifecycle::default()),
+    );
+    assert_eq!(expire(15), Applied::Released(vec![]));
+    put_config(&kv, "b", abort_rule);
+    let Applied::Released(released) = expire(15) else {
+        panic!("not applied")
+    };
+    let ids: Vec<String> = released.iter().map(|p| p.blob_id.clone()).collect();
+    assert_eq!(ids, [bid("blob-u1")]);
+    assert_eq!(
+        refused_code(&exec(
+            &kv,
+            Command::AbortUpload(pb::UploadKey {
+                bucket: "b".into(),
+                key: "tmp/u".into(),
+                upload_id: "u1".into(),
+                op_id: String::new(),
+            })
+        )),
+        Some(ErrorCode::NoSuchUpload),
+        "aborted"
+    );
+    // Applied again (a replayed page): nothing left to abort.
+    assert_eq!(expire(15), Applied::Released(vec![]));
+}
