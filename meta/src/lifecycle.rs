@@ -124,72 +124,49 @@ impl<K: KvStore> LifecycleSweeper<K> {
         run: &mut LifecycleRun,
     ) -> Result<(), SweepError> {
         let day_ms = self.day_ms();
+        run.expired += self
+            .sweep_pages(
+                |kv, after, now| lifecycle::expired_objects(kv, bucket, after, now, day_ms, PAGE),
+                |objects| Command::ExpireObjects(rpb::ExpireObjects { objects, day_ms }),
+                LIFECYCLE_EXPIRED_TOTAL,
+            )
+            .await?;
+        run.aborted += self
+            .sweep_pages(
+                |kv, after, now| lifecycle::expired_uploads(kv, bucket, after, now, day_ms, PAGE),
+                |uploads| Command::ExpireUploads(rpb::ExpireUploads { uploads, day_ms }),
+                LIFECYCLE_ABORTED_TOTAL,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Walks one bucket's keyspace a page at a time (`scan` from the key
+    /// after the last page, at the leader's clock), proposing `command` of
+    /// each page's findings; the number proposed, also added to `counter`.
+    async fn sweep_pages<T>(
+        &self,
+        scan: impl Fn(&K, Option<&[u8]>, i64) -> Result<lifecycle::LifecyclePage<T>, sm::SmError>,
+        command: impl Fn(Vec<T>) -> Command,
+        counter: &'static str,
+    ) -> Result<u64, SweepError> {
+        let mut proposed = 0;
         let mut after: Option<Vec<u8>> = None;
         loop {
             if !is_leader(&self.raft) {
                 return Err(SweepError::NotLeader);
             }
-            let now = sm::wall_clock_ms();
-            let page = lifecycle::expired_objects(
-                self.kv.as_ref(),
-                bucket,
-                after.as_deref(),
-                now,
-                day_ms,
-                PAGE,
-            )?;
+            let page = scan(self.kv.as_ref(), after.as_deref(), sm::wall_clock_ms())?;
             if !page.found.is_empty() {
                 let n = page.found.len() as u64;
-                let applied = propose(
-                    &self.raft,
-                    Command::ExpireObjects(rpb::ExpireObjects {
-                        objects: page.found,
-                        day_ms,
-                    }),
-                )
-                .await?;
-                if let Applied::Released(_) = applied {
-                    run.expired += n;
-                    metrics::counter!(LIFECYCLE_EXPIRED_TOTAL).increment(n);
+                if let Applied::Released(_) = propose(&self.raft, command(page.found)).await? {
+                    proposed += n;
+                    metrics::counter!(counter).increment(n);
                 }
             }
             match page.next {
                 Some(next) => after = Some(next),
-                None => break,
-            }
-        }
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            if !is_leader(&self.raft) {
-                return Err(SweepError::NotLeader);
-            }
-            let now = sm::wall_clock_ms();
-            let page = lifecycle::expired_uploads(
-                self.kv.as_ref(),
-                bucket,
-                after.as_deref(),
-                now,
-                day_ms,
-                PAGE,
-            )?;
-            if !page.found.is_empty() {
-                let n = page.found.len() as u64;
-                let applied = propose(
-                    &self.raft,
-                    Command::ExpireUploads(rpb::ExpireUploads {
-                        uploads: page.found,
-                        day_ms,
-                    }),
-                )
-                .await?;
-                if let Applied::Released(_) = applied {
-                    run.aborted += n;
-                    metrics::counter!(LIFECYCLE_ABORTED_TOTAL).increment(n);
-                }
-            }
-            match page.next {
-                Some(next) => after = Some(next),
-                None => return Ok(()),
+                None => return Ok(proposed),
             }
         }
     }

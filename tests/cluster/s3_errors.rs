@@ -1294,6 +1294,16 @@ async fn single_voter_s3_errors_and_object_semantics() -> Result<()> {
     Ok(())
 }
 
+/// The indices of the requests that succeeded.
+fn winners<T, E>(outcomes: &[std::result::Result<T, E>]) -> Vec<usize> {
+    outcomes
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.is_ok())
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// Conditional writes racing each other: writers that all pass the
 /// gateway's early check (no object yet, or the same current ETag) must
 /// not all commit. Meta checks the condition in the commit's own log entry,
@@ -1320,12 +1330,7 @@ async fn racing_conditional_writes_commit_exactly_once() -> Result<()> {
                 .send()
         }))
         .await;
-        let won: Vec<usize> = outcomes
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| o.is_ok())
-            .map(|(i, _)| i)
-            .collect();
+        let won = winners(&outcomes);
         ensure!(
             won.len() == 1,
             "round {round}: {} writers committed: {won:?}",
@@ -1354,12 +1359,7 @@ async fn racing_conditional_writes_commit_exactly_once() -> Result<()> {
                 .send()
         }))
         .await;
-        let won: Vec<usize> = outcomes
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| o.is_ok())
-            .map(|(i, _)| i)
-            .collect();
+        let won = winners(&outcomes);
         ensure!(won.len() == 1, "round {round} If-Match: {won:?} committed");
         let got = get_all(&s3, "race-b", &key).await?;
         ensure!(

@@ -29,6 +29,30 @@ pub const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
 /// The URI of S3's AuthenticatedUsers group (any valid access key).
 pub const AUTHENTICATED_USERS: &str = "http://acs.amazonaws.com/groups/global/AuthenticatedUsers";
 
+/// The `x-amz-grant-*` headers of an s3s input (`FULL_CONTROL`, `READ`,
+/// `READ_ACP`, `WRITE_ACP`, plus `WRITE` where the input has it), for the
+/// refusal of explicit grants.
+macro_rules! grant_headers {
+    ($input:expr) => {
+        [
+            $input.grant_full_control.as_deref(),
+            $input.grant_read.as_deref(),
+            $input.grant_read_acp.as_deref(),
+            $input.grant_write_acp.as_deref(),
+        ]
+    };
+    ($input:expr, grant_write) => {
+        [
+            $input.grant_full_control.as_deref(),
+            $input.grant_read.as_deref(),
+            $input.grant_read_acp.as_deref(),
+            $input.grant_write_acp.as_deref(),
+            $input.grant_write.as_deref(),
+        ]
+    };
+}
+pub(crate) use grant_headers;
+
 fn not_implemented(what: &str) -> S3Error {
     S3Error::with_message(
         S3ErrorCode::NotImplemented,
@@ -251,13 +275,7 @@ pub(super) async fn put_bucket_acl(
     let acl = requested(
         input.acl.as_ref().map(|a| a.as_str()),
         input.access_control_policy.as_ref(),
-        &[
-            input.grant_full_control.as_deref(),
-            input.grant_read.as_deref(),
-            input.grant_read_acp.as_deref(),
-            input.grant_write.as_deref(),
-            input.grant_write_acp.as_deref(),
-        ],
+        &grant_headers!(input, grant_write),
     )?;
     gw.put_bucket_config(
         &input.bucket,
@@ -300,13 +318,7 @@ pub(super) async fn put_object_acl(
     let acl = requested(
         input.acl.as_ref().map(|a| a.as_str()),
         input.access_control_policy.as_ref(),
-        &[
-            input.grant_full_control.as_deref(),
-            input.grant_read.as_deref(),
-            input.grant_read_acp.as_deref(),
-            input.grant_write.as_deref(),
-            input.grant_write_acp.as_deref(),
-        ],
+        &grant_headers!(input, grant_write),
     )?;
     gw.meta
         .put_object_acl(&input.bucket, &input.key, acl)

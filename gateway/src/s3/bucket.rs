@@ -110,13 +110,7 @@ pub(super) async fn create_bucket(
     let owner = caller.as_ref().map_or("", Caller::owner_key_id);
     let acl = super::acl::bucket_acl(
         input.acl.as_ref(),
-        &[
-            input.grant_full_control.as_deref(),
-            input.grant_read.as_deref(),
-            input.grant_read_acp.as_deref(),
-            input.grant_write.as_deref(),
-            input.grant_write_acp.as_deref(),
-        ],
+        &super::acl::grant_headers!(input, grant_write),
     )?;
     let created = gw
         .meta

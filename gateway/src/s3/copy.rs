@@ -165,15 +165,7 @@ pub(super) async fn copy_object(
     let new_tags = tagging::from_optional_header(input.tagging.as_deref())?;
     // The copy gets the ACL the request names (private by default), as
     // S3 does: the source's ACL is not copied.
-    let acl = super::acl::object_acl(
-        input.acl.as_ref(),
-        &[
-            input.grant_full_control.as_deref(),
-            input.grant_read.as_deref(),
-            input.grant_read_acp.as_deref(),
-            input.grant_write_acp.as_deref(),
-        ],
-    )?;
+    let acl = super::acl::object_acl(input.acl.as_ref(), &super::acl::grant_headers!(input))?;
     // A storage class names a change S3 accepts (tiering tools such as
     // `rclone settier` copy an object onto itself to change it); Sluice has
     // one class, so the copy rewrites the object as STANDARD.

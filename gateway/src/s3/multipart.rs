@@ -118,15 +118,7 @@ pub(super) async fn create_multipart_upload(
     };
     let checksum_type = resolve_checksum_type(algorithm, input.checksum_type.as_ref())?;
     let tags = tagging::from_optional_header(input.tagging.as_deref())?;
-    let acl = super::acl::object_acl(
-        input.acl.as_ref(),
-        &[
-            input.grant_full_control.as_deref(),
-            input.grant_read.as_deref(),
-            input.grant_read_acp.as_deref(),
-            input.grant_write_acp.as_deref(),
-        ],
-    )?;
+    let acl = super::acl::object_acl(input.acl.as_ref(), &super::acl::grant_headers!(input))?;
     gw.meta
         .get_bucket(&input.bucket)
         .await

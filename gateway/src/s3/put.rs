@@ -317,15 +317,7 @@ pub(super) async fn put_object(
         .map_err(meta_error)?;
     let expected = Expected::from_headers(&headers, trailing_headers)?;
     let tags = tagging::from_optional_header(input.tagging.as_deref())?;
-    let acl = super::acl::object_acl(
-        input.acl.as_ref(),
-        &[
-            input.grant_full_control.as_deref(),
-            input.grant_read.as_deref(),
-            input.grant_read_acp.as_deref(),
-            input.grant_write_acp.as_deref(),
-        ],
-    )?;
+    let acl = super::acl::object_acl(input.acl.as_ref(), &super::acl::grant_headers!(input))?;
     check_write_conditions(
         gw,
         &input.bucket,

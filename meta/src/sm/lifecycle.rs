@@ -84,7 +84,7 @@ pub fn upload_expired(
 
 /// One page of a lifecycle scan: what it found, and where the next page
 /// starts (exclusive; `None` after the bucket's last record).
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub struct LifecyclePage<T> {
     pub found: Vec<T>,
     pub next: Option<Vec<u8>>,
@@ -118,6 +118,33 @@ fn scan_bucket<K: KvStore>(
     ))
 }
 
+/// The records of `space` in `bucket` after store key `after` (up to
+/// `limit`) that `pick` selects.
+fn scan_page<K: KvStore, R: prost::Message + Default, T>(
+    kv: &K,
+    space: Space,
+    bucket: &str,
+    after: Option<&[u8]>,
+    limit: usize,
+    what: &'static str,
+    pick: impl Fn(R) -> Option<T>,
+) -> Result<LifecyclePage<T>, SmError> {
+    let (rows, full) = scan_bucket(kv, space, bucket, after, limit)?;
+    let mut page = LifecyclePage {
+        found: Vec::new(),
+        next: None,
+    };
+    for (k, v) in rows {
+        if let Some(found) = pick(decode(what, &v)?) {
+            page.found.push(found);
+        }
+        if full {
+            page.next = Some(k);
+        }
+    }
+    Ok(page)
+}
+
 /// The objects of `bucket` that its rules expire at `now_ms`, among up to
 /// `limit` records after store key `after`.
 pub fn expired_objects<K: KvStore>(
@@ -128,23 +155,22 @@ pub fn expired_objects<K: KvStore>(
     day_ms: i64,
     limit: usize,
 ) -> Result<LifecyclePage<rpb::ExpireObject>, SmError> {
-    let (rows, full) = scan_bucket(kv, Space::Objects, &bucket.name, after, limit)?;
-    let mut page = LifecyclePage::default();
-    for (k, v) in &rows {
-        let obj: pb::ObjectRecord = decode("object", v)?;
-        if object_expired(&bucket.lifecycle, &obj, now_ms, day_ms) {
-            page.found.push(rpb::ExpireObject {
+    scan_page(
+        kv,
+        Space::Objects,
+        &bucket.name,
+        after,
+        limit,
+        "object",
+        |obj: pb::ObjectRecord| {
+            object_expired(&bucket.lifecycle, &obj, now_ms, day_ms).then_some(rpb::ExpireObject {
                 bucket: obj.bucket,
                 key: obj.key,
                 etag: obj.etag,
                 last_modified_ms: obj.last_modified_ms,
-            });
-        }
-        if full {
-            page.next = Some(k.clone());
-        }
-    }
-    Ok(page)
+            })
+        },
+    )
 }
 
 /// The multipart uploads of `bucket` that its rules abort at `now_ms`,
@@ -157,23 +183,22 @@ pub fn expired_uploads<K: KvStore>(
     day_ms: i64,
     limit: usize,
 ) -> Result<LifecyclePage<pb::UploadKey>, SmError> {
-    let (rows, full) = scan_bucket(kv, Space::Uploads, &bucket.name, after, limit)?;
-    let mut page = LifecyclePage::default();
-    for (k, v) in &rows {
-        let upload: pb::UploadRecord = decode("upload", v)?;
-        if upload_expired(&bucket.lifecycle, &upload, now_ms, day_ms) {
-            page.found.push(pb::UploadKey {
-                bucket: upload.bucket,
-                key: upload.key,
-                upload_id: upload.upload_id,
+    scan_page(
+        kv,
+        Space::Uploads,
+        &bucket.name,
+        after,
+        limit,
+        "upload",
+        |u: pb::UploadRecord| {
+            upload_expired(&bucket.lifecycle, &u, now_ms, day_ms).then_some(pb::UploadKey {
+                bucket: u.bucket,
+                key: u.key,
+                upload_id: u.upload_id,
                 op_id: String::new(),
-            });
-        }
-        if full {
-            page.next = Some(k.clone());
-        }
-    }
-    Ok(page)
+            })
+        },
+    )
 }
 
 #[cfg(test)]
