@@ -151,8 +151,9 @@ pub fn s3_service_with_hosts(
         buckets: Arc::clone(&buckets),
     });
     builder.set_validation(BucketNameRules);
+    let domains = RootDomains::new(root_domains);
     if !root_domains.is_empty() {
-        builder.set_host(RootDomains::new(root_domains));
+        builder.set_host(domains.clone());
     }
     let mut s3_config = S3Config::default();
     s3_config.xml_max_body_size = XML_MAX_BODY;
@@ -165,7 +166,7 @@ pub fn s3_service_with_hosts(
         body_limits: BodyLimits::default(),
         health: None,
         buckets,
-        root_domains: RootDomains::new(root_domains),
+        root_domains: domains,
     }
 }
 
@@ -185,13 +186,7 @@ impl SluiceService {
     /// The answer to an unsigned `GET`/`HEAD` of a health path, if `req` is one.
     async fn health_check<B>(&self, req: &Request<B>) -> Option<HttpResponse> {
         let health = self.health.as_ref()?;
-        if !matches!(*req.method(), http::Method::GET | http::Method::HEAD)
-            || req.headers().contains_key(http::header::AUTHORIZATION)
-            || req
-                .uri()
-                .query()
-                .is_some_and(|q| q.contains("X-Amz-Signature") || q.contains("Signature="))
-        {
+        if !matches!(*req.method(), http::Method::GET | http::Method::HEAD) || is_signed(req) {
             return None;
         }
         let answer = match req.uri().path() {
@@ -240,13 +235,8 @@ impl SluiceService {
         let bucket = origin
             .as_ref()
             .and_then(|_| request_bucket(&req, &self.root_domains));
-        // Signed requests never see the anonymous missing-bucket cache.
-        let signed = req.headers().contains_key(http::header::AUTHORIZATION)
-            || req
-                .uri()
-                .query()
-                .is_some_and(|q| q.contains("X-Amz-Signature=") || q.contains("Signature="));
         let method = req.method().clone();
+        let signed = origin.is_some() && is_signed(&req);
         let Some(admitted) = self.limiter.try_acquire() else {
             metrics::count_slowdown(SlowDownReason::Inflight);
             tracing::debug!(request_id = %request_id.0, method = %req.method(), path = %resource,
@@ -290,6 +280,7 @@ impl SluiceService {
         let mut resp = self.inner.call(req).instrument(span.clone()).await?;
         finish_response(&mut resp, &request_id.0, &resource);
         if let (Some(origin), Some(bucket)) = (&origin, &bucket) {
+            // Signed requests never see the anonymous missing-bucket cache.
             self.cors_headers(&mut resp, bucket, origin, &method, !signed)
                 .await;
         }
@@ -417,6 +408,16 @@ impl SluiceService {
             }
         }
     }
+}
+
+/// Whether `req` carries a signature: an `Authorization` header or a
+/// presigned query (SigV4 `X-Amz-Signature`, SigV2 `Signature`).
+fn is_signed<B>(req: &Request<B>) -> bool {
+    req.headers().contains_key(http::header::AUTHORIZATION)
+        || req
+            .uri()
+            .query()
+            .is_some_and(|q| q.contains("X-Amz-Signature") || q.contains("Signature="))
 }
 
 /// The bucket a request addresses: `<bucket>.<root domain>` in `Host`

@@ -27,12 +27,11 @@ use std::time::Duration;
 
 use sluice_proto::meta as pb;
 use sluice_proto::raft::{self as rpb, meta_command::Command};
-use tokio::time::MissedTickBehavior;
 
 use crate::raft::MetaRaft;
 use crate::sm::{self, Applied, lifecycle};
 use crate::store::{KvStore, Space};
-use crate::sweeper::{SweepError, is_leader, propose};
+use crate::sweeper::{SweepError, is_leader, periodic, propose};
 
 /// Counter: objects expired by lifecycle rules.
 pub const LIFECYCLE_EXPIRED_TOTAL: &str = "sluice_meta_lifecycle_expired_total";
@@ -62,9 +61,7 @@ pub(crate) struct LifecycleRun {
 impl<K: KvStore> LifecycleSweeper<K> {
     /// Runs every interval while this node is the leader, until aborted.
     pub(crate) async fn run(self) {
-        let start = tokio::time::Instant::now() + self.interval;
-        let mut ticker = tokio::time::interval_at(start, self.interval);
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut ticker = periodic(self.interval);
         loop {
             ticker.tick().await;
             if !is_leader(&self.raft) {

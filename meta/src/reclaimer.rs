@@ -24,16 +24,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use openraft::ServerState;
 use sluice_proto::datanode::DeleteBlobsRequest;
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
-use tokio::time::MissedTickBehavior;
 use tonic::transport::Channel;
 
 use crate::raft::MetaRaft;
 use crate::sm::{self, SmError};
 use crate::store::KvStore;
+use crate::sweeper::{is_leader, periodic};
 
 /// Gauge: pending deletions seen by the reclaimer's last pass.
 pub const PENDING_DELETIONS: &str = "sluice_meta_pending_deletions";
@@ -178,19 +177,13 @@ pub(crate) struct Reclaimer<K: KvStore, D: ShardDeleter> {
 }
 
 impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
-    fn is_leader(&self) -> bool {
-        self.raft.metrics().borrow().state == ServerState::Leader
-    }
-
     /// Runs a pass every interval while this node is the leader. Runs
     /// until the task is aborted.
     pub(crate) async fn run(self) {
-        let start = tokio::time::Instant::now() + self.interval;
-        let mut ticker = tokio::time::interval_at(start, self.interval);
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut ticker = periodic(self.interval);
         loop {
             ticker.tick().await;
-            if !self.is_leader() {
+            if !is_leader(&self.raft) {
                 continue;
             }
             match self.pass().await {
@@ -281,7 +274,7 @@ impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
     }
 
     async fn collect(&self, node_id: u64, blob_ids: Vec<String>) -> Result<(), ReclaimError> {
-        if !self.is_leader() {
+        if !is_leader(&self.raft) {
             return Err(ReclaimError::NotLeader);
         }
         let cmd = MetaCommand {

@@ -119,6 +119,16 @@ pub(crate) async fn propose(raft: &MetaRaft, command: Command) -> Result<Applied
     }
 }
 
+/// A ticker for a leader's periodic pass: the first tick one `interval`
+/// after now, then every `interval`; a pass that overruns delays the next
+/// tick instead of bunching them.
+pub(crate) fn periodic(interval: Duration) -> tokio::time::Interval {
+    let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticker
+}
+
+/// Whether this node is the Raft leader now.
 pub(crate) fn is_leader(raft: &MetaRaft) -> bool {
     raft.metrics().borrow().state == ServerState::Leader
 }
@@ -363,19 +373,13 @@ impl<K: KvStore> LeaseSweeper<K> {
 }
 
 impl<K: KvStore> Sweeper<K> {
-    fn is_leader(&self) -> bool {
-        self.raft.metrics().borrow().state == ServerState::Leader
-    }
-
     /// Sweeps every interval (the first one interval after the start) while
     /// this node is the leader. Runs until the task is aborted.
     pub(crate) async fn run(self) {
-        let start = tokio::time::Instant::now() + self.interval;
-        let mut ticker = tokio::time::interval_at(start, self.interval);
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut ticker = periodic(self.interval);
         loop {
             ticker.tick().await;
-            if !self.is_leader() {
+            if !is_leader(&self.raft) {
                 continue;
             }
             match self.sweep().await {
@@ -397,7 +401,7 @@ impl<K: KvStore> Sweeper<K> {
         let mut aborted = 0u64;
         let mut after: Option<Vec<u8>> = None;
         loop {
-            if !self.is_leader() {
+            if !is_leader(&self.raft) {
                 return Err(SweepError::NotLeader);
             }
             let page =
