@@ -50,6 +50,7 @@ pub static META: ServiceTable = ServiceTable {
         ("PutObjectAcl", GW),
         ("PutBucketConfig", GW),
         ("ListObjects", GW),
+        ("ListVersions", GW),
         ("CreateUpload", GW),
         ("GetUpload", GW),
         ("PutPart", GW),

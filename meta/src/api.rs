@@ -75,7 +75,19 @@ pub(crate) fn unexpected(what: &str, applied: &Applied) -> Status {
 
 fn released(what: &str, applied: Applied) -> Result<Response<pb::ReleasedResponse>, Status> {
     match applied {
-        Applied::Released(released) => Ok(Response::new(pb::ReleasedResponse { released })),
+        Applied::Released(released) => Ok(Response::new(pb::ReleasedResponse {
+            released,
+            ..Default::default()
+        })),
+        Applied::Versioned {
+            released,
+            version_id,
+            delete_marker,
+        } => Ok(Response::new(pb::ReleasedResponse {
+            released,
+            version_id,
+            delete_marker,
+        })),
         other => Err(unexpected(what, &other)),
     }
 }
@@ -236,7 +248,14 @@ impl<K: KvStore> Meta for MetaService<K> {
     ) -> Result<Response<pb::GetObjectResponse>, Status> {
         self.linearizable().await?;
         let r = request.get_ref();
-        let object = sm::get_object(self.kv.as_ref(), &r.bucket, &r.key).map_err(sm_status)?;
+        let object = sm::get_version(
+            self.kv.as_ref(),
+            &r.bucket,
+            &r.key,
+            &r.version_id,
+            r.with_delete_marker,
+        )
+        .map_err(sm_status)?;
         Ok(Response::new(pb::GetObjectResponse {
             object: Some(object),
         }))
@@ -292,6 +311,15 @@ impl<K: KvStore> Meta for MetaService<K> {
     ) -> Result<Response<pb::ListObjectsResponse>, Status> {
         self.linearizable().await?;
         let resp = sm::list_objects(self.kv.as_ref(), request.get_ref()).map_err(sm_status)?;
+        Ok(Response::new(resp))
+    }
+
+    async fn list_versions(
+        &self,
+        request: Request<pb::ListVersionsRequest>,
+    ) -> Result<Response<pb::ListVersionsResponse>, Status> {
+        self.linearizable().await?;
+        let resp = sm::list_versions(self.kv.as_ref(), request.get_ref()).map_err(sm_status)?;
         Ok(Response::new(resp))
     }
 

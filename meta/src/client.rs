@@ -390,17 +390,18 @@ impl MetaClient {
         &self,
         object: pb::ObjectRecord,
     ) -> Result<Vec<pb::Placement>, MetaError> {
-        self.put_object_if(object, None).await
+        Ok(self.put_object_if(object, None).await?.released)
     }
 
     /// [`MetaClient::put_object`] applied only if `condition` holds against
     /// the current object in the commit's own log entry. Errors besides
     /// put_object's: PreconditionFailed, NoSuchKey (If-Match, no object).
+    /// The answer also names the version written (`version_id`).
     pub async fn put_object_if(
         &self,
         object: pb::ObjectRecord,
         condition: Option<pb::WriteCondition>,
-    ) -> Result<Vec<pb::Placement>, MetaError> {
+    ) -> Result<pb::ReleasedResponse, MetaError> {
         let req = pb::PutObjectRequest {
             object: Some(object),
             condition,
@@ -412,14 +413,33 @@ impl MetaClient {
                 async move { c.put_object(req).await }
             })
             .await?;
-        Ok(r.released)
+        Ok(r)
     }
 
+    /// The current version of `bucket`/`key`. Errors: NoSuchBucket,
+    /// NoSuchKey.
     pub async fn get_object(&self, bucket: &str, key: &str) -> Result<pb::ObjectRecord, MetaError> {
+        self.get_version(bucket, key, "", false).await
+    }
+
+    /// The version `version_id` of `bucket`/`key` ("" = current, "null" or
+    /// an id); `with_delete_marker`: a delete marker is answered (its
+    /// `delete_marker` set) instead of refused. Errors: NoSuchBucket,
+    /// NoSuchKey, NoSuchVersion, InvalidArgument (malformed id),
+    /// MethodNotAllowed (a marker named without `with_delete_marker`).
+    pub async fn get_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+        with_delete_marker: bool,
+    ) -> Result<pb::ObjectRecord, MetaError> {
         let req = pb::ObjectKey {
             bucket: bucket.to_string(),
             key: key.to_string(),
             op_id: String::new(),
+            version_id: version_id.to_string(),
+            with_delete_marker,
         };
         let r = self
             .call("GetObject", |mut c| {
@@ -437,18 +457,31 @@ impl MetaClient {
         bucket: &str,
         key: &str,
     ) -> Result<Vec<pb::Placement>, MetaError> {
+        Ok(self.delete_version(bucket, key, "").await?.released)
+    }
+
+    /// Deletes version `version_id` of `bucket`/`key` ("" = a delete of
+    /// the key: in a versioned bucket it adds a delete marker). A missing
+    /// key or version is not an error. Errors: NoSuchBucket,
+    /// InvalidArgument (malformed id).
+    pub async fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<pb::ReleasedResponse, MetaError> {
         let req = pb::ObjectKey {
             bucket: bucket.to_string(),
             key: key.to_string(),
             op_id: new_op_id(),
+            version_id: version_id.to_string(),
+            with_delete_marker: false,
         };
-        let r = self
-            .call("DeleteObject", |mut c| {
-                let req = req.clone();
-                async move { c.delete_object(req).await }
-            })
-            .await?;
-        Ok(r.released)
+        self.call("DeleteObject", |mut c| {
+            let req = req.clone();
+            async move { c.delete_object(req).await }
+        })
+        .await
     }
 
     /// Replaces the canned ACL of the object at `bucket`/`key`. Errors:
@@ -457,6 +490,7 @@ impl MetaClient {
         &self,
         bucket: &str,
         key: &str,
+        version_id: &str,
         acl: pb::CannedAcl,
     ) -> Result<(), MetaError> {
         let req = pb::PutObjectAclRequest {
@@ -464,6 +498,7 @@ impl MetaClient {
             key: key.to_string(),
             acl: acl as i32,
             op_id: new_op_id(),
+            version_id: version_id.to_string(),
         };
         self.call("PutObjectAcl", |mut c| {
             let req = req.clone();
@@ -499,6 +534,7 @@ impl MetaClient {
         &self,
         bucket: &str,
         key: &str,
+        version_id: &str,
         tags: Vec<pb::Tag>,
     ) -> Result<(), MetaError> {
         let req = pb::PutObjectTaggingRequest {
@@ -506,6 +542,7 @@ impl MetaClient {
             key: key.to_string(),
             tags,
             op_id: new_op_id(),
+            version_id: version_id.to_string(),
         };
         self.call("PutObjectTagging", |mut c| {
             let req = req.clone();
@@ -522,6 +559,18 @@ impl MetaClient {
         self.call("ListObjects", |mut c| {
             let req = req.clone();
             async move { c.list_objects(req).await }
+        })
+        .await
+    }
+
+    /// S3 ListObjectVersions over the current records and the versions.
+    pub async fn list_versions(
+        &self,
+        req: pb::ListVersionsRequest,
+    ) -> Result<pb::ListVersionsResponse, MetaError> {
+        self.call("ListVersions", |mut c| {
+            let req = req.clone();
+            async move { c.list_versions(req).await }
         })
         .await
     }

@@ -128,6 +128,13 @@ impl<K: KvStore> LifecycleSweeper<K> {
                 LIFECYCLE_EXPIRED_TOTAL,
             )
             .await?;
+        run.expired += self
+            .sweep_pages(
+                |kv, after, now| lifecycle::expired_versions(kv, bucket, after, now, day_ms, PAGE),
+                |objects| Command::ExpireObjects(rpb::ExpireObjects { objects, day_ms }),
+                LIFECYCLE_EXPIRED_TOTAL,
+            )
+            .await?;
         run.aborted += self
             .sweep_pages(
                 |kv, after, now| lifecycle::expired_uploads(kv, bucket, after, now, day_ms, PAGE),

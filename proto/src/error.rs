@@ -33,6 +33,7 @@ fn status_from_detail(detail: ErrorDetail) -> tonic::Status {
         ErrorCode::NoSuchBucket
         | ErrorCode::NoSuchKey
         | ErrorCode::NoSuchUpload
+        | ErrorCode::NoSuchVersion
         | ErrorCode::NoSuchAccessKey => tonic::Code::NotFound,
         ErrorCode::BucketAlreadyOwnedByYou => tonic::Code::AlreadyExists,
         ErrorCode::BucketNotEmpty
@@ -42,6 +43,7 @@ fn status_from_detail(detail: ErrorDetail) -> tonic::Status {
         | ErrorCode::EpochClosed
         | ErrorCode::PlacementChanged
         | ErrorCode::PreconditionFailed
+        | ErrorCode::MethodNotAllowed
         | ErrorCode::MembershipChangeRefused => tonic::Code::FailedPrecondition,
         ErrorCode::DuplicateDatanode => tonic::Code::AlreadyExists,
         ErrorCode::DatanodeInUse => tonic::Code::FailedPrecondition,

@@ -254,6 +254,26 @@ op = a["ObjectParts"]
 assert op["TotalPartsCount"] == 2 and op["IsTruncated"] and op["NextPartNumberMarker"] == 1, op
 assert [(p["PartNumber"], p["Size"]) for p in op["Parts"]] == [(1, len(chunks[0]))], op
 assert "Status" not in s3.get_bucket_versioning(Bucket="boto3-tls")
+# Versioning: ids on PUT, GET by id, delete markers, listing, delete by id.
+s3.create_bucket(Bucket="boto3-ver")
+s3.put_bucket_versioning(Bucket="boto3-ver", VersioningConfiguration={"Status": "Enabled"})
+assert s3.get_bucket_versioning(Bucket="boto3-ver")["Status"] == "Enabled"
+v1 = s3.put_object(Bucket="boto3-ver", Key="k", Body=b"one")["VersionId"]
+v2 = s3.put_object(Bucket="boto3-ver", Key="k", Body=b"two")["VersionId"]
+assert v1 != v2
+assert s3.get_object(Bucket="boto3-ver", Key="k", VersionId=v1)["Body"].read() == b"one"
+d = s3.delete_object(Bucket="boto3-ver", Key="k")
+assert d["DeleteMarker"] and d["VersionId"] not in (v1, v2), d
+assert code(lambda: s3.get_object(Bucket="boto3-ver", Key="k")) == "NoSuchKey"
+lv = s3.list_object_versions(Bucket="boto3-ver")
+assert sorted(v["VersionId"] for v in lv["Versions"]) == sorted([v1, v2]), lv
+assert [(m["VersionId"], m["IsLatest"]) for m in lv["DeleteMarkers"]] == [(d["VersionId"], True)], lv
+s3.delete_object(Bucket="boto3-ver", Key="k", VersionId=d["VersionId"])
+assert s3.get_object(Bucket="boto3-ver", Key="k")["Body"].read() == b"two"
+r = s3.delete_objects(Bucket="boto3-ver", Delete={"Objects": [
+    {"Key": "k", "VersionId": v1}, {"Key": "k", "VersionId": v2}]})
+assert len(r["Deleted"]) == 2, r
+s3.delete_bucket(Bucket="boto3-ver")
 # Object tagging: on PUT, replaced by PutObjectTagging, limits enforced.
 s3.put_object(Bucket="boto3-tls", Key="tags", Body=b"t", Tagging="a=1&b=two%20words")
 assert s3.get_object_tagging(Bucket="boto3-tls", Key="tags")["TagSet"] == [
@@ -852,7 +872,37 @@ print("minio ok")
     assert_eq!(versioning.trim(), "Unversioned");
     let versions = rclone(&["lsf", "--s3-versions", &format!("{remote}clients")]);
     assert!(versions.lines().any(|l| l == "rc.txt"), "{versions}");
-    rclone(&["purge", &format!("{remote}clients")]);
+    // Versioning on: an overwrite keeps the old version, which rclone
+    // lists with a version suffix and can read back.
+    let enabled = rclone(&[
+        "backend",
+        "versioning",
+        &format!("{remote}clients"),
+        "Enabled",
+    ]);
+    assert_eq!(enabled.trim(), "Enabled");
+    std::fs::write(&file, b"second version").expect("rewrite");
+    rclone(&[
+        "copyto",
+        file.to_str().unwrap(),
+        &format!("{remote}clients/rc.txt"),
+    ]);
+    let versions = rclone(&["lsf", "--s3-versions", &format!("{remote}clients")]);
+    let lines: Vec<&str> = versions.lines().collect();
+    assert_eq!(lines.len(), 2, "{versions}");
+    let old = lines
+        .iter()
+        .find(|l| **l != "rc.txt")
+        .expect("an old version");
+    assert!(
+        old.starts_with("rc-v") && old.ends_with(".txt"),
+        "{versions}"
+    );
+    let current = rclone(&["cat", &format!("{remote}clients/rc.txt")]);
+    assert_eq!(current, "second version");
+    // Purging with versions deletes every version by id, so the bucket
+    // can go.
+    rclone(&["purge", "--s3-versions", &format!("{remote}clients")]);
 }
 
 /// `sluice dev --https`: the aws CLI with `--ca-bundle` of the dev CA;

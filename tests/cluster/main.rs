@@ -53,6 +53,7 @@ mod s3_errors;
 mod s3_listing;
 mod scenario;
 mod tiny_budgets;
+mod versioning;
 
 use std::fmt::Debug;
 use std::time::Instant;

@@ -340,6 +340,7 @@ mod tests {
             key: "k".into(),
             upload_id: String::new(),
             part_number: 1,
+            version_seq: 0,
         };
         assert_eq!(placement_key(&object, "id"), "b/k");
         let part = BlobLocator {

@@ -22,7 +22,7 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use sluice_proto::meta as pb;
 
 use super::Gateway;
-use super::error::{meta_error, unversioned};
+use super::error::{delete_marker_error, meta_error};
 
 /// The URI of S3's AllUsers group (anyone, signed or not).
 pub const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
@@ -290,7 +290,6 @@ pub(super) async fn get_object_acl(
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
     let input = req.input;
-    unversioned(input.version_id.as_deref())?;
     let bucket = gw
         .meta
         .get_bucket(&input.bucket)
@@ -298,7 +297,12 @@ pub(super) async fn get_object_acl(
         .map_err(meta_error)?;
     let obj = gw
         .meta
-        .get_object(&input.bucket, &input.key)
+        .get_version(
+            &input.bucket,
+            &input.key,
+            input.version_id.as_deref().unwrap_or(""),
+            false,
+        )
         .await
         .map_err(meta_error)?;
     let owner_id = owner_id(gw, &bucket);
@@ -314,14 +318,18 @@ pub(super) async fn put_object_acl(
     req: S3Request<PutObjectAclInput>,
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
     let input = req.input;
-    unversioned(input.version_id.as_deref())?;
     let acl = requested(
         input.acl.as_ref().map(|a| a.as_str()),
         input.access_control_policy.as_ref(),
         &grant_headers!(input, grant_write),
     )?;
     gw.meta
-        .put_object_acl(&input.bucket, &input.key, acl)
+        .put_object_acl(
+            &input.bucket,
+            &input.key,
+            input.version_id.as_deref().unwrap_or(""),
+            acl,
+        )
         .await
         .map_err(meta_error)?;
     Ok(S3Response::new(PutObjectAclOutput::default()))
@@ -333,14 +341,26 @@ pub(super) async fn put_object_acl(
 /// object's ACL grants the caller `READ`;
 /// otherwise `403 AccessDenied`, and a missing key is `403` too unless the
 /// caller may list the bucket (S3 hides which keys exist).
+///
+/// `version_id` names the version (`None`: the current one); a delete
+/// marker is answered as S3 does ([`delete_marker_error`]: 404 for the
+/// latest version, 405 when named).
 pub(super) async fn readable_object(
     gw: &Gateway,
     extensions: &http::Extensions,
     bucket: &str,
     key: &str,
+    version_id: Option<&str>,
 ) -> S3Result<pb::ObjectRecord> {
     let check = extensions.get::<crate::access::ObjectAclCheck>();
-    let found = gw.meta.get_object(bucket, key).await.map_err(meta_error);
+    let found = match gw
+        .meta
+        .get_version(bucket, key, version_id.unwrap_or(""), true)
+        .await
+    {
+        Ok(obj) if obj.delete_marker => Err(delete_marker_error(&obj, version_id.is_some())),
+        other => other.map_err(meta_error),
+    };
     let Some(check) = check else { return found };
     let denied = || S3Error::with_message(S3ErrorCode::AccessDenied, "Access Denied");
     match found {

@@ -26,7 +26,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
 use sluice_proto::meta as pb;
 
-use super::error::{invalid_argument, unversioned};
+use super::error::{invalid_argument, version_header};
 use super::list::page_size;
 use super::multipart::part_number_marker;
 use super::put::ChecksumFields;
@@ -134,11 +134,18 @@ pub(super) async fn get_object_attributes(
 ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
     let (input, extensions) = (req.input, req.extensions);
     let wanted = Wanted::parse(input.object_attributes.iter().map(|a| a.as_str()))?;
-    unversioned(input.version_id.as_deref())?;
     let max_parts = page_size(input.max_parts, "x-amz-max-parts")?;
     let marker = part_number_marker(input.part_number_marker, "x-amz-part-number-marker")?;
-    let obj = super::acl::readable_object(gw, &extensions, &input.bucket, &input.key).await?;
+    let obj = super::acl::readable_object(
+        gw,
+        &extensions,
+        &input.bucket,
+        &input.key,
+        input.version_id.as_deref(),
+    )
+    .await?;
     Ok(S3Response::new(GetObjectAttributesOutput {
+        version_id: version_header(&obj),
         last_modified: Some(timestamp(obj.last_modified_ms)),
         e_tag: wanted.etag.then(|| etag(&obj.etag)),
         checksum: if wanted.checksum {

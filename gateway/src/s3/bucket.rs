@@ -16,6 +16,7 @@ use super::error::{invalid_argument, meta_error};
 use super::list::{decode_token, encode_token};
 use super::{Gateway, now_ms, owner, timestamp};
 use crate::access::Caller;
+use sluice_proto::meta as pb;
 
 /// Whether `name` is a valid general-purpose bucket name: 3 to 63
 /// characters of lowercase letters, digits, dots and hyphens, beginning and
@@ -226,21 +227,65 @@ pub(super) async fn get_bucket_location(
     }))
 }
 
-/// GetBucketVersioning of an existing bucket: no `Status`, which is what S3
-/// answers for a bucket whose versioning was never enabled ("GetBucketVersioning"
-/// in the S3 API reference). Sluice has no versioning, so that is every
-/// bucket's true state; PutBucketVersioning stays 501 `NotImplemented`.
-///
-/// Errors: `NoSuchBucket`.
+/// GetBucketVersioning: `Enabled` or `Suspended`, or no `Status` for a
+/// bucket whose versioning was never set (S3 API reference,
+/// "GetBucketVersioning"). Errors: `NoSuchBucket`.
 pub(super) async fn get_bucket_versioning(
     gw: &Gateway,
     req: S3Request<GetBucketVersioningInput>,
 ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
-    gw.meta
+    let bucket = gw
+        .meta
         .get_bucket(&req.input.bucket)
         .await
         .map_err(meta_error)?;
-    Ok(S3Response::new(GetBucketVersioningOutput::default()))
+    let status = match bucket.versioning() {
+        pb::Versioning::Unversioned => None,
+        pb::Versioning::Enabled => Some(BucketVersioningStatus::ENABLED),
+        pb::Versioning::Suspended => Some(BucketVersioningStatus::SUSPENDED),
+    };
+    Ok(S3Response::new(GetBucketVersioningOutput {
+        status: status.map(|s| BucketVersioningStatus::from(s.to_string())),
+        mfa_delete: None,
+    }))
+}
+
+/// PutBucketVersioning (S3 API reference): `Status` `Enabled` or
+/// `Suspended`; a bucket never returns to unversioned. Errors:
+/// `MalformedXML` without a valid status, `NotImplemented` for
+/// `MfaDelete` `Enabled` (MFA delete is not supported), `NoSuchBucket`.
+pub(super) async fn put_bucket_versioning(
+    gw: &Gateway,
+    req: S3Request<PutBucketVersioningInput>,
+) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+    let input = req.input;
+    let config = input.versioning_configuration;
+    if config
+        .mfa_delete
+        .as_ref()
+        .is_some_and(|m| m.as_str() == MFADelete::ENABLED)
+    {
+        return Err(S3Error::with_message(
+            S3ErrorCode::NotImplemented,
+            "MFA delete is not supported.",
+        ));
+    }
+    let versioning = match config.status.as_ref().map(|s| s.as_str()) {
+        Some(BucketVersioningStatus::ENABLED) => pb::Versioning::Enabled,
+        Some(BucketVersioningStatus::SUSPENDED) => pb::Versioning::Suspended,
+        _ => {
+            return Err(S3Error::with_message(
+                S3ErrorCode::MalformedXML,
+                "The XML you provided was not well-formed or did not validate against our published schema",
+            ));
+        }
+    };
+    gw.put_bucket_config(
+        &input.bucket,
+        pb::put_bucket_config_request::Config::Versioning(versioning as i32),
+    )
+    .await?;
+    Ok(S3Response::new(PutBucketVersioningOutput::default()))
 }
 
 /// S3 answers an empty `LocationConstraint` for us-east-1.

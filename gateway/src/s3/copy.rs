@@ -17,7 +17,7 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use sluice_proto::meta as pb;
 
 use super::checksum::{self, ChecksumAlgorithm, Expected};
-use super::error::{invalid_argument, invalid_request, meta_error, unversioned};
+use super::error::{invalid_argument, invalid_request, meta_error, version_header};
 use super::get::{Conditions, Precondition, object_stream};
 use super::multipart::{commit_part, part_number};
 use super::put::{ChecksumFields, commit_object, single_part_record, store_body};
@@ -30,18 +30,19 @@ use crate::access::HideMissingSource;
 /// Largest source S3 copies in one request (5 GiB).
 pub const MAX_COPY_SIZE: u64 = 5 * 1024 * 1024 * 1024;
 
-/// Bucket and key of a copy source. Errors: `NotImplemented` for access-point
-/// and outpost sources and for version ids (no versioning).
-pub fn source_of(source: &CopySource) -> S3Result<(String, String)> {
+/// Bucket, key and version id (`?versionId=`) of a copy source. Errors:
+/// `NotImplemented` for access-point and outpost sources.
+pub fn source_of(source: &CopySource) -> S3Result<(String, String, Option<String>)> {
     match source {
         CopySource::Bucket {
             bucket,
             key,
             version_id,
-        } => {
-            unversioned(version_id.as_deref())?;
-            Ok((bucket.to_string(), key.to_string()))
-        }
+        } => Ok((
+            bucket.to_string(),
+            key.to_string(),
+            version_id.as_deref().map(str::to_string),
+        )),
         _ => Err(S3Error::with_message(
             S3ErrorCode::NotImplemented,
             "Only bucket/key copy sources are supported.",
@@ -137,15 +138,26 @@ fn source_too_large() -> S3Error {
     ))
 }
 
-/// The copy source's record; a missing one is `403 AccessDenied` when the
-/// access check asked to hide it ([`HideMissingSource`]).
+/// The copy source's record (the version `version` names, else the
+/// current one); a missing one is `403 AccessDenied` when the access check
+/// asked to hide it ([`HideMissingSource`]). A delete marker named as the
+/// source is `400 InvalidRequest`, as S3 answers.
 async fn source_object(
     gw: &Gateway,
     bucket: &str,
     key: &str,
+    version: Option<&str>,
     hide_missing: bool,
 ) -> S3Result<pb::ObjectRecord> {
-    match gw.meta.get_object(bucket, key).await.map_err(meta_error) {
+    let found = gw
+        .meta
+        .get_version(bucket, key, version.unwrap_or(""), false)
+        .await
+        .map_err(meta_error);
+    match found {
+        Err(e) if e.code() == &S3ErrorCode::MethodNotAllowed => Err(invalid_request(
+            "The source of a copy request may not specifically refer to a delete marker by version id.",
+        )),
         Err(e) if hide_missing && e.code() == &S3ErrorCode::NoSuchKey => Err(
             S3Error::with_message(S3ErrorCode::AccessDenied, "Access Denied"),
         ),
@@ -159,7 +171,7 @@ pub(super) async fn copy_object(
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let hide_missing = req.extensions.get::<HideMissingSource>().is_some();
     let mut input = req.input;
-    let (src_bucket, src_key) = source_of(&input.copy_source)?;
+    let (src_bucket, src_key, src_version) = source_of(&input.copy_source)?;
     let replace = replaces_metadata(input.metadata_directive.as_ref())?;
     let replace_tags = replaces_tags(input.tagging_directive.as_ref())?;
     let new_tags = tagging::from_optional_header(input.tagging.as_deref())?;
@@ -171,6 +183,7 @@ pub(super) async fn copy_object(
     // one class, so the copy rewrites the object as STANDARD.
     if src_bucket == input.bucket
         && src_key == input.key
+        && src_version.is_none()
         && !replace
         && input.storage_class.is_none()
     {
@@ -185,7 +198,14 @@ pub(super) async fn copy_object(
                 .ok_or_else(|| invalid_request("Checksum algorithm is invalid"))?,
         ),
     };
-    let src = source_object(gw, &src_bucket, &src_key, hide_missing).await?;
+    let src = source_object(
+        gw,
+        &src_bucket,
+        &src_key,
+        src_version.as_deref(),
+        hide_missing,
+    )
+    .await?;
     let conditions = Conditions {
         if_match: input.copy_source_if_match.as_ref(),
         if_none_match: input.copy_source_if_none_match.as_ref(),
@@ -233,9 +253,11 @@ pub(super) async fn copy_object(
     let (etag_value, last_modified_ms) = (record.etag.clone(), record.last_modified_ms);
     let sums = ChecksumFields::from(record.checksums.as_ref());
     tracing::debug!(from = %format!("{src_bucket}/{src_key}"), bucket = %record.bucket, key = %record.key, size = record.size, "copy object");
-    commit_object(gw, record, new_blob, None).await?;
+    let version_id = commit_object(gw, record, new_blob, None).await?;
     drop(epoch);
     Ok(S3Response::new(CopyObjectOutput {
+        version_id,
+        copy_source_version_id: version_header(&src),
         copy_object_result: Some(CopyObjectResult {
             e_tag: Some(etag(&etag_value)),
             last_modified: Some(timestamp(last_modified_ms)),
@@ -262,8 +284,15 @@ pub(super) async fn upload_part_copy(
         .get_upload(&input.bucket, &input.key, &input.upload_id)
         .await
         .map_err(meta_error)?;
-    let (src_bucket, src_key) = source_of(&input.copy_source)?;
-    let src = source_object(gw, &src_bucket, &src_key, hide_missing).await?;
+    let (src_bucket, src_key, src_version) = source_of(&input.copy_source)?;
+    let src = source_object(
+        gw,
+        &src_bucket,
+        &src_key,
+        src_version.as_deref(),
+        hide_missing,
+    )
+    .await?;
     let conditions = Conditions {
         if_match: input.copy_source_if_match.as_ref(),
         if_none_match: input.copy_source_if_none_match.as_ref(),
@@ -303,6 +332,7 @@ pub(super) async fn upload_part_copy(
     tracing::debug!(from = %format!("{src_bucket}/{src_key}"), upload_id = %input.upload_id, number, size = part.size, "upload part copy");
     let sums = ChecksumFields::from(part.checksums.as_ref());
     Ok(S3Response::new(UploadPartCopyOutput {
+        copy_source_version_id: version_header(&src),
         copy_part_result: Some(CopyPartResult {
             e_tag: Some(etag(&checksum::etag_hex(&part.md5))),
             last_modified: Some(timestamp(part.last_modified_ms)),
@@ -364,16 +394,20 @@ mod tests {
         };
         assert_eq!(
             source_of(&src).unwrap(),
-            ("b".to_string(), "k/x".to_string())
+            ("b".to_string(), "k/x".to_string(), None)
         );
         let versioned = CopySource::Bucket {
             bucket: "b".into(),
             key: "k".into(),
-            version_id: Some("v1".into()),
+            version_id: Some("000000000000002a".into()),
         };
         assert_eq!(
-            source_of(&versioned).unwrap_err().code(),
-            &S3ErrorCode::NotImplemented
+            source_of(&versioned).unwrap(),
+            (
+                "b".to_string(),
+                "k".to_string(),
+                Some("000000000000002a".to_string())
+            )
         );
     }
 

@@ -9,7 +9,8 @@ use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::Gateway;
-use super::error::meta_error;
+use super::error::{meta_error, reported_version};
+use sluice_proto::meta::ReleasedResponse;
 
 /// Most keys one DeleteObjects request may name.
 pub const MAX_DELETE_KEYS: usize = 1000;
@@ -22,14 +23,22 @@ pub(super) async fn delete_object(
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let input = req.input;
-    let released = gw
+    let r = gw
         .meta
-        .delete_object(&input.bucket, &input.key)
+        .delete_version(
+            &input.bucket,
+            &input.key,
+            input.version_id.as_deref().unwrap_or(""),
+        )
         .await
         .map_err(meta_error)?;
-    tracing::debug!(bucket = %input.bucket, key = %input.key, blobs = released.len(), "delete object");
-    gw.reclaimer.release(&released);
-    Ok(S3Response::new(DeleteObjectOutput::default()))
+    tracing::debug!(bucket = %input.bucket, key = %input.key, blobs = r.released.len(), "delete object");
+    gw.reclaimer.release(&r.released);
+    Ok(S3Response::new(DeleteObjectOutput {
+        delete_marker: r.delete_marker.then_some(true),
+        version_id: reported_version(r.version_id),
+        ..Default::default()
+    }))
 }
 
 /// Checks the size of a DeleteObjects request. Errors: `MalformedXML` for
@@ -60,22 +69,22 @@ pub(super) async fn delete_objects(
     // The bucket must exist even when every key is missing.
     gw.meta.get_bucket(&bucket).await.map_err(meta_error)?;
 
-    let results: Vec<(String, S3Result<Vec<sluice_proto::meta::Placement>>)> =
-        futures::stream::iter(input.delete.objects.into_iter().map(|o| o.key))
-            .map(|key| {
-                let bucket = bucket.clone();
-                async move {
-                    let r = gw
-                        .meta
-                        .delete_object(&bucket, &key)
-                        .await
-                        .map_err(meta_error);
-                    (key, r)
-                }
-            })
-            .buffered(DELETE_CONCURRENCY)
-            .collect()
-            .await;
+    type Outcome = (String, Option<String>, S3Result<ReleasedResponse>);
+    let results: Vec<Outcome> = futures::stream::iter(input.delete.objects)
+        .map(|o| {
+            let bucket = bucket.clone();
+            async move {
+                let r = gw
+                    .meta
+                    .delete_version(&bucket, &o.key, o.version_id.as_deref().unwrap_or(""))
+                    .await
+                    .map_err(meta_error);
+                (o.key, o.version_id, r)
+            }
+        })
+        .buffered(DELETE_CONCURRENCY)
+        .collect()
+        .await;
 
     let mut deleted = Vec::new();
     let mut errors: Vec<Error> = denied
@@ -87,14 +96,24 @@ pub(super) async fn delete_objects(
             version_id: None,
         })
         .collect();
-    for (key, result) in results {
+    for (key, asked, result) in results {
         match result {
-            Ok(released) => {
-                gw.reclaimer.release(&released);
+            Ok(r) => {
+                gw.reclaimer.release(&r.released);
                 if !quiet {
+                    // S3: a delete naming a version answers it as
+                    // VersionId; one that added a marker names the marker.
+                    let version = reported_version(r.version_id);
+                    let (version_id, delete_marker_version_id) = match &asked {
+                        Some(_) => (version, None),
+                        None if r.delete_marker => (None, version),
+                        None => (version, None),
+                    };
                     deleted.push(DeletedObject {
                         key: Some(key),
-                        ..Default::default()
+                        version_id,
+                        delete_marker: r.delete_marker.then_some(true),
+                        delete_marker_version_id,
                     });
                 }
             }
@@ -102,7 +121,7 @@ pub(super) async fn delete_objects(
                 code: Some(e.code().as_str().to_string()),
                 key: Some(key),
                 message: e.message().map(str::to_string),
-                version_id: None,
+                version_id: asked,
             }),
         }
     }

@@ -8,7 +8,7 @@
 use http::StatusCode;
 use s3s::{S3Error, S3ErrorCode};
 use sluice_meta::MetaError;
-use sluice_proto::meta::ErrorCode;
+use sluice_proto::meta::{self as pb, ErrorCode};
 
 use crate::blob::BlobError;
 use crate::metrics::{SlowDownReason, count_slowdown};
@@ -69,6 +69,8 @@ pub fn meta_code(code: ErrorCode) -> S3ErrorCode {
         ErrorCode::EntityTooSmall => S3ErrorCode::EntityTooSmall,
         ErrorCode::InvalidArgument => S3ErrorCode::InvalidArgument,
         ErrorCode::PreconditionFailed => S3ErrorCode::PreconditionFailed,
+        ErrorCode::NoSuchVersion => S3ErrorCode::NoSuchVersion,
+        ErrorCode::MethodNotAllowed => S3ErrorCode::MethodNotAllowed,
         // The client retries leader changes itself; one that leaks out is a
         // cluster without a leader.
         ErrorCode::NotLeader => S3ErrorCode::ServiceUnavailable,
@@ -110,6 +112,8 @@ pub fn meta_error(err: MetaError) -> S3Error {
                         ErrorCode::NoSuchBucket
                             | ErrorCode::NoSuchKey
                             | ErrorCode::NoSuchUpload
+                            | ErrorCode::NoSuchVersion
+                            | ErrorCode::MethodNotAllowed
                             | ErrorCode::BucketNotEmpty
                     ) =>
                 {
@@ -155,6 +159,7 @@ pub fn standard_message(code: &S3ErrorCode) -> Option<&'static str> {
         S3ErrorCode::MissingContentLength => "You must provide the Content-Length HTTP header.",
         S3ErrorCode::NoSuchBucket => "The specified bucket does not exist",
         S3ErrorCode::NoSuchKey => "The specified key does not exist.",
+        S3ErrorCode::NoSuchVersion => "The specified version does not exist.",
         S3ErrorCode::NoSuchUpload => {
             "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed."
         }
@@ -305,17 +310,52 @@ pub fn custom(code: &'static str, status: StatusCode, message: &'static str) -> 
     err
 }
 
-/// Refuses a `versionId` (or a copy source's) other than `null`: Sluice has
-/// no versioning, so every object is the `null` version. Errors: 501
-/// `NotImplemented`.
-pub fn unversioned(version_id: Option<&str>) -> Result<(), S3Error> {
-    if version_id.is_some_and(|v| v != "null") {
-        return Err(S3Error::with_message(
-            S3ErrorCode::NotImplemented,
-            "Object versions are not supported.",
-        ));
+/// The 404 (`NoSuchKey`, the latest version is a delete marker) or 405
+/// (`MethodNotAllowed`, a delete marker named by `versionId`) S3 answers
+/// for a delete marker, with `x-amz-delete-marker: true` and the marker's
+/// `x-amz-version-id` (S3 "Working with delete markers").
+pub fn delete_marker_error(marker: &pb::ObjectRecord, named: bool) -> S3Error {
+    let (code, message) = if named {
+        (
+            S3ErrorCode::MethodNotAllowed,
+            "The specified method is not allowed against this resource.",
+        )
+    } else {
+        (S3ErrorCode::NoSuchKey, "The specified key does not exist.")
+    };
+    let mut err = S3Error::with_message(code, message);
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        "x-amz-delete-marker",
+        http::HeaderValue::from_static("true"),
+    );
+    let id = if marker.version_id.is_empty() {
+        "null"
+    } else {
+        marker.version_id.as_str()
+    };
+    if let Ok(v) = http::HeaderValue::from_str(id) {
+        headers.insert("x-amz-version-id", v);
     }
-    Ok(())
+    err.set_headers(headers);
+    err
+}
+
+/// The `x-amz-version-id` of a stored version: `None` for a record written
+/// while its bucket was unversioned (`seq` 0, a `null` version that may
+/// predate versioning), else its id or `null`.
+pub fn version_header(record: &pb::ObjectRecord) -> Option<String> {
+    match (record.seq, record.version_id.as_str()) {
+        (0, "") => None,
+        (_, "") => Some("null".to_string()),
+        (_, id) => Some(id.to_string()),
+    }
+}
+
+/// The `x-amz-version-id` of a write or delete from meta's answer ("" when
+/// the bucket was never versioned).
+pub fn reported_version(version_id: String) -> Option<String> {
+    (!version_id.is_empty()).then_some(version_id)
 }
 
 /// `InvalidArgument` (400) with a message.
@@ -365,6 +405,8 @@ mod tests {
             (ErrorCode::InvalidPartOrder, "InvalidPartOrder", 400),
             (ErrorCode::EntityTooSmall, "EntityTooSmall", 400),
             (ErrorCode::InvalidArgument, "InvalidArgument", 400),
+            (ErrorCode::NoSuchVersion, "NoSuchVersion", 404),
+            (ErrorCode::MethodNotAllowed, "MethodNotAllowed", 405),
             (ErrorCode::NotLeader, "ServiceUnavailable", 503),
             (ErrorCode::Internal, "InternalError", 500),
         ];

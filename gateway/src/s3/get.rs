@@ -386,6 +386,7 @@ macro_rules! object_output {
             checksum_sha1: sums.sha1,
             checksum_sha256: sums.sha256,
             checksum_type: sums.checksum_type,
+            version_id: super::error::version_header(obj),
             $($extra)*
             ..Default::default()
         }
@@ -396,8 +397,14 @@ pub(super) async fn get_object(
     gw: &Gateway,
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
-    let obj =
-        super::acl::readable_object(gw, &req.extensions, &req.input.bucket, &req.input.key).await?;
+    let obj = super::acl::readable_object(
+        gw,
+        &req.extensions,
+        &req.input.bucket,
+        &req.input.key,
+        req.input.version_id.as_deref(),
+    )
+    .await?;
     let input = req.input;
     let conditions = Conditions {
         if_match: input.if_match.as_ref(),
@@ -426,20 +433,28 @@ pub(super) async fn get_object(
     let sums =
         ChecksumFields::from(sel.checksums(&obj, checksum_mode(input.checksum_mode.as_ref())));
     tracing::debug!(bucket = %input.bucket, key = %input.key, range = ?sel.range, "get object");
-    Ok(S3Response::new(
-        object_output!(GetObjectOutput, &obj, &sel, sums, {
-            body: Some(body),
-            tag_count: super::tagging::tag_count(&obj),
-        }),
-    ))
+    let mut out = object_output!(GetObjectOutput, &obj, &sel, sums, {
+        body: Some(body),
+        tag_count: super::tagging::tag_count(&obj),
+    });
+    // A version asked for by id is named back (`null` for a record from
+    // before versioning, which carries no id).
+    out.version_id = out.version_id.or(input.version_id);
+    Ok(S3Response::new(out))
 }
 
 pub(super) async fn head_object(
     gw: &Gateway,
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
-    let obj =
-        super::acl::readable_object(gw, &req.extensions, &req.input.bucket, &req.input.key).await?;
+    let obj = super::acl::readable_object(
+        gw,
+        &req.extensions,
+        &req.input.bucket,
+        &req.input.key,
+        req.input.version_id.as_deref(),
+    )
+    .await?;
     let input = req.input;
     let conditions = Conditions {
         if_match: input.if_match.as_ref(),
@@ -451,13 +466,9 @@ pub(super) async fn head_object(
     let sel = select(&obj, input.part_number, input.range.as_ref())?;
     let sums =
         ChecksumFields::from(sel.checksums(&obj, checksum_mode(input.checksum_mode.as_ref())));
-    Ok(S3Response::new(object_output!(
-        HeadObjectOutput,
-        &obj,
-        &sel,
-        sums,
-        {}
-    )))
+    let mut out = object_output!(HeadObjectOutput, &obj, &sel, sums, {});
+    out.version_id = out.version_id.or(input.version_id);
+    Ok(S3Response::new(out))
 }
 
 #[cfg(test)]

@@ -228,12 +228,12 @@ pub(super) async fn list_objects(
     }))
 }
 
-/// ListObjectVersions of a bucket without versioning: every object is its
-/// only version, `VersionId` `null`, the latest (S3 answers an unversioned
-/// bucket so). `key-marker` starts after that key; a `version-id-marker`
-/// other than `null` is `400 InvalidArgument`; with `null` it continues
-/// after the key-marker's (only) version. Truncated pages name the last
-/// key and `null` as the next markers.
+/// ListObjectVersions (S3 API reference): every version and delete marker,
+/// keys in binary order and each key's versions newest first, from meta's
+/// ListVersions. A bucket that was never versioned lists each object once,
+/// `VersionId` `null`, the latest. `version-id-marker` needs a
+/// `key-marker` and must be `null` or an id Sluice issued (`400
+/// InvalidArgument` otherwise).
 pub(super) async fn list_object_versions(
     gw: &Gateway,
     req: S3Request<ListObjectVersionsInput>,
@@ -246,7 +246,8 @@ pub(super) async fn list_object_versions(
     let key_marker = input.key_marker.unwrap_or_default();
     let version_id_marker = input.version_id_marker.filter(|v| !v.is_empty());
     if let Some(v) = &version_id_marker {
-        if v != "null" {
+        let issued = v.len() == 16 && v.bytes().all(|c| c.is_ascii_hexdigit());
+        if v != "null" && !issued {
             return Err(invalid_argument("Invalid version id specified"));
         }
         if key_marker.is_empty() {
@@ -255,36 +256,60 @@ pub(super) async fn list_object_versions(
             ));
         }
     }
-    let page = list_page(
-        gw,
-        &input.bucket,
-        &prefix,
-        delimiter.as_deref(),
-        &key_marker,
-        max_keys,
-    )
-    .await?;
-    let versions: Vec<ObjectVersion> = page
-        .objects
-        .into_iter()
-        .map(|o| {
-            let entry = object_entry(o, url, true);
-            ObjectVersion {
-                checksum_algorithm: entry.checksum_algorithm,
-                e_tag: entry.e_tag,
-                is_latest: Some(true),
-                key: entry.key,
-                last_modified: entry.last_modified,
-                owner: entry.owner,
-                size: entry.size,
-                storage_class: Some(ObjectVersionStorageClass::from_static(
-                    ObjectVersionStorageClass::STANDARD,
-                )),
-                version_id: Some("null".to_string()),
-                ..Default::default()
-            }
-        })
-        .collect();
+    let page = if max_keys == 0 {
+        gw.meta
+            .get_bucket(&input.bucket)
+            .await
+            .map_err(meta_error)?;
+        pb::ListVersionsResponse::default()
+    } else {
+        gw.meta
+            .list_versions(pb::ListVersionsRequest {
+                bucket: input.bucket.clone(),
+                prefix: prefix.clone(),
+                delimiter: delimiter.clone(),
+                key_marker: key_marker.clone(),
+                version_id_marker: version_id_marker.clone().unwrap_or_default(),
+                max_keys,
+            })
+            .await
+            .map_err(meta_error)?
+    };
+    let mut versions = Vec::new();
+    let mut markers = Vec::new();
+    for entry in page.versions {
+        let Some(o) = entry.object else { continue };
+        let version_id = Some(if o.version_id.is_empty() {
+            "null".to_string()
+        } else {
+            o.version_id.clone()
+        });
+        if o.delete_marker {
+            markers.push(DeleteMarkerEntry {
+                is_latest: Some(entry.is_latest),
+                key: Some(enc(url, o.key)),
+                last_modified: Some(timestamp(o.last_modified_ms)),
+                owner: Some(owner()),
+                version_id,
+            });
+            continue;
+        }
+        let object = object_entry(o, url, true);
+        versions.push(ObjectVersion {
+            checksum_algorithm: object.checksum_algorithm,
+            e_tag: object.e_tag,
+            is_latest: Some(entry.is_latest),
+            key: object.key,
+            last_modified: object.last_modified,
+            owner: object.owner,
+            size: object.size,
+            storage_class: Some(ObjectVersionStorageClass::from_static(
+                ObjectVersionStorageClass::STANDARD,
+            )),
+            version_id,
+            ..Default::default()
+        });
+    }
     let truncated = page.is_truncated;
     Ok(S3Response::new(ListObjectVersionsOutput {
         name: Some(input.bucket),
@@ -293,9 +318,11 @@ pub(super) async fn list_object_versions(
         version_id_marker,
         max_keys: Some(max_keys as i32),
         is_truncated: Some(truncated),
-        next_key_marker: truncated.then(|| enc(url, page.next_marker.clone())),
-        next_version_id_marker: truncated.then(|| "null".to_string()),
+        next_key_marker: truncated.then(|| enc(url, page.next_key_marker.clone())),
+        next_version_id_marker: (truncated && !page.next_version_id_marker.is_empty())
+            .then(|| page.next_version_id_marker.clone()),
         versions: (!versions.is_empty()).then_some(versions),
+        delete_markers: (!markers.is_empty()).then_some(markers),
         common_prefixes: common_prefixes(page.common_prefixes, url),
         delimiter: delimiter.map(|d| enc(url, d)),
         encoding_type: input.encoding_type,

@@ -9,7 +9,7 @@
 //! * `put.rs` — PutObject, and the blob write shared by every operation that stores a body.
 //! * `get.rs` — GetObject, HeadObject: ranges, conditionals, partNumber; the streamed object body.
 //! * `lifecycle.rs` — Put/Get/DeleteBucketLifecycleConfiguration: the rules' checks and stored form.
-//! * `list.rs` — ListObjects (v1), ListObjectsV2, ListObjectVersions (of an unversioned bucket), ListMultipartUploads; `encoding-type=url`.
+//! * `list.rs` — ListObjects (v1), ListObjectsV2, ListObjectVersions (from meta ListVersions), ListMultipartUploads; `encoding-type=url`.
 //! * `multipart.rs` — Create/UploadPart/Complete/Abort multipart upload, ListParts.
 //! * `copy.rs` — CopyObject, UploadPartCopy.
 //! * `cors.rs` — bucket CORS: PutBucketCors validation, preflight and actual-request evaluation.
@@ -328,6 +328,13 @@ impl S3 for Gateway {
         req: S3Request<GetBucketVersioningInput>,
     ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
         bucket::get_bucket_versioning(self, req).await
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        bucket::put_bucket_versioning(self, req).await
     }
 
     async fn get_bucket_acl(

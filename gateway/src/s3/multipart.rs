@@ -582,6 +582,7 @@ pub(super) async fn complete_multipart_upload(
         checksum_sha1: sums.sha1,
         checksum_sha256: sums.sha256,
         checksum_type: sums.checksum_type,
+        version_id: super::error::reported_version(resp.version_id),
         ..Default::default()
     }))
 }

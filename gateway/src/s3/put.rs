@@ -110,17 +110,17 @@ where
 /// refused the record (`EPOCH_CLOSED` among the refusals: `503`); when
 /// meta was unreachable the commit may still have happened, so the blob is
 /// left to datanode GC. The caller holds the blob's epoch guard until this
-/// returns.
+/// returns. Returns the `x-amz-version-id` of the version written.
 pub async fn commit_object(
     gw: &Gateway,
     record: pb::ObjectRecord,
     new_blob: Option<pb::Placement>,
     condition: Option<pb::WriteCondition>,
-) -> S3Result<()> {
+) -> S3Result<Option<String>> {
     match gw.meta.put_object_if(record, condition).await {
-        Ok(released) => {
-            gw.reclaimer.release(&released);
-            Ok(())
+        Ok(r) => {
+            gw.reclaimer.release(&r.released);
+            Ok(super::error::reported_version(r.version_id))
         }
         Err(err) => {
             discard_uncommitted(gw, &err, new_blob).await;
@@ -173,6 +173,10 @@ pub fn single_part_record(
         multipart: false,
         upload_id: String::new(),
         tags,
+        // Meta sets the version fields when it commits the record.
+        version_id: String::new(),
+        delete_marker: false,
+        seq: 0,
         acl: pb::CannedAcl::AclPrivate as i32,
     }
 }
@@ -359,10 +363,11 @@ pub(super) async fn put_object(
     let size = i64::try_from(record.size).unwrap_or(i64::MAX);
     let sums = ChecksumFields::from(record.checksums.as_ref());
     tracing::debug!(bucket = %record.bucket, key = %record.key, size, etag = %etag_value, "put object");
-    commit_object(gw, record, new_blob, condition).await?;
+    let version_id = commit_object(gw, record, new_blob, condition).await?;
     drop(epoch);
 
     Ok(S3Response::new(PutObjectOutput {
+        version_id,
         e_tag: Some(etag(&etag_value)),
         size: Some(size),
         checksum_crc32: sums.crc32,

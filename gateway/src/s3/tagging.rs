@@ -21,7 +21,7 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use sluice_proto::meta as pb;
 
 use super::Gateway;
-use super::error::{invalid_argument, meta_error, unversioned};
+use super::error::{invalid_argument, meta_error, version_header};
 
 /// Most tags an object carries (S3's limit).
 pub const MAX_TAGS: usize = 10;
@@ -155,15 +155,19 @@ pub(super) async fn get_object_tagging(
     req: S3Request<GetObjectTaggingInput>,
 ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
     let input = req.input;
-    unversioned(input.version_id.as_deref())?;
     let obj = gw
         .meta
-        .get_object(&input.bucket, &input.key)
+        .get_version(
+            &input.bucket,
+            &input.key,
+            input.version_id.as_deref().unwrap_or(""),
+            false,
+        )
         .await
         .map_err(meta_error)?;
     Ok(S3Response::new(GetObjectTaggingOutput {
         tag_set: to_tag_set(&obj.tags),
-        version_id: None,
+        version_id: version_header(&obj),
     }))
 }
 
@@ -172,10 +176,14 @@ pub(super) async fn put_object_tagging(
     req: S3Request<PutObjectTaggingInput>,
 ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
     let input = req.input;
-    unversioned(input.version_id.as_deref())?;
     let tags = from_tag_set(input.tagging.tag_set)?;
     gw.meta
-        .put_object_tagging(&input.bucket, &input.key, tags)
+        .put_object_tagging(
+            &input.bucket,
+            &input.key,
+            input.version_id.as_deref().unwrap_or(""),
+            tags,
+        )
         .await
         .map_err(meta_error)?;
     Ok(S3Response::new(PutObjectTaggingOutput::default()))
@@ -186,9 +194,13 @@ pub(super) async fn delete_object_tagging(
     req: S3Request<DeleteObjectTaggingInput>,
 ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
     let input = req.input;
-    unversioned(input.version_id.as_deref())?;
     gw.meta
-        .put_object_tagging(&input.bucket, &input.key, Vec::new())
+        .put_object_tagging(
+            &input.bucket,
+            &input.key,
+            input.version_id.as_deref().unwrap_or(""),
+            Vec::new(),
+        )
         .await
         .map_err(meta_error)?;
     // s3s answers 204 No Content, as S3 does.

@@ -46,7 +46,7 @@ type AppliedState = (Option<LogId<u64>>, StoredMembership<u64, BasicNode>);
 /// The keyspaces a snapshot carries: every state machine space but
 /// `SmMeta` (sessions, epochs and pending deletions are replicated state:
 /// a node that installs a snapshot must fence and deduplicate the same way).
-const DATA_SPACES: [Space; 13] = [
+const DATA_SPACES: [Space; 14] = [
     Space::Buckets,
     Space::Objects,
     Space::Uploads,
@@ -59,6 +59,7 @@ const DATA_SPACES: [Space; 13] = [
     Space::Pending,
     Space::HealIntents,
     Space::Degraded,
+    Space::Versions,
     Space::AccessKeys,
 ];
 

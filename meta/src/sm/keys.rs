@@ -24,6 +24,23 @@ pub fn object(bucket: &str, key: &str) -> Vec<u8> {
     k
 }
 
+/// The prefix of every `Versions` key of (bucket, key): bucket 0x00 key
+/// 0x00. Keys hold no NUL, so the versions of one key are contiguous and
+/// sort in the same key order as `Objects`.
+pub fn versions_of(bucket: &str, key: &str) -> Vec<u8> {
+    let mut k = object(bucket, key);
+    k.push(0);
+    k
+}
+
+/// `Versions`: bucket 0x00 key 0x00 (u64::MAX - seq) big-endian, so a
+/// key's versions sort newest first.
+pub fn version(bucket: &str, key: &str, seq: u64) -> Vec<u8> {
+    let mut k = versions_of(bucket, key);
+    k.extend_from_slice(&(u64::MAX - seq).to_be_bytes());
+    k
+}
+
 /// `Uploads`: bucket 0x00 key 0x00 upload id.
 pub fn upload(bucket: &str, key: &str, upload_id: &str) -> Vec<u8> {
     let mut k = object(bucket, key);

@@ -63,6 +63,62 @@ pub fn object_expired(
     })
 }
 
+/// Whether any of `rules` expires the noncurrent version `obj`, noncurrent
+/// since `since_ms` (when the next newer version was written), at `now_ms`
+/// (NoncurrentVersionExpiration's NoncurrentDays, rounded as Days are).
+pub fn noncurrent_expired(
+    rules: &[pb::LifecycleRule],
+    obj: &pb::ObjectRecord,
+    since_ms: i64,
+    now_ms: i64,
+    day_ms: i64,
+) -> bool {
+    !obj.delete_marker
+        && rules.iter().any(|r| {
+            r.noncurrent_days > 0
+                && selects(r, &obj.key, Some(obj.size), &obj.tags)
+                && now_ms >= after_days(since_ms, r.noncurrent_days, day_ms)
+        })
+}
+
+/// When the noncurrent version stored at `row` (a `Versions` key of
+/// `bucket`/`key`) became noncurrent: the last-modified time of the next
+/// newer version — the row before it, else the current record. `None`
+/// when it is the latest version (a delete marker), so not noncurrent.
+pub fn noncurrent_since<K: KvStore>(
+    kv: &K,
+    bucket: &str,
+    key: &str,
+    row: &[u8],
+) -> Result<Option<i64>, SmError> {
+    let first = keys::versions_of(bucket, key);
+    let mut newer: Option<i64> = None;
+    let mut from = Bound::Included(first);
+    loop {
+        let rows = kv.scan(
+            Space::Versions,
+            crate::store::as_ref_bound(&from),
+            Bound::Excluded(row),
+            256,
+        )?;
+        let n = rows.len();
+        for (k, v) in rows {
+            let r: pb::ObjectRecord = decode("object version", &v)?;
+            newer = Some(r.last_modified_ms);
+            from = Bound::Excluded(k);
+        }
+        if n < 256 {
+            break;
+        }
+    }
+    if newer.is_some() {
+        return Ok(newer);
+    }
+    let current: Option<pb::ObjectRecord> =
+        super::get(kv, Space::Objects, &keys::object(bucket, key), "object")?;
+    Ok(current.map(|c| c.last_modified_ms))
+}
+
 /// Whether any of `rules` aborts `upload` at `now_ms`. An upload has no
 /// tags nor size yet: a rule filtering on them does not apply (S3 refuses
 /// AbortIncompleteMultipartUpload with a tag filter).
@@ -168,9 +224,65 @@ pub fn expired_objects<K: KvStore>(
                 key: obj.key,
                 etag: obj.etag,
                 last_modified_ms: obj.last_modified_ms,
+                version_id: String::new(),
             })
         },
     )
+}
+
+/// The noncurrent versions of `bucket` that its rules expire at `now_ms`
+/// (NoncurrentVersionExpiration), among up to `limit` `Versions` rows
+/// after store key `after`.
+pub fn expired_versions<K: KvStore>(
+    kv: &K,
+    bucket: &pb::Bucket,
+    after: Option<&[u8]>,
+    now_ms: i64,
+    day_ms: i64,
+    limit: usize,
+) -> Result<LifecyclePage<rpb::ExpireObject>, SmError> {
+    let mut page = LifecyclePage {
+        found: Vec::new(),
+        next: None,
+    };
+    if !bucket
+        .lifecycle
+        .iter()
+        .any(|r| r.enabled && r.noncurrent_days > 0)
+    {
+        return Ok(page);
+    }
+    let (rows, full) = scan_bucket(kv, Space::Versions, &bucket.name, after, limit)?;
+    // The previous row of this page: (key, last-modified), the next newer
+    // version of a row of the same key.
+    let mut previous: Option<(String, i64)> = None;
+    for (k, v) in rows {
+        let obj: pb::ObjectRecord = decode("object version", &v)?;
+        let since = match &previous {
+            Some((key, at)) if *key == obj.key => Some(*at),
+            _ => noncurrent_since(kv, &bucket.name, &obj.key, &k)?,
+        };
+        if let Some(since) = since
+            && noncurrent_expired(&bucket.lifecycle, &obj, since, now_ms, day_ms)
+        {
+            page.found.push(rpb::ExpireObject {
+                bucket: obj.bucket.clone(),
+                key: obj.key.clone(),
+                etag: obj.etag.clone(),
+                last_modified_ms: obj.last_modified_ms,
+                version_id: if obj.version_id.is_empty() {
+                    "null".to_string()
+                } else {
+                    obj.version_id.clone()
+                },
+            });
+        }
+        previous = Some((obj.key, obj.last_modified_ms));
+        if full {
+            page.next = Some(k);
+        }
+    }
+    Ok(page)
 }
 
 /// The multipart uploads of `bucket` that its rules abort at `now_ms`,

@@ -19,6 +19,7 @@
 //!   leader's sweeper.
 //! * [`keys`] — key encodings of the keyspaces.
 //! * [`access`] — access keys (S3 users) and their bucket grants.
+//! * [`versions`] — object versions and delete markers.
 
 pub mod access;
 pub mod epochs;
@@ -32,6 +33,7 @@ pub mod refs;
 pub mod registry;
 pub mod sessions;
 mod stale;
+pub mod versions;
 
 #[cfg(test)]
 mod tests;
@@ -46,10 +48,11 @@ pub use heal::{MAX_SHARDS_PER_CALL, collectable};
 pub use mutate::{apply_command, apply_command_with, multipart_etag, part_etag};
 pub use read::{
     get_bucket, get_datanode, get_object, get_upload, list_buckets, list_datanodes, list_objects,
-    list_parts, list_placements, list_uploads,
+    list_parts, list_placements, list_uploads, list_versions,
 };
 pub use refs::{MAX_FILTER_IDS, filter_unreferenced};
 pub use stale::{StalePage, stale_uploads};
+pub use versions::get_version;
 
 /// Most entries one listing returns (S3's limit); a request for 0 gets this.
 pub const MAX_LIST: u32 = 1000;
@@ -69,6 +72,14 @@ pub enum Applied {
     Created(bool),
     /// Placements no longer referenced after the mutation.
     Released(Vec<pb::Placement>),
+    /// PutObject or DeleteObject in a bucket whose versioning was ever
+    /// set (or a DeleteObject naming a version): the placements released
+    /// and the version written or removed (`ReleasedResponse`).
+    Versioned {
+        released: Vec<pb::Placement>,
+        version_id: String,
+        delete_marker: bool,
+    },
     /// CompleteUpload succeeded.
     Completed(Box<pb::CompleteUploadResponse>),
     /// OpenEpoch succeeded.

@@ -10,10 +10,10 @@ use prost::Message;
 use sluice_proto::meta::{self as pb, ErrorCode};
 use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
 
-use super::refs::{object_refs, part_refs, update_index};
+use super::refs::{part_refs, update_index};
 use super::{
     Applied, MAX_PART_NUMBER, SmError, access, epochs, get, heal, keys, pending, refuse, registry,
-    require_bucket, sessions,
+    require_bucket, sessions, versions,
 };
 use crate::store::{Batch, KvStore, Space};
 
@@ -70,14 +70,14 @@ pub fn apply_command_with<K: KvStore>(
     let result = match command {
         Command::CreateBucket(r) => create_bucket(kv, r),
         Command::DeleteBucket(r) => delete_bucket(kv, r),
-        Command::PutObject(r) => put_object(kv, r),
-        Command::DeleteObject(r) => delete_object(kv, r),
+        Command::PutObject(r) => put_object(kv, r, index),
+        Command::DeleteObject(r) => delete_object(kv, r, index, now_ms),
         Command::PutObjectTagging(r) => put_object_tagging(kv, r),
         Command::PutObjectAcl(r) => put_object_acl(kv, r),
         Command::PutBucketConfig(r) => put_bucket_config(kv, r),
         Command::CreateUpload(r) => create_upload(kv, r, now_ms),
         Command::PutPart(r) => put_part(kv, r),
-        Command::CompleteUpload(r) => complete_upload(kv, r),
+        Command::CompleteUpload(r) => complete_upload(kv, r, index),
         Command::AbortUpload(r) => abort_upload(kv, r),
         Command::RegisterDatanode(r) => registry::register_datanode(kv, r),
         Command::OpenEpoch(r) => epochs::open_epoch(kv, r, now_ms),
@@ -85,7 +85,7 @@ pub fn apply_command_with<K: KvStore>(
         Command::CloseEpochs(r) => epochs::close_epochs(kv, r, now_ms),
         Command::CollectPending(r) => pending::collect_pending(kv, r),
         Command::ExpireSessions(r) => sessions::expire_sessions(kv, r),
-        Command::ExpireObjects(r) => expire_objects(kv, r, now_ms),
+        Command::ExpireObjects(r) => expire_objects(kv, r, index, now_ms),
         Command::ExpireUploads(r) => expire_uploads(kv, r, now_ms),
         Command::ReportMissing(r) => heal::report_missing(kv, r),
         Command::BeginHeal(r) => heal::begin_heal(kv, r),
@@ -103,7 +103,7 @@ pub fn apply_command_with<K: KvStore>(
     let (mut batch, applied) = match result {
         Ok((mut batch, applied)) => {
             match &applied {
-                Applied::Released(released) => {
+                Applied::Released(released) | Applied::Versioned { released, .. } => {
                     pending::record_released(&mut batch, released, now_ms);
                 }
                 Applied::Completed(resp) => {
@@ -263,24 +263,6 @@ fn placements(object: &pb::ObjectRecord) -> impl Iterator<Item = &pb::Placement>
     object.parts.iter().filter_map(|p| p.placement.as_ref())
 }
 
-/// Placements of `old` whose blob is not also referenced by `new` (a
-/// retried write references the same blobs and releases nothing).
-fn released_by_replace(
-    old: Option<&pb::ObjectRecord>,
-    new: Option<&pb::ObjectRecord>,
-) -> Vec<pb::Placement> {
-    let Some(old) = old else { return Vec::new() };
-    let kept: HashSet<&str> = new
-        .into_iter()
-        .flat_map(placements)
-        .map(|p| p.blob_id.as_str())
-        .collect();
-    placements(old)
-        .filter(|p| !kept.contains(p.blob_id.as_str()))
-        .cloned()
-        .collect()
-}
-
 fn create_bucket<K: KvStore>(kv: &K, r: &pb::CreateBucketRequest) -> Outcome {
     check_name("bucket name", &r.name)?;
     let key = keys::bucket(&r.name);
@@ -307,6 +289,12 @@ fn delete_bucket<K: KvStore>(kv: &K, r: &pb::BucketRequest) -> Outcome {
         return refuse(
             ErrorCode::BucketNotEmpty,
             format!("bucket {} has objects", r.name),
+        );
+    }
+    if versions::bucket_has_versions(kv, &r.name)? {
+        return refuse(
+            ErrorCode::BucketNotEmpty,
+            format!("bucket {} has object versions or delete markers", r.name),
         );
     }
     if !kv.scan_prefix(Space::Uploads, &base, 1)?.is_empty() {
@@ -348,33 +336,57 @@ fn check_condition(
     Ok(())
 }
 
-fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest) -> Outcome {
+/// The outcome of a write or delete of one version: what unversioned
+/// buckets always answered, or [`Applied::Versioned`].
+fn written(
+    versioning: i32,
+    released: Vec<pb::Placement>,
+    version_id: String,
+    marker: bool,
+) -> Applied {
+    if versioning == pb::Versioning::Unversioned as i32 && version_id.is_empty() {
+        Applied::Released(released)
+    } else {
+        Applied::Versioned {
+            released,
+            version_id,
+            delete_marker: marker,
+        }
+    }
+}
+
+fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest, index: u64) -> Outcome {
     let Some(object) = &r.object else {
         return refuse(ErrorCode::InvalidArgument, "PutObject without an object");
     };
-    require_bucket(kv, &object.bucket)?;
+    let bucket = require_bucket(kv, &object.bucket)?;
     check_name("key", &object.key)?;
     let key = keys::object(&object.bucket, &object.key);
     let old: Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")?;
     check_condition(old.as_ref(), r.condition.as_ref())?;
-    let released = released_by_replace(old.as_ref(), Some(object));
+    let mut object = object.clone();
     let mut b = Batch::new();
-    b.put(Space::Objects, key, object.encode_to_vec());
-    update_index(&mut b, &released, object_refs(object));
-    Ok((b, Applied::Released(released)))
+    let released = versions::write_current(
+        kv,
+        &mut b,
+        bucket.versioning,
+        &mut object,
+        old.as_ref(),
+        index,
+    )?;
+    let version_id = versions::reported(bucket.versioning, &object);
+    Ok((b, written(bucket.versioning, released, version_id, false)))
 }
 
-fn delete_object<K: KvStore>(kv: &K, r: &pb::ObjectKey) -> Outcome {
-    require_bucket(kv, &r.bucket)?;
-    let key = keys::object(&r.bucket, &r.key);
-    let old: Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")?;
+fn delete_object<K: KvStore>(kv: &K, r: &pb::ObjectKey, index: u64, now_ms: i64) -> Outcome {
+    let bucket = require_bucket(kv, &r.bucket)?;
+    let want = versions::parse(&r.version_id)?;
     let mut b = Batch::new();
-    if old.is_some() {
-        b.delete(Space::Objects, key);
-    }
-    let released = released_by_replace(old.as_ref(), None);
-    update_index(&mut b, &released, []);
-    Ok((b, Applied::Released(released)))
+    let d = versions::delete(kv, &mut b, &bucket, &r.key, want, index, now_ms)?;
+    Ok((
+        b,
+        written(bucket.versioning, d.released, d.version_id, d.delete_marker),
+    ))
 }
 
 /// Deletes each listed object that is still the version the lifecycle
@@ -382,16 +394,28 @@ fn delete_object<K: KvStore>(kv: &K, r: &pb::ObjectKey) -> Outcome {
 /// bucket's rules, as they are now, still expire at the entry's leader time
 /// `now_ms`; anything changed since is left alone. The blobs are released
 /// as DeleteObject releases them.
-fn expire_objects<K: KvStore>(kv: &K, r: &rpb::ExpireObjects, now_ms: i64) -> Outcome {
+fn expire_objects<K: KvStore>(kv: &K, r: &rpb::ExpireObjects, index: u64, now_ms: i64) -> Outcome {
     let mut b = Batch::new();
     let mut released = Vec::new();
     let mut seen = HashSet::new();
-    let mut rules: HashMap<&str, Vec<pb::LifecycleRule>> = HashMap::new();
+    let mut buckets: HashMap<&str, Option<pb::Bucket>> = HashMap::new();
     for e in &r.objects {
-        if !rules.contains_key(e.bucket.as_str()) {
+        if !buckets.contains_key(e.bucket.as_str()) {
             let bucket: Option<pb::Bucket> =
                 get(kv, Space::Buckets, &keys::bucket(&e.bucket), "bucket")?;
-            rules.insert(&e.bucket, bucket.map(|b| b.lifecycle).unwrap_or_default());
+            buckets.insert(&e.bucket, bucket);
+        }
+        let Some(bucket) = &buckets[e.bucket.as_str()] else {
+            continue;
+        };
+        if !e.version_id.is_empty() {
+            let mut id = keys::versions_of(&e.bucket, &e.key);
+            id.extend_from_slice(e.version_id.as_bytes());
+            if !seen.insert(id) {
+                continue;
+            }
+            released.extend(expire_version(kv, &mut b, bucket, e, now_ms, r.day_ms)?);
+            continue;
         }
         let key = keys::object(&e.bucket, &e.key);
         // The batch is applied after the loop: a key listed twice is
@@ -408,50 +432,115 @@ fn expire_objects<K: KvStore>(kv: &K, r: &rpb::ExpireObjects, now_ms: i64) -> Ou
         if old.etag != e.etag
             || old.last_modified_ms != e.last_modified_ms
             || (r.day_ms > 0
-                && !super::lifecycle::object_expired(
-                    &rules[e.bucket.as_str()],
-                    &old,
-                    now_ms,
-                    r.day_ms,
-                ))
+                && !super::lifecycle::object_expired(&bucket.lifecycle, &old, now_ms, r.day_ms))
         {
             continue;
         }
-        b.delete(Space::Objects, key);
-        released.extend(released_by_replace(Some(&old), None));
+        // In a versioned bucket the expiration adds a delete marker (S3).
+        let d = versions::delete(
+            kv,
+            &mut b,
+            bucket,
+            &e.key,
+            versions::Want::Current,
+            index,
+            now_ms,
+        )?;
+        released.extend(d.released);
     }
-    update_index(&mut b, &released, []);
     Ok((b, Applied::Released(released)))
 }
 
-/// Replaces the tags of the current object; its body, placements and
-/// last-modified time are unchanged (as S3's PutObjectTagging leaves them).
-fn put_object_tagging<K: KvStore>(kv: &K, r: &pb::PutObjectTaggingRequest) -> Outcome {
-    require_bucket(kv, &r.bucket)?;
-    let key = keys::object(&r.bucket, &r.key);
-    let Some(mut object): Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")?
-    else {
-        return refuse(ErrorCode::NoSuchKey, format!("no such key: {}", r.key));
+/// NoncurrentVersionExpiration of one version: removed only if it is still
+/// the noncurrent version the sweeper saw (same ETag and last-modified
+/// time) and the bucket's rules, as they are now, still expire it at
+/// `now_ms`. The placements it releases.
+fn expire_version<K: KvStore>(
+    kv: &K,
+    b: &mut Batch,
+    bucket: &pb::Bucket,
+    e: &rpb::ExpireObject,
+    now_ms: i64,
+    day_ms: i64,
+) -> Result<Vec<pb::Placement>, SmError> {
+    let Ok(want) = versions::parse(&e.version_id) else {
+        return Ok(Vec::new());
     };
-    object.tags = r.tags.clone();
+    let Some(found) = versions::find(kv, &bucket.name, &e.key, want)? else {
+        return Ok(Vec::new());
+    };
+    if found.space != Space::Versions
+        || found.record.etag != e.etag
+        || found.record.last_modified_ms != e.last_modified_ms
+        || day_ms <= 0
+    {
+        return Ok(Vec::new());
+    }
+    let Some(since) = super::lifecycle::noncurrent_since(kv, &bucket.name, &e.key, &found.key)?
+    else {
+        return Ok(Vec::new());
+    };
+    if !super::lifecycle::noncurrent_expired(
+        &bucket.lifecycle,
+        &found.record,
+        since,
+        now_ms,
+        day_ms,
+    ) {
+        return Ok(Vec::new());
+    }
+    // A noncurrent version that is no delete marker is never the latest:
+    // nothing is promoted.
+    b.delete(Space::Versions, found.key);
+    let released: Vec<pb::Placement> = placements(&found.record).cloned().collect();
+    update_index(b, &released, []);
+    Ok(released)
+}
+
+/// Rewrites the version of (bucket, key) named by `version` (current when
+/// empty) with `change` applied; its body, placements and last-modified
+/// time are unchanged. A delete marker is refused METHOD_NOT_ALLOWED.
+fn change_version<K: KvStore>(
+    kv: &K,
+    bucket: &str,
+    key: &str,
+    version: &str,
+    change: impl FnOnce(&mut pb::ObjectRecord),
+) -> Outcome {
+    require_bucket(kv, bucket)?;
+    let want = versions::parse(version)?;
+    let Some(mut found) = versions::find(kv, bucket, key, want)? else {
+        return match want {
+            versions::Want::Current => refuse(ErrorCode::NoSuchKey, format!("no such key: {key}")),
+            _ => refuse(
+                ErrorCode::NoSuchVersion,
+                format!("no version {version} of {key}"),
+            ),
+        };
+    };
+    if found.record.delete_marker {
+        return refuse(
+            ErrorCode::MethodNotAllowed,
+            format!("version {version} of {key} is a delete marker"),
+        );
+    }
+    change(&mut found.record);
     let mut b = Batch::new();
-    b.put(Space::Objects, key, object.encode_to_vec());
+    b.put(found.space, found.key, found.record.encode_to_vec());
     Ok((b, Applied::Done))
 }
 
-/// Replaces the canned ACL of the current object (S3 PutObjectAcl); its
-/// body and tags are unchanged.
+/// Replaces the tags of a version (S3 PutObjectTagging).
+fn put_object_tagging<K: KvStore>(kv: &K, r: &pb::PutObjectTaggingRequest) -> Outcome {
+    change_version(kv, &r.bucket, &r.key, &r.version_id, |o| {
+        o.tags = r.tags.clone()
+    })
+}
+
+/// Replaces the canned ACL of a version (S3 PutObjectAcl); its tags are
+/// unchanged.
 fn put_object_acl<K: KvStore>(kv: &K, r: &pb::PutObjectAclRequest) -> Outcome {
-    require_bucket(kv, &r.bucket)?;
-    let key = keys::object(&r.bucket, &r.key);
-    let Some(mut object): Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")?
-    else {
-        return refuse(ErrorCode::NoSuchKey, format!("no such key: {}", r.key));
-    };
-    object.acl = r.acl;
-    let mut b = Batch::new();
-    b.put(Space::Objects, key, object.encode_to_vec());
-    Ok((b, Applied::Done))
+    change_version(kv, &r.bucket, &r.key, &r.version_id, |o| o.acl = r.acl)
 }
 
 /// Replaces one subresource of a bucket (tags, ACL, policy, CORS) whole;
@@ -466,6 +555,15 @@ fn put_bucket_config<K: KvStore>(kv: &K, r: &pb::PutBucketConfigRequest) -> Outc
         Some(Config::Policy(p)) => bucket.policy = p.clone(),
         Some(Config::Cors(c)) => bucket.cors = c.rules.clone(),
         Some(Config::Lifecycle(l)) => bucket.lifecycle = l.rules.clone(),
+        Some(Config::Versioning(v)) => {
+            if *v != pb::Versioning::Enabled as i32 && *v != pb::Versioning::Suspended as i32 {
+                return refuse(
+                    ErrorCode::InvalidArgument,
+                    "versioning can only be Enabled or Suspended",
+                );
+            }
+            bucket.versioning = *v;
+        }
         None => {
             return refuse(
                 ErrorCode::InvalidArgument,
@@ -574,7 +672,8 @@ fn same_list(object: &pb::ObjectRecord, listed: &[pb::CompletedPart]) -> bool {
         })
 }
 
-fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest) -> Outcome {
+fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest, index: u64) -> Outcome {
+    let bucket = require_bucket(kv, &r.bucket)?;
     let upload_key = keys::upload(&r.bucket, &r.key, &r.upload_id);
     let object_key = keys::object(&r.bucket, &r.key);
     let current: Option<pb::ObjectRecord> = get(kv, Space::Objects, &object_key, "object")?;
@@ -588,6 +687,7 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest) -> Outcome
             && same_list(&obj, &r.parts)
         {
             let response = pb::CompleteUploadResponse {
+                version_id: versions::reported(bucket.versioning, &obj),
                 object: Some(obj),
                 released: Vec::new(),
             };
@@ -647,7 +747,7 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest) -> Outcome
         );
     }
 
-    let object = pb::ObjectRecord {
+    let mut object = pb::ObjectRecord {
         bucket: r.bucket.clone(),
         key: r.key.clone(),
         size: chosen.iter().map(|p| p.size).sum(),
@@ -660,24 +760,33 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest) -> Outcome
         parts: chosen,
         multipart: true,
         upload_id: r.upload_id.clone(),
+        ..Default::default()
     };
     // What remains in `stored` was uploaded but not listed.
     let mut released: Vec<pb::Placement> =
         stored.into_values().filter_map(|p| p.placement).collect();
-    released.extend(released_by_replace(current.as_ref(), Some(&object)));
 
     let mut b = Batch::new();
     for n in all_numbers {
         b.delete(Space::Parts, keys::part(&r.upload_id, n));
     }
     b.delete(Space::Uploads, upload_key);
-    b.put(Space::Objects, object_key, object.encode_to_vec());
-    update_index(&mut b, &released, object_refs(&object));
+    update_index(&mut b, &released, []);
+    released.extend(versions::write_current(
+        kv,
+        &mut b,
+        bucket.versioning,
+        &mut object,
+        current.as_ref(),
+        index,
+    )?);
+    let version_id = versions::reported(bucket.versioning, &object);
     Ok((
         b,
         Applied::Completed(Box::new(pb::CompleteUploadResponse {
             object: Some(object),
             released,
+            version_id,
         })),
     ))
 }

@@ -5,7 +5,7 @@ use std::ops::Bound;
 use sluice_proto::meta::{self as pb, ErrorCode};
 
 use super::{SmError, decode, get, keys, page_size, refuse, require_bucket};
-use crate::store::{KvStore, Space, as_ref_bound, prefix_end};
+use crate::store::{KvStore, Pair, Space, as_ref_bound, prefix_end};
 
 /// Rows read per store scan while listing.
 const SCAN_CHUNK: usize = 256;
@@ -353,6 +353,221 @@ pub fn list_placements<K: KvStore>(
                 tracing::warn!(blob, ?space, "indexed blob has no record holding it");
             }
         }
+    }
+    Ok(resp)
+}
+
+/// One ordered walk over a key range of one keyspace, read in chunks of
+/// [`SCAN_CHUNK`] rows; [`Cursor::seek`] skips forward.
+struct Cursor {
+    space: Space,
+    from: Bound<Vec<u8>>,
+    end: Option<Vec<u8>>,
+    rows: std::collections::VecDeque<Pair>,
+    done: bool,
+}
+
+impl Cursor {
+    fn new(space: Space, from: Bound<Vec<u8>>, end: Option<Vec<u8>>) -> Self {
+        Cursor {
+            space,
+            from,
+            end,
+            rows: Default::default(),
+            done: false,
+        }
+    }
+
+    fn peek<K: KvStore>(&mut self, kv: &K) -> Result<Option<&Pair>, SmError> {
+        if self.rows.is_empty() && !self.done {
+            let rows = kv.scan(
+                self.space,
+                as_ref_bound(&self.from),
+                end_bound(&self.end),
+                SCAN_CHUNK,
+            )?;
+            self.done = rows.len() < SCAN_CHUNK;
+            if let Some((k, _)) = rows.last() {
+                self.from = Bound::Excluded(k.clone());
+            }
+            self.rows.extend(rows);
+        }
+        Ok(self.rows.front())
+    }
+
+    fn next(&mut self) -> Option<Pair> {
+        self.rows.pop_front()
+    }
+
+    /// Moves to the first row at or after `to` (never backwards).
+    fn seek(&mut self, to: Vec<u8>) {
+        while self.rows.front().is_some_and(|(k, _)| *k < to) {
+            self.rows.pop_front();
+        }
+        if self.rows.is_empty() {
+            self.from = later_start(
+                std::mem::replace(&mut self.from, Bound::Unbounded),
+                Bound::Included(to),
+            );
+        }
+    }
+}
+
+/// ListVersions with S3 ListObjectVersions semantics (see
+/// `ListVersionsRequest` in meta.proto): the current records (`Objects`)
+/// merged with the noncurrent versions and delete markers (`Versions`), a
+/// key's current version first; both are in the same key order, so this
+/// is one ordered walk of two cursors. A common prefix is skipped with one
+/// seek of each.
+pub fn list_versions<K: KvStore>(
+    kv: &K,
+    req: &pb::ListVersionsRequest,
+) -> Result<pb::ListVersionsResponse, SmError> {
+    use super::versions::{Want, find, parse};
+    require_bucket(kv, &req.bucket)?;
+    let max = page_size(req.max_keys);
+    let delimiter = req.delimiter.as_deref().filter(|d| !d.is_empty());
+    let base = keys::bucket_base(&req.bucket);
+    let full_prefix = keys::object(&req.bucket, &req.prefix);
+    let end = prefix_end(&full_prefix);
+    let mut objects_from = Bound::Included(full_prefix.clone());
+    let mut versions_from = Bound::Included(full_prefix);
+    if !req.key_marker.is_empty() {
+        let km = &req.key_marker;
+        let after_key = prefix_end(&keys::versions_of(&req.bucket, km))
+            .expect("ends with 0x00 and so has an end");
+        let (o, v) = match (
+            req.version_id_marker.as_str(),
+            parse(&req.version_id_marker),
+        ) {
+            ("", _) | (_, Err(_)) => (
+                Bound::Excluded(keys::object(&req.bucket, km)),
+                Bound::Included(after_key),
+            ),
+            (_, Ok(want)) => {
+                let versions_after = match find(kv, &req.bucket, km, want)? {
+                    Some(f) if f.space == Space::Objects => {
+                        Bound::Included(keys::versions_of(&req.bucket, km))
+                    }
+                    Some(f) => Bound::Excluded(f.key),
+                    None => match want {
+                        Want::Seq(s) => Bound::Excluded(keys::version(&req.bucket, km, s)),
+                        _ => Bound::Included(after_key),
+                    },
+                };
+                (
+                    Bound::Excluded(keys::object(&req.bucket, km)),
+                    versions_after,
+                )
+            }
+        };
+        objects_from = later_start(objects_from, o);
+        versions_from = later_start(versions_from, v);
+    }
+    let mut objects = Cursor::new(Space::Objects, objects_from, end.clone());
+    let mut versions = Cursor::new(Space::Versions, versions_from, end);
+
+    let mut resp = pb::ListVersionsResponse::default();
+    let mut count = 0usize;
+    // The key of the last version returned and whether its latest version
+    // was among those returned.
+    let mut last_key: Option<String> = None;
+    loop {
+        let o_key = match objects.peek(kv)? {
+            Some((k, _)) => Some(
+                key_str(
+                    Space::Objects,
+                    k.get(base.len()..).ok_or(SmError::BadKey(Space::Objects))?,
+                )?
+                .to_string(),
+            ),
+            None => None,
+        };
+        let v_key = match versions.peek(kv)? {
+            Some((k, _)) => {
+                let rest = k
+                    .get(base.len()..k.len().saturating_sub(9))
+                    .filter(|_| k.len() >= base.len() + 9)
+                    .ok_or(SmError::BadKey(Space::Versions))?;
+                Some(key_str(Space::Versions, rest)?.to_string())
+            }
+            None => None,
+        };
+        let (key, from_objects) = match (o_key, v_key) {
+            (None, None) => break,
+            (Some(o), None) => (o, true),
+            (None, Some(v)) => (v, false),
+            (Some(o), Some(v)) => {
+                if o <= v {
+                    (o, true)
+                } else {
+                    (v, false)
+                }
+            }
+        };
+        if let Some(cp) = common_prefix(&key, &req.prefix, delimiter) {
+            let cp = cp.to_string();
+            if cp.as_str() > req.key_marker.as_str() {
+                if count == max {
+                    resp.is_truncated = true;
+                    break;
+                }
+                resp.common_prefixes.push(cp.clone());
+                resp.next_key_marker = cp.clone();
+                resp.next_version_id_marker.clear();
+                count += 1;
+            }
+            match prefix_end(&keys::object(&req.bucket, &cp)) {
+                Some(s) => {
+                    objects.seek(s.clone());
+                    versions.seek(s);
+                }
+                None => break,
+            }
+            continue;
+        }
+        if count == max {
+            resp.is_truncated = true;
+            break;
+        }
+        let (row_key, value) = if from_objects {
+            objects.next()
+        } else {
+            versions.next()
+        }
+        .expect("peeked above");
+        let mut object: pb::ObjectRecord = decode("object", &value)?;
+        object.parts.clear();
+        let is_latest = if from_objects {
+            true
+        } else if last_key.as_deref() == Some(key.as_str()) {
+            false
+        } else {
+            // The first row of this key on this page: the latest when the
+            // key has no current record and no newer row.
+            kv.get(Space::Objects, &keys::object(&req.bucket, &key))?
+                .is_none()
+                && kv
+                    .scan_prefix(Space::Versions, &keys::versions_of(&req.bucket, &key), 1)?
+                    .first()
+                    .is_some_and(|(k, _)| *k == row_key)
+        };
+        resp.next_key_marker = key.clone();
+        resp.next_version_id_marker = if object.version_id.is_empty() {
+            "null".to_string()
+        } else {
+            object.version_id.clone()
+        };
+        last_key = Some(key);
+        resp.versions.push(pb::VersionEntry {
+            object: Some(object),
+            is_latest,
+        });
+        count += 1;
+    }
+    if !resp.is_truncated {
+        resp.next_key_marker.clear();
+        resp.next_version_id_marker.clear();
     }
     Ok(resp)
 }

@@ -55,6 +55,7 @@ pub fn object_locator(bucket: &str, key: &str, part_number: u32) -> pb::BlobLoca
         key: key.to_string(),
         upload_id: String::new(),
         part_number,
+        version_seq: 0,
     }
 }
 
@@ -66,20 +67,21 @@ pub fn part_locator(bucket: &str, key: &str, upload_id: &str, part_number: u32) 
         key: key.to_string(),
         upload_id: upload_id.to_string(),
         part_number,
+        version_seq: 0,
     }
 }
 
-/// Every placement of an object record with its locator.
+/// Every placement of an object record (current or noncurrent version)
+/// with its locator.
 pub fn object_refs(object: &pb::ObjectRecord) -> Vec<(&pb::Placement, pb::BlobLocator)> {
     object
         .parts
         .iter()
         .filter_map(|p| {
             p.placement.as_ref().map(|pl| {
-                (
-                    pl,
-                    object_locator(&object.bucket, &object.key, p.part_number),
-                )
+                let mut locator = object_locator(&object.bucket, &object.key, p.part_number);
+                locator.version_seq = object.seq;
+                (pl, locator)
             })
         })
         .collect()
@@ -173,7 +175,8 @@ pub fn current_placement<K: KvStore>(
 /// one multipart object can change in one batch.
 #[derive(Debug, Default)]
 pub(crate) struct PlacementRecords {
-    objects: BTreeMap<Vec<u8>, pb::ObjectRecord>,
+    /// Object records by (Objects or Versions, key).
+    objects: BTreeMap<(Space, Vec<u8>), pb::ObjectRecord>,
     parts: BTreeMap<Vec<u8>, pb::PartRecord>,
 }
 
@@ -187,13 +190,30 @@ impl PlacementRecords {
         blob_id: &str,
     ) -> Result<Option<&mut pb::Placement>, SmError> {
         if locator.upload_id.is_empty() {
-            let key = keys::object(&locator.bucket, &locator.key);
+            // The key's current record when its seq matches, else the
+            // noncurrent version with that seq.
+            let mut key = (Space::Objects, keys::object(&locator.bucket, &locator.key));
             if !self.objects.contains_key(&key) {
-                let Some(o) = get::<pb::ObjectRecord, _>(kv, Space::Objects, &key, "object")?
-                else {
-                    return Ok(None);
-                };
-                self.objects.insert(key.clone(), o);
+                let current = get::<pb::ObjectRecord, _>(kv, key.0, &key.1, "object")?;
+                match current {
+                    Some(o) if o.seq == locator.version_seq => {
+                        self.objects.insert(key.clone(), o);
+                    }
+                    _ => {
+                        key = (
+                            Space::Versions,
+                            keys::version(&locator.bucket, &locator.key, locator.version_seq),
+                        );
+                        if !self.objects.contains_key(&key) {
+                            let Some(o) =
+                                get::<pb::ObjectRecord, _>(kv, key.0, &key.1, "object version")?
+                            else {
+                                return Ok(None);
+                            };
+                            self.objects.insert(key.clone(), o);
+                        }
+                    }
+                }
             }
             let object = self.objects.get_mut(&key).expect("inserted above");
             Ok(object
@@ -217,8 +237,8 @@ impl PlacementRecords {
 
     /// Adds to `b` the rewrite of every record read.
     pub(crate) fn write(self, b: &mut Batch) {
-        for (k, o) in self.objects {
-            b.put(Space::Objects, k, o.encode_to_vec());
+        for ((space, k), o) in self.objects {
+            b.put(space, k, o.encode_to_vec());
         }
         for (k, p) in self.parts {
             b.put(Space::Parts, k, p.encode_to_vec());
@@ -295,26 +315,23 @@ pub fn rebuild_index<K: KvStore>(kv: &K) -> Result<u64, SmError> {
     }
 
     let mut indexed = 0u64;
-    let mut from: Bound<Vec<u8>> = Bound::Unbounded;
-    loop {
-        let rows = kv.scan(
-            Space::Objects,
-            as_ref_bound(&from),
-            Bound::Unbounded,
-            REBUILD_CHUNK,
-        )?;
-        let n = rows.len();
-        let mut b = Batch::new();
-        for (k, v) in rows {
-            let object: pb::ObjectRecord = decode("object", &v)?;
-            let refs = object_refs(&object);
-            indexed += refs.len() as u64;
-            update_index(&mut b, &[], refs);
-            from = Bound::Excluded(k);
-        }
-        kv.apply(b)?;
-        if n < REBUILD_CHUNK {
-            break;
+    for space in [Space::Objects, Space::Versions] {
+        let mut from: Bound<Vec<u8>> = Bound::Unbounded;
+        loop {
+            let rows = kv.scan(space, as_ref_bound(&from), Bound::Unbounded, REBUILD_CHUNK)?;
+            let n = rows.len();
+            let mut b = Batch::new();
+            for (k, v) in rows {
+                let object: pb::ObjectRecord = decode("object", &v)?;
+                let refs = object_refs(&object);
+                indexed += refs.len() as u64;
+                update_index(&mut b, &[], refs);
+                from = Bound::Excluded(k);
+            }
+            kv.apply(b)?;
+            if n < REBUILD_CHUNK {
+                break;
+            }
         }
     }
 

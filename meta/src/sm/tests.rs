@@ -504,7 +504,7 @@ fn put_tags(kv: &MemStore, key: &str, tags: Vec<pb::Tag>) -> Applied {
             bucket: "b".into(),
             key: key.into(),
             tags,
-            op_id: String::new(),
+            ..Default::default()
         }),
     )
 }
@@ -882,6 +882,7 @@ mod datanodes;
 mod exactly_once;
 mod heal;
 mod refs;
+mod versions;
 
 fn put_config(kv: &MemStore, name: &str, config: pb::put_bucket_config_request::Config) -> Applied {
     exec(
@@ -942,6 +943,7 @@ fn bucket_config_replaces_one_subresource_and_keeps_the_others() {
             cors: vec![rule],
             owner_key_id: "SK1".into(),
             lifecycle: vec![],
+            versioning: 0,
         }
     );
     // An empty value deletes that subresource only.
@@ -969,7 +971,7 @@ fn object_acl_replaces_the_acl_only() {
                 bucket: "b".into(),
                 key: key.into(),
                 acl: pb::CannedAcl::AclPublicRead as i32,
-                op_id: String::new(),
+                ..Default::default()
             }),
         )
     };

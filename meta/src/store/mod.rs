@@ -61,6 +61,9 @@ pub enum Space {
     /// Degraded blobs: blob id -> empty, for every committed placement with
     /// missing shards (see `sm::heal`).
     Degraded = 21,
+    /// Noncurrent object versions and delete markers: bucket 0x00 key 0x00
+    /// (u64::MAX - seq) BE -> `meta.ObjectRecord` (see `sm::versions`).
+    Versions = 22,
     /// Access keys: access key id -> `meta.AccessKey` (secret and bucket
     /// grants; see `sm::access`).
     AccessKeys = 30,
@@ -68,7 +71,7 @@ pub enum Space {
 
 impl Space {
     /// The spaces that make up the state machine (and so its snapshot).
-    pub const STATE_MACHINE: [Space; 14] = [
+    pub const STATE_MACHINE: [Space; 15] = [
         Space::SmMeta,
         Space::Buckets,
         Space::Objects,
@@ -82,6 +85,7 @@ impl Space {
         Space::Pending,
         Space::HealIntents,
         Space::Degraded,
+        Space::Versions,
         Space::AccessKeys,
     ];
 
@@ -109,6 +113,7 @@ impl Space {
             Space::Pending,
             Space::HealIntents,
             Space::Degraded,
+            Space::Versions,
             Space::AccessKeys,
         ]
         .into_iter()

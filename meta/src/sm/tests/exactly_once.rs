@@ -44,6 +44,7 @@ fn delete_op(key: &str, op: &str) -> Command {
         bucket: "b".into(),
         key: key.into(),
         op_id: op.into(),
+        ..Default::default()
     })
 }
 

@@ -1,0 +1,539 @@
+//! Object versions: writes, deletes and delete markers per versioning
+//! state, reads and listings by version, the reference index and heal's
+//! locators across versions (docs/versioning.md).
+
+use std::collections::BTreeSet;
+
+use super::*;
+use crate::sm::refs::{all_references, current_placement, rebuild_index};
+
+fn set_versioning(kv: &MemStore, b: &str, v: pb::Versioning) {
+    let a = exec(
+        kv,
+        Command::PutBucketConfig(pb::PutBucketConfigRequest {
+            name: b.into(),
+            config: Some(pb::put_bucket_config_request::Config::Versioning(v as i32)),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(a, Applied::Done);
+}
+
+/// The version id a versioned PutObject reported.
+fn put_version(kv: &MemStore, key: &str, blob: &str) -> String {
+    match put(kv, "b", key, blob) {
+        Applied::Versioned {
+            released,
+            version_id,
+            delete_marker: false,
+        } => {
+            assert!(released.is_empty(), "{released:?}");
+            version_id
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+fn delete(kv: &MemStore, key: &str, version: &str) -> Applied {
+    exec(
+        kv,
+        Command::DeleteObject(pb::ObjectKey {
+            bucket: "b".into(),
+            key: key.into(),
+            version_id: version.into(),
+            ..Default::default()
+        }),
+    )
+}
+
+fn get(kv: &MemStore, key: &str, version: &str) -> Result<pb::ObjectRecord, SmError> {
+    get_version(kv, "b", key, version, true)
+}
+
+/// (key, version id, delete marker, is latest) of every listed version.
+fn listed(kv: &MemStore, req: pb::ListVersionsRequest) -> Vec<(String, String, bool, bool)> {
+    list_versions(
+        kv,
+        &pb::ListVersionsRequest {
+            bucket: "b".into(),
+            ..req
+        },
+    )
+    .unwrap()
+    .versions
+    .into_iter()
+    .map(|e| {
+        let o = e.object.unwrap();
+        (o.key, o.version_id, o.delete_marker, e.is_latest)
+    })
+    .collect()
+}
+
+fn refs(kv: &MemStore) -> BTreeSet<String> {
+    all_references(kv)
+        .unwrap()
+        .iter()
+        .map(|i| name_of(i))
+        .collect()
+}
+
+fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn unversioned_buckets_write_as_before() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    assert_eq!(put(&kv, "b", "k", "x"), Applied::Released(vec![]));
+    assert_eq!(
+        put(&kv, "b", "k", "y"),
+        Applied::Released(vec![placement("x")])
+    );
+    let o = get(&kv, "k", "").unwrap();
+    assert_eq!((o.seq, o.version_id.as_str()), (0, ""));
+    assert_eq!(get(&kv, "k", "null").unwrap().etag, "e");
+    assert_eq!(
+        delete(&kv, "k", ""),
+        Applied::Released(vec![placement("y")])
+    );
+    assert!(kv.scan_prefix(Space::Versions, b"", 1).unwrap().is_empty());
+}
+
+#[test]
+fn enabled_keeps_every_version_until_it_is_deleted_by_id() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    // Written before versioning: becomes the null version.
+    put(&kv, "b", "k", "n");
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    let v1 = put_version(&kv, "k", "x");
+    let v2 = put_version(&kv, "k", "y");
+    assert_ne!(v1, v2);
+    assert_eq!(refs(&kv), names(&["n", "x", "y"]));
+    assert_eq!(
+        name_of(
+            &get(&kv, "k", "").unwrap().parts[0]
+                .placement
+                .as_ref()
+                .unwrap()
+                .blob_id
+        ),
+        "y"
+    );
+    assert_eq!(
+        name_of(
+            &get(&kv, "k", &v1).unwrap().parts[0]
+                .placement
+                .as_ref()
+                .unwrap()
+                .blob_id
+        ),
+        "x"
+    );
+    assert_eq!(
+        name_of(
+            &get(&kv, "k", "null").unwrap().parts[0]
+                .placement
+                .as_ref()
+                .unwrap()
+                .blob_id
+        ),
+        "n"
+    );
+    assert_eq!(
+        listed(&kv, Default::default()),
+        vec![
+            ("k".into(), v2.clone(), false, true),
+            ("k".into(), v1.clone(), false, false),
+            ("k".into(), String::new(), false, false),
+        ]
+    );
+
+    // A plain delete adds a marker and releases nothing.
+    let marker = match delete(&kv, "k", "") {
+        Applied::Versioned {
+            released,
+            version_id,
+            delete_marker: true,
+        } if released.is_empty() => version_id,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(refs(&kv), names(&["n", "x", "y"]));
+    assert_eq!(
+        refused_code(&match get_version(&kv, "b", "k", "", false) {
+            Err(SmError::Refused { code, message }) => Applied::Refused { code, message },
+            other => panic!("{other:?}"),
+        }),
+        Some(ErrorCode::NoSuchKey)
+    );
+    assert!(get(&kv, "k", "").unwrap().delete_marker);
+    assert!(matches!(
+        get_version(&kv, "b", "k", &marker, false),
+        Err(SmError::Refused {
+            code: ErrorCode::MethodNotAllowed,
+            ..
+        })
+    ));
+    // ListObjects no longer shows the key; the bucket is not empty.
+    let objects = list_objects(
+        &kv,
+        &pb::ListObjectsRequest {
+            bucket: "b".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(objects.objects.is_empty());
+    assert_eq!(
+        refused_code(&exec(
+            &kv,
+            Command::DeleteBucket(pb::BucketRequest {
+                name: "b".into(),
+                ..Default::default()
+            })
+        )),
+        Some(ErrorCode::BucketNotEmpty)
+    );
+
+    // Deleting the marker by id makes v2 current again.
+    assert!(matches!(
+        delete(&kv, "k", &marker),
+        Applied::Versioned {
+            delete_marker: true,
+            ..
+        }
+    ));
+    assert_eq!(get(&kv, "k", "").unwrap().version_id, v2);
+    // Deleting the current version by id promotes v1 and releases y only.
+    match delete(&kv, "k", &v2) {
+        Applied::Versioned { released, .. } => assert_eq!(released, vec![placement("y")]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(get(&kv, "k", "").unwrap().version_id, v1);
+    assert_eq!(refs(&kv), names(&["n", "x"]));
+    // A noncurrent version by id: only its blob goes.
+    match delete(&kv, "k", "null") {
+        Applied::Versioned {
+            released,
+            version_id,
+            ..
+        } => {
+            assert_eq!(released, vec![placement("n")]);
+            assert_eq!(version_id, "null");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(refs(&kv), names(&["x"]));
+    // A missing version is no error and changes nothing.
+    assert!(
+        matches!(delete(&kv, "k", &v2), Applied::Versioned { ref released, .. } if released.is_empty())
+    );
+    assert!(matches!(
+        get_version(&kv, "b", "k", &v2, true),
+        Err(SmError::Refused {
+            code: ErrorCode::NoSuchVersion,
+            ..
+        })
+    ));
+    assert!(matches!(
+        get_version(&kv, "b", "k", "v2", true),
+        Err(SmError::Refused {
+            code: ErrorCode::InvalidArgument,
+            ..
+        })
+    ));
+    delete(&kv, "k", &v1);
+    assert!(refs(&kv).is_empty());
+    assert!(kv.scan_prefix(Space::Versions, b"", 1).unwrap().is_empty());
+    assert_eq!(
+        exec(
+            &kv,
+            Command::DeleteBucket(pb::BucketRequest {
+                name: "b".into(),
+                ..Default::default()
+            })
+        ),
+        Applied::Done
+    );
+}
+
+#[test]
+fn suspended_writes_replace_only_the_null_version() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    let v1 = put_version(&kv, "k", "x");
+    set_versioning(&kv, "b", pb::Versioning::Suspended);
+    match put(&kv, "b", "k", "n1") {
+        Applied::Versioned {
+            released,
+            version_id,
+            ..
+        } => {
+            assert!(released.is_empty());
+            assert_eq!(version_id, "null");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The next suspended write replaces the null version and releases it.
+    match put(&kv, "b", "k", "n2") {
+        Applied::Versioned { released, .. } => assert_eq!(released, vec![placement("n1")]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(refs(&kv), names(&["x", "n2"]));
+    // A suspended delete removes the null version and writes a null marker.
+    match delete(&kv, "k", "") {
+        Applied::Versioned {
+            released,
+            version_id,
+            delete_marker: true,
+        } => {
+            assert_eq!(released, vec![placement("n2")]);
+            assert_eq!(version_id, "null");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        listed(&kv, Default::default()),
+        vec![
+            ("k".into(), String::new(), true, true),
+            ("k".into(), v1.clone(), false, false)
+        ]
+    );
+    // Enabled again: a new version over a null marker keeps the marker.
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    let v3 = put_version(&kv, "k", "z");
+    assert_eq!(listed(&kv, Default::default()).len(), 3);
+    assert_eq!(get(&kv, "k", "").unwrap().version_id, v3);
+    assert_eq!(refs(&kv), names(&["x", "z"]));
+}
+
+#[test]
+fn version_listing_pages_markers_and_prefixes() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    let mut all = Vec::new();
+    for key in ["a", "d/1", "d/2", "z"] {
+        let v1 = put_version(&kv, key, &format!("{key}1"));
+        let v2 = put_version(&kv, key, &format!("{key}2"));
+        all.push((key.to_string(), v2, false, true));
+        all.push((key.to_string(), v1, false, false));
+    }
+    // Page through two at a time with the markers the response gives.
+    let mut got = Vec::new();
+    let (mut km, mut vm) = (String::new(), String::new());
+    loop {
+        let r = list_versions(
+            &kv,
+            &pb::ListVersionsRequest {
+                bucket: "b".into(),
+                key_marker: km.clone(),
+                version_id_marker: vm.clone(),
+                max_keys: 3,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for e in r.versions {
+            let o = e.object.unwrap();
+            got.push((o.key, o.version_id, o.delete_marker, e.is_latest));
+        }
+        if !r.is_truncated {
+            break;
+        }
+        (km, vm) = (r.next_key_marker, r.next_version_id_marker);
+    }
+    assert_eq!(got, all);
+    // A delimiter rolls d/ up into one prefix, skipped with a seek.
+    let r = list_versions(
+        &kv,
+        &pb::ListVersionsRequest {
+            bucket: "b".into(),
+            delimiter: Some("/".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(r.common_prefixes, vec!["d/".to_string()]);
+    assert_eq!(r.versions.len(), 4);
+    // A prefix keeps to its keys.
+    let got = listed(
+        &kv,
+        pb::ListVersionsRequest {
+            prefix: "d/2".into(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(got, all[4..6].to_vec());
+}
+
+#[test]
+fn heal_locators_and_a_rebuilt_index_find_noncurrent_versions() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    put(&kv, "b", "k", "n");
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    let v1 = put_version(&kv, "k", "x");
+    put_version(&kv, "k", "y");
+    for (blob, version) in [("n", "null"), ("x", v1.as_str())] {
+        let (locator, p) = current_placement(&kv, &bid(blob)).unwrap().unwrap();
+        assert_eq!(p, placement(blob));
+        let record = get(&kv, "k", version).unwrap();
+        assert_eq!(locator.version_seq, record.seq, "{blob}");
+    }
+    // ReportMissing on a noncurrent version's blob changes that record.
+    let a = exec(
+        &kv,
+        Command::ReportMissing(pb::ReportMissingRequest {
+            node_id: 3,
+            shards: vec![pb::ShardRef {
+                blob_id: bid("x"),
+                shard_index: 2,
+            }],
+            ..Default::default()
+        }),
+    );
+    assert_eq!(a, Applied::Marked(1));
+    let x = get(&kv, "k", &v1).unwrap();
+    assert_eq!(x.parts[0].placement.as_ref().unwrap().missing, vec![2]);
+    assert_eq!(
+        get(&kv, "k", "").unwrap().parts[0]
+            .placement
+            .as_ref()
+            .unwrap()
+            .missing,
+        Vec::<u32>::new()
+    );
+    let before = refs(&kv);
+    rebuild_index(&kv).unwrap();
+    assert_eq!(refs(&kv), before);
+    assert_eq!(before, names(&["n", "x", "y"]));
+}
+
+#[test]
+fn tagging_by_version_and_markers_refused() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    let v1 = put_version(&kv, "k", "x");
+    put_version(&kv, "k", "y");
+    let tags = vec![pb::Tag {
+        key: "t".into(),
+        value: "1".into(),
+    }];
+    let a = exec(
+        &kv,
+        Command::PutObjectTagging(pb::PutObjectTaggingRequest {
+            bucket: "b".into(),
+            key: "k".into(),
+            tags: tags.clone(),
+            version_id: v1.clone(),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(a, Applied::Done);
+    assert_eq!(get(&kv, "k", &v1).unwrap().tags, tags);
+    assert!(get(&kv, "k", "").unwrap().tags.is_empty());
+    let Applied::Versioned {
+        version_id: marker, ..
+    } = delete(&kv, "k", "")
+    else {
+        panic!()
+    };
+    let a = exec(
+        &kv,
+        Command::PutObjectTagging(pb::PutObjectTaggingRequest {
+            bucket: "b".into(),
+            key: "k".into(),
+            tags,
+            version_id: marker,
+            ..Default::default()
+        }),
+    );
+    assert_eq!(refused_code(&a), Some(ErrorCode::MethodNotAllowed));
+}
+
+#[test]
+fn noncurrent_versions_expire_after_their_days_as_noncurrent() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    let day = 1_000;
+    let rule = pb::LifecycleRule {
+        enabled: true,
+        noncurrent_days: 2,
+        ..Default::default()
+    };
+    let a = exec(
+        &kv,
+        Command::PutBucketConfig(pb::PutBucketConfigRequest {
+            name: "b".into(),
+            config: Some(pb::put_bucket_config_request::Config::Lifecycle(
+                pb::BucketLifecycle { rules: vec![rule] },
+            )),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(a, Applied::Done);
+    // v1 written at 0, replaced by v2 at 5 000 (so noncurrent since 5 000),
+    // v2 replaced by v3 at 6 000.
+    let put_at = |blob: &str, at: i64| {
+        let mut o = object("b", "k", blob);
+        o.last_modified_ms = at;
+        exec(
+            &kv,
+            Command::PutObject(pb::PutObjectRequest {
+                object: Some(o),
+                ..Default::default()
+            }),
+        )
+    };
+    put_at("v1", 0);
+    put_at("v2", 5_000);
+    put_at("v3", 6_000);
+    let bucket_rec = get_bucket(&kv, "b").unwrap();
+    let page = |now: i64| {
+        crate::sm::lifecycle::expired_versions(&kv, &bucket_rec, None, now, day, 256)
+            .unwrap()
+            .found
+    };
+    // Not by v1's own age: two days after it became noncurrent.
+    assert!(page(6_999).is_empty());
+    let found = page(7_000);
+    assert_eq!(found.len(), 1, "{found:?}");
+    // Applied at 7 000: v1 goes and its blob is released; v2 stays.
+    let applied = exec_at(
+        &kv,
+        Command::ExpireObjects(sluice_proto::raft::ExpireObjects {
+            objects: found.clone(),
+            day_ms: day,
+        }),
+        7_000,
+    );
+    assert_eq!(applied, Applied::Released(vec![placement("v1")]));
+    assert_eq!(refs(&kv), names(&["v2", "v3"]));
+    // The same entry again changes nothing (the version is gone).
+    let again = exec_at(
+        &kv,
+        Command::ExpireObjects(sluice_proto::raft::ExpireObjects {
+            objects: found,
+            day_ms: day,
+        }),
+        7_000,
+    );
+    assert_eq!(again, Applied::Released(vec![]));
+    // v2 is noncurrent since 6 000: expired at 8 000, not before.
+    assert!(page(7_999).is_empty());
+    assert_eq!(page(8_000).len(), 1);
+    // The current version is never expired by a noncurrent rule.
+    assert_eq!(
+        get(&kv, "k", "").unwrap().parts[0]
+            .placement
+            .as_ref()
+            .unwrap()
+            .blob_id,
+        bid("v3")
+    );
+}
