@@ -17,6 +17,9 @@
 //!   2 s): expiration, aborted uploads, the configuration's errors.
 //! * `public_access` — canned ACLs, bucket policies, anonymous requests,
 //!   bucket tagging and CORS (preflights over raw HTTP/1.1).
+//! * `versioning` — S3 versioning: version ids, delete markers,
+//!   ListObjectVersions, copies from a version, suspended buckets; dropped
+//!   responses retried, GC and heal of noncurrent versions.
 //! * `access` — S3 over HTTPS with a test CA, access keys and per-bucket
 //!   authorization, certificate reload on SIGHUP.
 //! * `membership` — failure-domain placement (datanodes labelled on 3
