@@ -115,6 +115,16 @@ pub struct Config {
     /// refused with `400 InvalidRequest` before its data is read.
     #[serde(with = "byte_size_u64")]
     pub max_aws_chunk_bytes: u64,
+    /// Largest object body stored inline in its metadata record instead of
+    /// erasure-coded shards (default 4 KiB; integer or bytesize string; 0
+    /// turns inlining off; at most [`MAX_INLINE_BYTES`]). A PutObject or
+    /// CopyObject of at most this many bytes is one Raft commit on the meta
+    /// quorum and no datanode write; its body is held in gateway memory
+    /// while it is read (at most this per request in flight) and is kept,
+    /// replicated, in meta's store. MinIO inlines up to 128 KiB in xl.meta,
+    /// Garage up to 3 KiB in its object table.
+    #[serde(with = "byte_size_u64")]
+    pub inline_max_bytes: u64,
     /// Most background deletions in flight of blobs this gateway wrote but
     /// whose commit meta refused (released blobs are deleted by meta, not
     /// here); a request that discards one while all are busy waits for a
@@ -273,6 +283,7 @@ impl Default for Config {
             tcp_keepalive: crate::listener::DEFAULT_TCP_KEEPALIVE,
             http2: false,
             max_aws_chunk_bytes: crate::listener::DEFAULT_MAX_AWS_CHUNK_BYTES,
+            inline_max_bytes: DEFAULT_INLINE_BYTES,
             max_background_deletes: 64,
             shutdown_grace: Duration::from_secs(30),
             metrics_listen: None,
@@ -331,7 +342,16 @@ pub enum ConfigError {
     RootDomain(String),
     #[error("root domains {0:?} and {1:?} overlap: one is under the other")]
     RootDomainsOverlap(String, String),
+    #[error("inline_max_bytes {0} exceeds {MAX_INLINE_BYTES}")]
+    InlineMax(u64),
 }
+
+/// Default `inline_max_bytes`: 4 KiB.
+pub const DEFAULT_INLINE_BYTES: u64 = 4 * 1024;
+/// Largest `inline_max_bytes`: 64 KiB. Inline bodies live in meta's Raft
+/// log, store and snapshots (which today are built whole in memory:
+/// issue 13), so they stay small.
+pub const MAX_INLINE_BYTES: u64 = 64 * 1024;
 
 impl Config {
     /// Checks every field; the first problem found is returned.
@@ -421,6 +441,9 @@ impl Config {
         }
         if self.block_size as usize > MAX_BLOCK_SIZE {
             return Err(ConfigError::BlockSize(self.block_size));
+        }
+        if self.inline_max_bytes > MAX_INLINE_BYTES {
+            return Err(ConfigError::InlineMax(self.inline_max_bytes));
         }
         let total = self.data_shards.saturating_add(self.parity_shards);
         if total > MAX_TOTAL_SHARDS {

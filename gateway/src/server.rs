@@ -817,7 +817,8 @@ pub async fn run_with_meta(
         blobs.clone(),
         config.region.clone(),
         config.max_background_deletes,
-    );
+    )
+    .with_inline_max(config.inline_max_bytes);
     let limiter = InflightLimiter::new(config.max_inflight_requests, stats);
     let health = Arc::new(GatewayHealth::new(
         meta_for_health,

@@ -17,6 +17,8 @@
 //!   2 s): expiration, aborted uploads, the configuration's errors.
 //! * `public_access` — canned ACLs, bucket policies, anonymous requests,
 //!   bucket tagging and CORS (preflights over raw HTTP/1.1).
+//! * `small_objects` — bodies up to `inline_max_bytes` stored inline in
+//!   their metadata record: reads, copies, overwrites, faults.
 //! * `versioning` — S3 versioning: version ids, delete markers,
 //!   ListObjectVersions, copies from a version, suspended buckets; dropped
 //!   responses retried, GC and heal of noncurrent versions.
@@ -55,6 +57,7 @@ mod public_access;
 mod s3_errors;
 mod s3_listing;
 mod scenario;
+mod small_objects;
 mod tiny_budgets;
 mod versioning;
 

@@ -29,9 +29,11 @@ const HEAL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Drops the response of the next call of the armed RPC once.
 #[derive(Default)]
-struct DropOnce {
-    armed: Mutex<Option<&'static str>>,
-    dropped: AtomicBool,
+pub struct DropOnce {
+    /// The RPC whose next response is dropped.
+    pub armed: Mutex<Option<&'static str>>,
+    /// Set when a response was dropped.
+    pub dropped: AtomicBool,
 }
 
 impl CallFaults for DropOnce {

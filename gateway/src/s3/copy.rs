@@ -20,7 +20,9 @@ use super::checksum::{self, ChecksumAlgorithm, Expected};
 use super::error::{invalid_argument, invalid_request, meta_error, version_header};
 use super::get::{Conditions, Precondition, object_stream};
 use super::multipart::{commit_part, part_number};
-use super::put::{ChecksumFields, commit_object, single_part_record, store_body};
+use super::put::{
+    ChecksumFields, commit_object, single_part_record, store_body, store_object_body,
+};
 use super::tagging;
 use super::{
     Gateway, etag, http_meta, now_ms, object_placement_key, part_placement_key, timestamp,
@@ -240,11 +242,12 @@ pub(super) async fn copy_object(
         src.tags.clone()
     };
     let expected = expected_from_source(&src, true, extra);
-    let body = object_stream(&gw.blobs, &src.parts, 0..src.size)?.map_err(io::Error::other);
+    let body = object_stream(&gw.blobs, &src, 0..src.size)?.map_err(io::Error::other);
     let placement_key = object_placement_key(&input.bucket, &input.key);
     // From before the first shard until the commit returns.
     let epoch = gw.blobs.epochs().begin_write();
-    let stored = store_body(gw, &epoch, &placement_key, body, expected, Some(src.size)).await?;
+    let stored =
+        store_object_body(gw, &epoch, &placement_key, body, expected, Some(src.size)).await?;
     let new_blob = stored.placement.clone();
     let record = pb::ObjectRecord {
         acl: acl as i32,
@@ -314,7 +317,7 @@ pub(super) async fn upload_part_copy(
         .and_then(ChecksumAlgorithm::parse);
     let expected = expected_from_source(&src, whole, algorithm);
     let len = range.end - range.start;
-    let body = object_stream(&gw.blobs, &src.parts, range)?.map_err(io::Error::other);
+    let body = object_stream(&gw.blobs, &src, range)?.map_err(io::Error::other);
     let placement_key = part_placement_key(&input.bucket, &input.key, &input.upload_id, number);
     // From before the first shard until the commit returns.
     let epoch = gw.blobs.epochs().begin_write();

@@ -254,13 +254,25 @@ pub fn segments(
     out
 }
 
-/// Streams bytes `range` of an object whose body is `parts`, reading one
-/// part's blob at a time (a part's read starts when the previous one ends).
+/// Streams bytes `range` of `object`: from its record when it is stored
+/// inline, else from its parts' blobs, one part's blob at a time (a part's
+/// read starts when the previous one ends).
 pub fn object_stream(
     blobs: &BlobStore,
-    parts: &[pb::PartRecord],
+    object: &pb::ObjectRecord,
     range: Range<u64>,
 ) -> S3Result<BoxStream<'static, Result<Bytes, BlobError>>> {
+    if !object.inline_data.is_empty() {
+        // A small object's body is in its record: no datanode is read.
+        let data = Bytes::copy_from_slice(
+            object
+                .inline_data
+                .get(range.start as usize..range.end as usize)
+                .ok_or_else(|| internal("range past an inline body"))?,
+        );
+        return Ok(futures::stream::once(async move { Ok(data) }).boxed());
+    }
+    let parts = &object.parts;
     let mut reads = Vec::new();
     for (i, r) in segments(parts.iter().map(|p| p.size), range) {
         let placement = parts[i]
@@ -415,7 +427,7 @@ pub(super) async fn get_object(
     precondition_error(conditions.evaluate(&obj.etag, obj.last_modified_ms), &obj)?;
     let sel = select(&obj, input.part_number, input.range.as_ref())?;
     let len = sel.range.end - sel.range.start;
-    let mut stream = object_stream(&gw.blobs, &obj.parts, sel.range.clone())?;
+    let mut stream = object_stream(&gw.blobs, &obj, sel.range.clone())?;
     // Read the first chunk before answering, so an unreadable object is an
     // S3 error (e.g. 503) rather than a 200 whose body breaks off.
     if len > 0 {

@@ -73,6 +73,9 @@ pub struct Gateway {
     pub(crate) buckets: Arc<BucketCache>,
     /// The root key's id: the owner shown for buckets it created.
     pub(crate) root_key_id: String,
+    /// Largest object body stored inline in its metadata record
+    /// (`inline_max_bytes`; 0: none).
+    pub(crate) inline_max: u64,
 }
 
 impl Gateway {
@@ -93,6 +96,7 @@ impl Gateway {
             reclaimer,
             buckets,
             root_key_id: String::new(),
+            inline_max: 0,
         }
     }
 
@@ -106,6 +110,13 @@ impl Gateway {
     /// the buckets it created).
     pub fn with_root_key_id(mut self, id: &str) -> Self {
         self.root_key_id = id.to_string();
+        self
+    }
+
+    /// This gateway storing object bodies of at most `bytes` inline in
+    /// their metadata record (see `Config::inline_max_bytes`).
+    pub fn with_inline_max(mut self, bytes: u64) -> Self {
+        self.inline_max = bytes;
         self
     }
 

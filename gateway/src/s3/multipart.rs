@@ -82,7 +82,10 @@ pub async fn commit_part(
     number: u32,
     stored: StoredBody,
 ) -> S3Result<pb::PartRecord> {
-    let StoredBody { placement, digests } = stored;
+    // Parts are stored with `store_body`, never inline.
+    let StoredBody {
+        placement, digests, ..
+    } = stored;
     let part = pb::PartRecord {
         upload_id: upload_id.to_string(),
         part_number: number,

@@ -20,12 +20,17 @@ use super::error::{blob_error, body_error, internal, meta_error};
 use super::{Gateway, etag, http_meta, now_ms, object_placement_key, tagging};
 use crate::epoch::EpochGuard;
 
-/// A request body stored as a blob and verified against what the client claimed.
+/// A request body stored as a blob (or kept to be stored inline in the
+/// object's record) and verified against what the client claimed.
 pub struct StoredBody {
-    /// Where the blob lives; `None` for an empty body (no blob is written).
+    /// Where the blob lives; `None` for an empty or inline body (no blob
+    /// is written).
     pub placement: Option<pb::Placement>,
     /// Size, MD5 and checksums of the body.
     pub digests: BodyDigests,
+    /// The whole body of a small object, stored in its record
+    /// ([`store_object_body`]).
+    pub inline: Option<Bytes>,
 }
 
 /// A request body as the data path takes it.
@@ -37,6 +42,59 @@ pub fn request_body(body: Option<StreamingBlob>) -> BodyStream {
         Some(blob) => blob.map_err(io::Error::other).boxed(),
         None => futures::stream::empty().boxed(),
     }
+}
+
+/// The body of an object (PutObject, CopyObject): kept whole to be stored
+/// inline in the object's record when its declared length is at most the
+/// gateway's `inline_max_bytes` (one Raft commit, no shard writes: what
+/// makes small PUTs cheap), else [`store_body`]. An inline body is
+/// digested and checked like any other; it is held in memory once, at most
+/// `inline_max_bytes` per request. Errors: those of [`store_body`], and
+/// `IncompleteBody` for a body shorter or longer than its length.
+pub async fn store_object_body<S>(
+    gw: &Gateway,
+    epoch: &EpochGuard,
+    placement_key: &str,
+    body: S,
+    expected: Expected,
+    len: Option<u64>,
+) -> S3Result<StoredBody>
+where
+    S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
+{
+    let Some(len) = len.filter(|l| *l > 0 && *l <= gw.inline_max) else {
+        return store_body(gw, epoch, placement_key, body, expected, len).await;
+    };
+    let wrong_length = |longer: bool| {
+        S3Error::with_message(
+            S3ErrorCode::IncompleteBody,
+            if longer {
+                "The request body is longer than its Content-Length."
+            } else {
+                "You did not provide the number of bytes specified by the Content-Length HTTP header."
+            },
+        )
+    };
+    let (mut digesting, slot) = DigestingBody::new(body, expected);
+    // `len` <= inline_max_bytes (at most 1 MiB): bounded by configuration.
+    let mut buf = bytes::BytesMut::with_capacity(len as usize);
+    while let Some(chunk) = digesting.next().await {
+        let chunk = chunk.map_err(|e| body_error(&e))?;
+        if (buf.len() + chunk.len()) as u64 > len {
+            return Err(wrong_length(true));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    if (buf.len() as u64) < len {
+        return Err(wrong_length(false));
+    }
+    let digests = checksum::take(&slot)
+        .ok_or_else(|| internal("the request body ended without its digests"))?;
+    Ok(StoredBody {
+        placement: None,
+        digests,
+        inline: Some(buf.freeze()),
+    })
 }
 
 /// Streams `body` through a [`DigestingBody`] into a new blob of write
@@ -99,7 +157,11 @@ where
         );
         return Err(internal("blob size differs from body size"));
     }
-    Ok(StoredBody { placement, digests })
+    Ok(StoredBody {
+        placement,
+        digests,
+        inline: None,
+    })
 }
 
 /// Commits `record` in meta if `condition` (a conditional write's
@@ -152,7 +214,11 @@ pub fn single_part_record(
     tags: Vec<pb::Tag>,
     last_modified_ms: i64,
 ) -> pb::ObjectRecord {
-    let StoredBody { placement, digests } = stored;
+    let StoredBody {
+        placement,
+        digests,
+        inline,
+    } = stored;
     pb::ObjectRecord {
         bucket,
         key,
@@ -178,6 +244,7 @@ pub fn single_part_record(
         delete_marker: false,
         seq: 0,
         acl: pb::CannedAcl::AclPrivate as i32,
+        inline_data: inline.map(|b| b.to_vec()).unwrap_or_default(),
     }
 }
 
@@ -345,7 +412,7 @@ pub(super) async fn put_object(
     let placement_key = object_placement_key(&input.bucket, &input.key);
     // From before the first shard until the commit returns.
     let epoch = gw.blobs.epochs().begin_write();
-    let stored = store_body(
+    let stored = store_object_body(
         gw,
         &epoch,
         &placement_key,
@@ -437,6 +504,7 @@ mod tests {
                 ],
                 checksums: pb::Checksums::default(),
             },
+            inline: None,
         };
         let r = single_part_record(
             "b".into(),

@@ -187,6 +187,7 @@ pub fn list_objects<K: KvStore>(
             }
             let mut object: pb::ObjectRecord = decode("object", &v)?;
             object.parts.clear();
+            object.inline_data.clear();
             resp.next_marker = key.to_string();
             resp.objects.push(object);
             count += 1;
@@ -538,6 +539,7 @@ pub fn list_versions<K: KvStore>(
         .expect("peeked above");
         let mut object: pb::ObjectRecord = decode("object", &value)?;
         object.parts.clear();
+        object.inline_data.clear();
         let is_latest = if from_objects {
             true
         } else if last_key.as_deref() == Some(key.as_str()) {
