@@ -79,7 +79,8 @@ pub(super) async fn delete_objects(
                     .delete_version(&bucket, &o.key, o.version_id.as_deref().unwrap_or(""))
                     .await
                     .map_err(meta_error);
-                (o.key, o.version_id, r)
+                // An empty <VersionId/> names no version.
+                (o.key, o.version_id.filter(|v| !v.is_empty()), r)
             }
         })
         .buffered(DELETE_CONCURRENCY)
@@ -105,6 +106,8 @@ pub(super) async fn delete_objects(
                     // VersionId; one that added a marker names the marker.
                     let version = reported_version(r.version_id);
                     let (version_id, delete_marker_version_id) = match &asked {
+                        // A marker deleted by id: both name it.
+                        Some(_) if r.delete_marker => (version.clone(), version),
                         Some(_) => (version, None),
                         None if r.delete_marker => (None, version),
                         None => (version, None),

@@ -246,8 +246,7 @@ pub(super) async fn list_object_versions(
     let key_marker = input.key_marker.unwrap_or_default();
     let version_id_marker = input.version_id_marker.filter(|v| !v.is_empty());
     if let Some(v) = &version_id_marker {
-        let issued = v.len() == 16 && v.bytes().all(|c| c.is_ascii_hexdigit());
-        if v != "null" && !issued {
+        if v != "null" && !sluice_meta::sm::versions::is_version_id(v) {
             return Err(invalid_argument("Invalid version id specified"));
         }
         if key_marker.is_empty() {

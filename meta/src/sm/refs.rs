@@ -190,31 +190,9 @@ impl PlacementRecords {
         blob_id: &str,
     ) -> Result<Option<&mut pb::Placement>, SmError> {
         if locator.upload_id.is_empty() {
-            // The key's current record when its seq matches, else the
-            // noncurrent version with that seq.
-            let mut key = (Space::Objects, keys::object(&locator.bucket, &locator.key));
-            if !self.objects.contains_key(&key) {
-                let current = get::<pb::ObjectRecord, _>(kv, key.0, &key.1, "object")?;
-                match current {
-                    Some(o) if o.seq == locator.version_seq => {
-                        self.objects.insert(key.clone(), o);
-                    }
-                    _ => {
-                        key = (
-                            Space::Versions,
-                            keys::version(&locator.bucket, &locator.key, locator.version_seq),
-                        );
-                        if !self.objects.contains_key(&key) {
-                            let Some(o) =
-                                get::<pb::ObjectRecord, _>(kv, key.0, &key.1, "object version")?
-                            else {
-                                return Ok(None);
-                            };
-                            self.objects.insert(key.clone(), o);
-                        }
-                    }
-                }
-            }
+            let Some(key) = self.object_record(kv, locator)? else {
+                return Ok(None);
+            };
             let object = self.objects.get_mut(&key).expect("inserted above");
             Ok(object
                 .parts
@@ -232,6 +210,49 @@ impl PlacementRecords {
             }
             let part = self.parts.get_mut(&key).expect("inserted above");
             Ok(part.placement.as_mut().filter(|p| p.blob_id == blob_id))
+        }
+    }
+
+    /// Where the object record `locator` names is, read into the cache:
+    /// the key's current record when its `seq` matches, else the
+    /// noncurrent version with that `seq`; `None` when neither exists.
+    /// Read RPCs (GC's `Collectable`, `ListPlacements`) run beside applies
+    /// and the store has no snapshot reads, so a version promoted to
+    /// current between the two reads is looked for in `Objects` once more
+    /// (a promotion is one atomic batch): a live version is never reported
+    /// missing.
+    fn object_record<K: KvStore>(
+        &mut self,
+        kv: &K,
+        locator: &pb::BlobLocator,
+    ) -> Result<Option<(Space, Vec<u8>)>, SmError> {
+        let matches = |o: &pb::ObjectRecord| o.seq == locator.version_seq;
+        let current = (Space::Objects, keys::object(&locator.bucket, &locator.key));
+        if !self.objects.contains_key(&current)
+            && let Some(o) = get::<pb::ObjectRecord, _>(kv, current.0, &current.1, "object")?
+        {
+            self.objects.insert(current.clone(), o);
+        }
+        if self.objects.get(&current).is_some_and(matches) {
+            return Ok(Some(current));
+        }
+        let version = (
+            Space::Versions,
+            keys::version(&locator.bucket, &locator.key, locator.version_seq),
+        );
+        if self.objects.contains_key(&version) {
+            return Ok(Some(version));
+        }
+        if let Some(o) = get::<pb::ObjectRecord, _>(kv, version.0, &version.1, "object version")? {
+            self.objects.insert(version.clone(), o);
+            return Ok(Some(version));
+        }
+        match get::<pb::ObjectRecord, _>(kv, current.0, &current.1, "object")? {
+            Some(o) if matches(&o) => {
+                self.objects.insert(current.clone(), o);
+                Ok(Some(current))
+            }
+            _ => Ok(None),
         }
     }
 

@@ -43,6 +43,14 @@ pub fn version_id(seq: u64) -> String {
     format!("{seq:016x}")
 }
 
+/// Whether `v` is a version id Sluice issues: 16 lowercase hex digits
+/// (ids are case-sensitive, as S3's are).
+pub fn is_version_id(v: &str) -> bool {
+    v.len() == 16
+        && v.bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+}
+
 /// Parses a request's version id ("" = current, "null", or 16 hex digits);
 /// anything else is refused `INVALID_ARGUMENT` (S3: "Invalid version id
 /// specified").
@@ -50,7 +58,7 @@ pub(crate) fn parse(version: &str) -> Result<Want, SmError> {
     match version {
         "" => Ok(Want::Current),
         "null" => Ok(Want::Null),
-        v if v.len() == 16 && v.bytes().all(|c| c.is_ascii_hexdigit()) => Ok(Want::Seq(
+        v if is_version_id(v) => Ok(Want::Seq(
             u64::from_str_radix(v, 16).expect("16 hex digits"),
         )),
         v => refuse(

@@ -537,3 +537,568 @@ fn noncurrent_versions_expire_after_their_days_as_noncurrent() {
         bid("v3")
     );
 }
+
+/// ReportMissing naming the current version's blob and a noncurrent
+/// version's blob of the same key in one call must mark both.
+#[test]
+fn report_missing_marks_current_and_noncurrent_of_one_key() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    let v1 = put_version(&kv, "k", "b"); // noncurrent, blob id sorts second
+    put_version(&kv, "k", "a"); // current, blob id sorts first
+    let a = exec(
+        &kv,
+        Command::ReportMissing(pb::ReportMissingRequest {
+            node_id: 3,
+            shards: vec![
+                pb::ShardRef {
+                    blob_id: bid("a"),
+                    shard_index: 2,
+                },
+                pb::ShardRef {
+                    blob_id: bid("b"),
+                    shard_index: 2,
+                },
+            ],
+            ..Default::default()
+        }),
+    );
+    let old = get(&kv, "k", &v1).unwrap();
+    assert_eq!(
+        old.parts[0].placement.as_ref().unwrap().missing,
+        vec![2],
+        "noncurrent not marked"
+    );
+    assert_eq!(a, Applied::Marked(2));
+}
+
+/// Paging one version at a time (with and without a delimiter) lists the
+/// same entries as one page.
+#[test]
+fn paging_by_one_matches_one_page() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    put(&kv, "b", "a", "n0");
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    put_version(&kv, "a", "a1");
+    delete(&kv, "a", "");
+    put_version(&kv, "c/1", "c1");
+    delete(&kv, "c/1", "");
+    put_version(&kv, "c/2", "c2");
+    put_version(&kv, "d", "d1");
+    set_versioning(&kv, "b", pb::Versioning::Suspended);
+    put(&kv, "b", "d", "d2");
+    delete(&kv, "e", "");
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    put_version(&kv, "e", "e1");
+    delete(&kv, "e", "");
+    for delimiter in [None, Some("/".to_string())] {
+        let all = list_versions(
+            &kv,
+            &pb::ListVersionsRequest {
+                bucket: "b".into(),
+                delimiter: delimiter.clone(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let whole: Vec<_> = all
+            .versions
+            .iter()
+            .map(|e| {
+                let o = e.object.clone().unwrap();
+                (o.key, o.version_id, o.delete_marker, e.is_latest)
+            })
+            .collect();
+        let (mut km, mut vm) = (String::new(), String::new());
+        let (mut got, mut cps) = (Vec::new(), Vec::new());
+        loop {
+            let r = list_versions(
+                &kv,
+                &pb::ListVersionsRequest {
+                    bucket: "b".into(),
+                    delimiter: delimiter.clone(),
+                    key_marker: km.clone(),
+                    version_id_marker: vm.clone(),
+                    max_keys: 1,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            for e in r.versions {
+                let o = e.object.unwrap();
+                got.push((o.key, o.version_id, o.delete_marker, e.is_latest));
+            }
+            cps.extend(r.common_prefixes);
+            if !r.is_truncated {
+                break;
+            }
+            (km, vm) = (r.next_key_marker, r.next_version_id_marker);
+        }
+        assert_eq!(got, whole, "{delimiter:?}");
+        assert_eq!(cps, all.common_prefixes);
+    }
+}
+
+/// The layout invariants (docs/versioning.md) and the reference index
+/// against the records, after every step of a random sequence.
+fn check_invariants(kv: &MemStore, released: &[String]) {
+    use std::collections::BTreeMap;
+    // Records by key: current and rows.
+    let mut blobs = BTreeSet::new();
+    let mut by_key: BTreeMap<String, (Option<pb::ObjectRecord>, Vec<pb::ObjectRecord>)> =
+        BTreeMap::new();
+    for (_, v) in kv
+        .scan(
+            Space::Objects,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            100000,
+        )
+        .unwrap()
+    {
+        let o: pb::ObjectRecord = prost::Message::decode(v.as_slice()).unwrap();
+        for p in &o.parts {
+            let id = &p.placement.as_ref().unwrap().blob_id;
+            assert!(blobs.insert(id.clone()), "blob {id} twice");
+        }
+        let k = o.key.clone();
+        by_key.entry(k).or_default().0 = Some(o);
+    }
+    for (_, v) in kv
+        .scan(
+            Space::Versions,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            100000,
+        )
+        .unwrap()
+    {
+        let o: pb::ObjectRecord = prost::Message::decode(v.as_slice()).unwrap();
+        for p in &o.parts {
+            let id = &p.placement.as_ref().unwrap().blob_id;
+            assert!(blobs.insert(id.clone()), "blob {id} twice");
+        }
+        let k = o.key.clone();
+        by_key.entry(k).or_default().1.push(o);
+    }
+    let r: BTreeSet<String> = all_references(kv).unwrap().into_iter().collect();
+    assert_eq!(r, blobs, "refs vs records");
+    for id in released {
+        assert!(!r.contains(id), "released {id} still referenced");
+    }
+    for id in &blobs {
+        let (_, p) = current_placement(kv, id)
+            .unwrap()
+            .expect("locator resolves");
+        assert_eq!(&p.blob_id, id);
+    }
+    for (key, (cur, rows)) in &by_key {
+        let nulls = cur
+            .iter()
+            .chain(rows.iter())
+            .filter(|o| o.version_id.is_empty())
+            .count();
+        assert!(nulls <= 1, "{key}: {nulls} nulls");
+        if let Some(c) = cur {
+            for r in rows {
+                assert!(c.seq > r.seq, "{key}: current older than a row");
+            }
+        }
+        for w in rows.windows(2) {
+            assert!(w[0].seq > w[1].seq);
+        }
+        if cur.is_none() && !rows.is_empty() {
+            assert!(
+                rows[0].delete_marker,
+                "{key}: latest non-marker row without current"
+            );
+        }
+    }
+    // Paging by one equals one page.
+    let all = list_versions(
+        kv,
+        &pb::ListVersionsRequest {
+            bucket: "b".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let whole: Vec<_> = all
+        .versions
+        .iter()
+        .map(|e| {
+            let o = e.object.clone().unwrap();
+            (o.key, o.version_id, e.is_latest)
+        })
+        .collect();
+    let (mut km, mut vm, mut got) = (String::new(), String::new(), Vec::new());
+    loop {
+        let r = list_versions(
+            kv,
+            &pb::ListVersionsRequest {
+                bucket: "b".into(),
+                key_marker: km.clone(),
+                version_id_marker: vm.clone(),
+                max_keys: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for e in r.versions {
+            let o = e.object.unwrap();
+            got.push((o.key, o.version_id, e.is_latest));
+        }
+        if !r.is_truncated {
+            break;
+        }
+        (km, vm) = (r.next_key_marker, r.next_version_id_marker);
+    }
+    assert_eq!(got, whole);
+    for pre in ["", "l", "l/"] {
+        let all = list_versions(
+            kv,
+            &pb::ListVersionsRequest {
+                bucket: "b".into(),
+                prefix: pre.into(),
+                delimiter: Some("/".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let whole: Vec<_> = all
+            .versions
+            .iter()
+            .map(|e| {
+                let o = e.object.clone().unwrap();
+                (o.key, o.version_id, e.is_latest)
+            })
+            .collect();
+        let (mut km, mut vm, mut got, mut cps) =
+            (String::new(), String::new(), Vec::new(), Vec::new());
+        loop {
+            let r = list_versions(
+                kv,
+                &pb::ListVersionsRequest {
+                    bucket: "b".into(),
+                    prefix: pre.into(),
+                    delimiter: Some("/".into()),
+                    key_marker: km.clone(),
+                    version_id_marker: vm.clone(),
+                    max_keys: 1,
+                },
+            )
+            .unwrap();
+            for e in r.versions {
+                let o = e.object.unwrap();
+                got.push((o.key, o.version_id, e.is_latest));
+            }
+            cps.extend(r.common_prefixes);
+            if !r.is_truncated {
+                break;
+            }
+            (km, vm) = (r.next_key_marker, r.next_version_id_marker);
+        }
+        assert_eq!(got, whole);
+        assert_eq!(cps, all.common_prefixes);
+    }
+    let latest: Vec<_> = whole.iter().filter(|x| x.2).map(|x| x.0.clone()).collect();
+    assert_eq!(
+        latest,
+        by_key.keys().cloned().collect::<Vec<_>>(),
+        "one latest per key"
+    );
+}
+
+#[test]
+fn random_ops_keep_invariants() {
+    for seed in 1..=300u64 {
+        let kv = MemStore::new();
+        bucket(&kv, "b");
+        let rule = pb::LifecycleRule {
+            enabled: true,
+            noncurrent_days: 1,
+            ..Default::default()
+        };
+        exec(
+            &kv,
+            Command::PutBucketConfig(pb::PutBucketConfigRequest {
+                name: "b".into(),
+                config: Some(pb::put_bucket_config_request::Config::Lifecycle(
+                    pb::BucketLifecycle { rules: vec![rule] },
+                )),
+                ..Default::default()
+            }),
+        );
+        let mut rng = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let mut next = |n: u64| {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 33) % n
+        };
+        let keys = ["k", "l/1", "l/2"];
+        let mut blob = 0;
+        let mut log = Vec::new();
+        for _ in 0..40 {
+            let key = keys[next(3) as usize];
+            let op = next(10);
+            let applied = match op {
+                0..=3 => {
+                    blob += 1;
+                    let name = format!("s{seed}-{blob}");
+                    log.push(format!("put {key} {name}"));
+                    put(&kv, "b", key, &name)
+                }
+                4 | 5 => {
+                    log.push(format!("delete {key}"));
+                    delete(&kv, key, "")
+                }
+                6 => {
+                    let vs = listed(
+                        &kv,
+                        pb::ListVersionsRequest {
+                            prefix: key.into(),
+                            ..Default::default()
+                        },
+                    );
+                    let vs: Vec<_> = vs.into_iter().filter(|v| v.0 == key).collect();
+                    if vs.is_empty() {
+                        continue;
+                    }
+                    let v = &vs[next(vs.len() as u64) as usize];
+                    let id = if v.1.is_empty() {
+                        "null".to_string()
+                    } else {
+                        v.1.clone()
+                    };
+                    log.push(format!("delete {key} id {id}"));
+                    delete(&kv, key, &id)
+                }
+                7 => {
+                    let s = if next(2) == 0 {
+                        pb::Versioning::Enabled
+                    } else {
+                        pb::Versioning::Suspended
+                    };
+                    log.push(format!("versioning {s:?}"));
+                    set_versioning(&kv, "b", s);
+                    continue;
+                }
+                8 => {
+                    let bucket_rec = get_bucket(&kv, "b").unwrap();
+                    let found = crate::sm::lifecycle::expired_versions(
+                        &kv,
+                        &bucket_rec,
+                        None,
+                        100_000,
+                        1_000,
+                        256,
+                    )
+                    .unwrap()
+                    .found;
+                    log.push(format!("expire versions {}", found.len()));
+                    exec_at(
+                        &kv,
+                        Command::ExpireObjects(sluice_proto::raft::ExpireObjects {
+                            objects: found,
+                            day_ms: 1_000,
+                        }),
+                        100_000,
+                    )
+                }
+                _ => {
+                    let objects = keys
+                        .iter()
+                        .map(|k| sluice_proto::raft::ExpireObject {
+                            bucket: "b".into(),
+                            key: k.to_string(),
+                            etag: "e".into(),
+                            last_modified_ms: 0,
+                            version_id: String::new(),
+                        })
+                        .collect();
+                    log.push("expire current".to_string());
+                    exec_at(
+                        &kv,
+                        Command::ExpireObjects(sluice_proto::raft::ExpireObjects {
+                            objects,
+                            day_ms: 0,
+                        }),
+                        100_000,
+                    )
+                }
+            };
+            let released: Vec<String> = match &applied {
+                Applied::Released(r) | Applied::Versioned { released: r, .. } => {
+                    r.iter().map(|p| p.blob_id.clone()).collect()
+                }
+                Applied::Refused { .. } => panic!("{applied:?} {log:?}"),
+                _ => vec![],
+            };
+            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                check_invariants(&kv, &released)
+            }));
+            if res.is_err() {
+                panic!("seed {seed}: {log:#?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn many_versions_cross_scan_chunks() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    put(&kv, "b", "a", "a-null");
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    for key in ["a", "p/1", "p/2", "z"] {
+        for i in 0..300 {
+            put_version(&kv, key, &format!("{key}-{i}"));
+        }
+    }
+    assert_eq!(
+        get(&kv, "a", "null").unwrap().parts[0]
+            .placement
+            .as_ref()
+            .unwrap()
+            .blob_id,
+        bid("a-null")
+    );
+    for (delim, maxk) in [
+        (None, 1000u32),
+        (Some("/".to_string()), 1000),
+        (None, 7),
+        (Some("/".to_string()), 7),
+    ] {
+        let (mut km, mut vm, mut got, mut cps) =
+            (String::new(), String::new(), Vec::new(), Vec::new());
+        loop {
+            let r = list_versions(
+                &kv,
+                &pb::ListVersionsRequest {
+                    bucket: "b".into(),
+                    delimiter: delim.clone(),
+                    key_marker: km.clone(),
+                    version_id_marker: vm.clone(),
+                    max_keys: maxk,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            for e in r.versions {
+                let o = e.object.unwrap();
+                got.push((o.key, o.version_id, e.is_latest));
+            }
+            cps.extend(r.common_prefixes);
+            if !r.is_truncated {
+                break;
+            }
+            (km, vm) = (r.next_key_marker, r.next_version_id_marker);
+        }
+        let n = if delim.is_some() { 601 } else { 1201 };
+        assert_eq!(got.len(), n, "{delim:?} {maxk}");
+        assert_eq!(
+            got.iter().filter(|x| x.2).count(),
+            if delim.is_some() { 2 } else { 4 }
+        );
+        assert_eq!(cps.len(), if delim.is_some() { 1 } else { 0 });
+        let mut sorted = got.clone();
+        sorted.dedup();
+        assert_eq!(sorted.len(), got.len());
+    }
+}
+
+/// A store that applies `hook` just before the first read of `Versions`:
+/// a Raft entry applied between two reads of a concurrent read RPC.
+struct Racy {
+    inner: MemStore,
+    hook: std::sync::Mutex<Option<crate::store::Batch>>,
+}
+
+impl KvStore for Racy {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, crate::store::KvError> {
+        if space == Space::Versions
+            && let Some(b) = self.hook.lock().unwrap().take()
+        {
+            self.inner.apply(b)?;
+        }
+        self.inner.get(space, key)
+    }
+    fn scan(
+        &self,
+        space: Space,
+        start: std::ops::Bound<&[u8]>,
+        end: std::ops::Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<crate::store::Pair>, crate::store::KvError> {
+        self.inner.scan(space, start, end, limit)
+    }
+    fn last(&self, space: Space) -> Result<Option<crate::store::Pair>, crate::store::KvError> {
+        self.inner.last(space)
+    }
+    fn apply(&self, batch: crate::store::Batch) -> Result<(), crate::store::KvError> {
+        self.inner.apply(batch)
+    }
+    async fn flush(&self) -> Result<(), crate::store::KvError> {
+        Ok(())
+    }
+}
+
+/// Collectable racing a DeleteObject by id that promotes a noncurrent
+/// version: the promoted (now current) version's shard must not be
+/// collectable.
+#[test]
+fn collectable_races_a_promotion() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    put_version(&kv, "k", "x");
+    let v2 = put_version(&kv, "k", "y");
+    exec(
+        &kv,
+        Command::CloseEpochs(sluice_proto::raft::CloseEpochs {
+            epochs: vec![EPOCH],
+        }),
+    );
+    // The entry deleting v2 by id (promotes v1), not applied yet.
+    let (promote, _) = apply_command(
+        &kv,
+        next_index(),
+        &MetaCommand {
+            command: Some(Command::DeleteObject(pb::ObjectKey {
+                bucket: "b".into(),
+                key: "k".into(),
+                version_id: v2,
+                ..Default::default()
+            })),
+            leader_now_ms: 0,
+        },
+    )
+    .unwrap();
+    let racy = Racy {
+        inner: kv,
+        hook: std::sync::Mutex::new(Some(promote)),
+    };
+    let shard = pb::ShardRef {
+        blob_id: bid("x"),
+        shard_index: 0,
+    };
+    let out = crate::sm::collectable(&racy, 1, &[shard], 0, 1_000).unwrap();
+    // x is now the current version of k.
+    assert_eq!(
+        get(&racy.inner, "k", "").unwrap().parts[0]
+            .placement
+            .as_ref()
+            .unwrap()
+            .blob_id,
+        bid("x")
+    );
+    assert!(
+        out.is_empty(),
+        "shard 0 of the current version is collectable: {out:?}"
+    );
+}
