@@ -22,7 +22,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// warp-style multipart-put: parallel multipart uploads of fresh random parts for a duration,
-    /// with UploadPart latency, errors by S3 code and per-second server RSS samples.
+    /// with UploadPart latency, errors by S3 code, per-second server RSS samples and server CPU
+    /// per part and per GiB.
     MultipartPut(Box<MultipartPutOptions>),
     /// warp-style put: --concurrent workers loop PutObject of fresh random --obj-size objects
     /// for --duration, with PutObject latency, errors by S3 code, server RSS per second and

@@ -8,7 +8,9 @@
 //! part is freshly generated pseudo-random data. At the deadline everything
 //! in flight is dropped: unfinished uploads are left as they are, never
 //! aborted, as warp leaves them. Only UploadPart is timed, from the first
-//! attempt to the final response, SDK retries included.
+//! attempt to the final response, SDK retries included. The load phase
+//! itself (sampling, server CPU, its end) is [`crate::load`]'s, shared with
+//! `put` and `get`.
 //!
 //! With `--uploads-per-worker N` each worker stops after N uploads and the
 //! run ends when every worker has stopped (or at `--duration`, whichever
@@ -93,8 +95,9 @@ pub struct MultipartPutOptions {
     /// How long to generate load, e.g. 30s, 5m, 1h (warp --duration; same default).
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     pub duration: Duration,
-    /// Processes whose RSS is sampled every second: comma-separated `pid` or `name=pid`
-    /// (`self` = this process), e.g. gateway=4242,meta=4243,dn1=4244.
+    /// Processes whose RSS is sampled every second and whose CPU time is read at the start and
+    /// the end of the load: comma-separated `pid` or `name=pid` (`self` = this process),
+    /// e.g. gateway=4242,meta=4243,dn1=4244.
     #[arg(long, default_value = "")]
     pub pids: String,
     /// Directory for samples.csv, summary.json and chart.svg (created if missing).
