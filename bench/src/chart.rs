@@ -1,5 +1,6 @@
-//! `chart.svg`: throughput per second and its moving average (top panel)
-//! and per-process RSS (bottom panel) over elapsed seconds.
+//! `chart.svg`: throughput per second of the timed requests and its
+//! moving average (top panel) and per-process RSS (bottom panel) over
+//! elapsed seconds.
 //!
 //! Drawn with plotters' SVG backend without a font feature: text is
 //! emitted as SVG `<text>` elements and laid out by the viewer, so no
@@ -20,17 +21,19 @@ pub const SMOOTHING_WINDOW: usize = 10;
 pub const SIZE: (u32, u32) = (1200, 900);
 
 /// Draws `samples` (rows of `samples.csv` for processes `names`) into an
-/// SVG file at `path`, titled `title`.
+/// SVG file at `path`, titled `title`; `operation` names the timed
+/// requests (`UploadPart`, `PutObject`, `GetObject`) in the throughput caption.
 ///
 /// # Errors
 /// [`BenchError::Chart`] when drawing or writing the file fails.
 pub fn draw(
     path: &Path,
     title: &str,
+    operation: &str,
     names: &[String],
     samples: &[Sample],
 ) -> Result<(), BenchError> {
-    draw_inner(path, title, names, samples).map_err(|source| BenchError::Chart {
+    draw_inner(path, title, operation, names, samples).map_err(|source| BenchError::Chart {
         path: path.to_owned(),
         source,
     })
@@ -39,6 +42,7 @@ pub fn draw(
 fn draw_inner(
     path: &Path,
     title: &str,
+    operation: &str,
     names: &[String],
     samples: &[Sample],
 ) -> Result<(), crate::error::BoxError> {
@@ -57,7 +61,7 @@ fn draw_inner(
 
     let mut throughput = ChartBuilder::on(&top)
         .caption(
-            format!("UploadPart throughput (mean {mean:.1} MiB/s)"),
+            format!("{operation} throughput (mean {mean:.1} MiB/s)"),
             ("sans-serif", 18),
         )
         .margin(12)
@@ -161,17 +165,18 @@ mod tests {
             .map(|t| Sample {
                 elapsed_s: f64::from(t),
                 mib_per_s: 30.0 + f64::from(t % 7),
-                parts_done: u64::from(t as u32) * 3,
+                ops_done: u64::from(t as u32) * 3,
                 errors: 0,
                 // dn1 "exits" after 40 s.
                 rss_mib: vec![Some(250.0 + f64::from(t)), (t <= 40).then_some(100.0)],
             })
             .collect();
-        draw(&path, "multipart-put test", &names, &samples).expect("draw");
+        draw(&path, "multipart-put test", "UploadPart", &names, &samples).expect("draw");
         let svg = std::fs::read_to_string(&path).expect("read svg");
         assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
         for text in [
             "multipart-put test",
+            "UploadPart throughput",
             "MiB/s",
             "elapsed (s)",
             "RSS (MiB)",
@@ -188,8 +193,9 @@ mod tests {
     fn draws_without_samples_or_processes() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("chart.svg");
-        draw(&path, "empty", &[], &[]).expect("draw");
+        draw(&path, "empty", "GetObject", &[], &[]).expect("draw");
         let svg = std::fs::read_to_string(&path).expect("read svg");
         assert!(svg.contains("no --pids given"));
+        assert!(svg.contains("GetObject throughput"));
     }
 }

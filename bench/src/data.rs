@@ -31,6 +31,12 @@ pub fn part_seed(run_seed: u64, worker: u64, upload: u64, part: u64) -> u64 {
     splitmix64(run_seed ^ splitmix64(worker ^ splitmix64(upload ^ splitmix64(part))))
 }
 
+/// A seed unique to one object of one worker in one run (`put`, `get`);
+/// part numbers start at 1, so it differs from every [`part_seed`] too.
+pub fn object_seed(run_seed: u64, worker: u64, object: u64) -> u64 {
+    part_seed(run_seed, worker, object, 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +80,8 @@ mod tests {
             part_seed(1, 0, 1, 1),
             part_seed(1, 1, 0, 1),
             part_seed(2, 0, 0, 1),
+            object_seed(1, 0, 1),
+            object_seed(1, 1, 1),
         ];
         for i in 0..seeds.len() {
             for j in i + 1..seeds.len() {

@@ -64,6 +64,15 @@ pub enum BenchError {
         #[source]
         source: BoxError,
     },
+    /// `get` could not write one of the objects it reads.
+    #[error("write seed object `{key}`")]
+    Seed {
+        /// Object key.
+        key: String,
+        /// The S3 SDK error.
+        #[source]
+        source: BoxError,
+    },
     /// The target bucket could not be checked or created.
     #[error("prepare bucket `{bucket}`")]
     Bucket {

@@ -9,6 +9,13 @@
 //! throughput, latency percentiles and error responses by S3 code, and
 //! writes `samples.csv`, `summary.json` and `chart.svg`.
 //!
+//! `put` and `get` reproduce warp's benchmarks of those names:
+//! `--concurrent` workers loop PutObject of fresh `--obj-size` objects, or
+//! GetObject of `--objects` objects written beforehand, for `--duration`;
+//! they report like `multipart-put` and delete what they wrote at the end
+//! (see [`objects`]). All three also report the CPU time the `--pids`
+//! processes used during the load, per request and per GiB.
+//!
 //! `soak` starts a multi-process Sluice cluster and runs the issue-3 soak
 //! shapes (seed, SDK-default, overload) with that engine, judging each by
 //! RSS, errors, SlowDown and byte-identical read-back (see [`soak`] and
@@ -20,16 +27,20 @@
 //! nodes down (see [`heal`]).
 //!
 //! # Layout
-//! * [`multipart`] — the workload: options, workers, sampler, the run.
+//! * [`multipart`] — the `multipart-put` workload: options, workers, the run.
+//! * [`objects`] — the `put` and `get` workloads and their cleanup.
+//! * [`load`] — the timed load phase they share: counters, the per-second
+//!   sampler, server CPU at both ends, setup and output steps.
 //! * [`s3`] — SDK client setup and the interceptor that counts every error
 //!   response (retried ones too) by S3 code.
 //! * [`data`] — pseudo-random part payloads.
 //! * [`completed`] — completed uploads and the bytes they must hold.
 //! * [`verify`] — reading completed uploads back, byte for byte.
 //! * [`stats`] — HDR latency percentiles, throughput arithmetic.
-//! * [`rss`] — `--pids` parsing and `/proc/PID/status` `VmRSS` sampling.
+//! * [`rss`] — `--pids` parsing, `/proc/PID/status` `VmRSS` sampling and
+//!   `/proc/PID/stat` CPU ticks.
 //! * [`samples`] — the `samples.csv` format (write and parse).
-//! * [`report`] — the end-of-run summary (`summary.json` and stdout text).
+//! * [`report`] — the end-of-run summaries (`summary.json` and stdout text).
 //! * [`chart`] — `chart.svg` (throughput and RSS over time).
 //! * [`soak`] — the soak benchmark: cluster, shapes, verdicts.
 //! * [`heal`] — the heal benchmark: wipe a datanode, follow the rebuild.
@@ -40,6 +51,8 @@ pub mod completed;
 pub mod data;
 pub mod error;
 pub mod heal;
+pub mod load;
+pub mod objects;
 pub mod rss;
 pub mod samples;
 pub mod stats;

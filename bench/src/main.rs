@@ -5,6 +5,7 @@
 use clap::{Parser, Subcommand};
 use sluice_bench::heal::{self, HealOptions};
 use sluice_bench::multipart::{self, MultipartPutOptions};
+use sluice_bench::objects::{self, GetOptions, ObjectOptions};
 use sluice_bench::soak::{self, SoakOptions};
 
 #[derive(Parser)]
@@ -21,8 +22,18 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// warp-style multipart-put: parallel multipart uploads of fresh random parts for a duration,
-    /// with UploadPart latency, errors by S3 code and per-second server RSS samples.
+    /// with UploadPart latency, errors by S3 code, per-second server RSS samples and server CPU
+    /// per part and per GiB.
     MultipartPut(Box<MultipartPutOptions>),
+    /// warp-style put: --concurrent workers loop PutObject of fresh random --obj-size objects
+    /// for --duration, with PutObject latency, errors by S3 code, server RSS per second and
+    /// server CPU per op and per GiB; then deletes the objects (unless --keep).
+    Put(Box<ObjectOptions>),
+    /// warp-style get: writes --objects objects of --obj-size (untimed), then --concurrent
+    /// workers loop GetObject of a random one, reading the whole body (a wrong length or ETag
+    /// counts as an error), for --duration; reports like put, then deletes the objects
+    /// (unless --keep).
+    Get(Box<GetOptions>),
     /// Soak: start a multi-process Sluice cluster (meta, 6 datanodes, gateway), run the seed,
     /// SDK-default and overload shapes, print a PASS/FAIL verdict per shape, write verdict.json.
     /// Exits with status 1 when a shape fails.
@@ -48,12 +59,19 @@ async fn main() -> anyhow::Result<()> {
             let out_dir = options.out_dir.clone();
             let summary = multipart::run(*options).await?;
             print!("{}", summary.render_text());
-            println!(
-                "  files:       {}, {}, {}",
-                out_dir.join("samples.csv").display(),
-                out_dir.join("summary.json").display(),
-                out_dir.join("chart.svg").display()
-            );
+            print_files(&out_dir);
+        }
+        Command::Put(options) => {
+            let out_dir = options.out_dir.clone();
+            let summary = objects::run_put(*options).await?;
+            print!("{}", summary.render_text());
+            print_files(&out_dir);
+        }
+        Command::Get(options) => {
+            let out_dir = options.object.out_dir.clone();
+            let summary = objects::run_get(*options).await?;
+            print!("{}", summary.render_text());
+            print_files(&out_dir);
         }
         Command::Soak(options) => {
             let verdict = options.out_dir.join("verdict.json");
@@ -75,4 +93,14 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The files line of the `multipart-put`, `put` and `get` reports.
+fn print_files(out_dir: &std::path::Path) {
+    println!(
+        "  files:       {}, {}, {}",
+        out_dir.join("samples.csv").display(),
+        out_dir.join("summary.json").display(),
+        out_dir.join("chart.svg").display()
+    );
 }

@@ -8,7 +8,9 @@
 //! part is freshly generated pseudo-random data. At the deadline everything
 //! in flight is dropped: unfinished uploads are left as they are, never
 //! aborted, as warp leaves them. Only UploadPart is timed, from the first
-//! attempt to the final response, SDK retries included.
+//! attempt to the final response, SDK retries included. The load phase
+//! itself (sampling, server CPU, its end) is [`crate::load`]'s, shared with
+//! `put` and `get`.
 //!
 //! With `--uploads-per-worker N` each worker stops after N uploads and the
 //! run ends when every worker has stopped (or at `--duration`, whichever
@@ -20,29 +22,31 @@
 //! worker's next part when the SDK has released it, so the payload held is
 //! at most `concurrent x part_concurrent x part_size`.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use aws_sdk_s3::error::DisplayErrorContext;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use bytes::BytesMut;
 use bytesize::ByteSize;
 use clap::ArgAction;
 use tokio::task::JoinSet;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
 use crate::completed::{CompletedLog, CompletedUpload};
-use crate::data::{fill, part_seed, splitmix64};
+use crate::data::{fill, part_seed};
 use crate::error::BenchError;
+use crate::load::{
+    FIRST_FAILURE_BACKOFF, LoadPhase, MAX_FAILURE_BACKOFF, Meter, Probe, connect, create_out_dir,
+    new_run_seed, write_summary,
+};
 use crate::report::{ProcessRss, Shape, Summary, UploadCounts};
 use crate::rss::{ProcTarget, parse_targets};
-use crate::s3::{ChecksumMode, ClientOptions, ErrorTally, SLOW_DOWN, build_client, ensure_bucket};
-use crate::samples::{Sample, SamplesWriter, bytes_to_mib};
-use crate::stats::{LatencyStats, mib_per_s, per_second};
+use crate::s3::{ChecksumMode, ClientOptions, SLOW_DOWN};
+use crate::samples::{Counted, SamplesWriter};
+use crate::stats::{mib_per_s, per_second};
 
 /// S3 limits on multipart uploads (AWS "Amazon S3 multipart upload limits").
 const MAX_PARTS: u32 = 10_000;
@@ -51,19 +55,6 @@ const MAX_PART_SIZE: u64 = 5 * 1024 * 1024 * 1024;
 /// Smallest non-final part AWS S3 accepts, bytes (5 MiB); smaller parts are
 /// allowed here (other servers may accept them) but warned about.
 const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
-/// Failed requests logged individually before logging only every 100th.
-const LOGGED_FAILURES: u64 = 20;
-/// Pause after a failed upload before the worker starts the next one,
-/// doubling up to [`MAX_FAILURE_BACKOFF`].
-const FIRST_FAILURE_BACKOFF: Duration = Duration::from_millis(100);
-/// Cap of the pause after repeated failed uploads.
-const MAX_FAILURE_BACKOFF: Duration = Duration::from_secs(2);
-
-/// Interval between two samples (throughput and RSS).
-const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
-/// A progress line (mean throughput so far) is logged every this many samples.
-const PROGRESS_LOG_EVERY: usize = 10;
-
 /// Flags of `sluice-bench multipart-put`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct MultipartPutOptions {
@@ -104,8 +95,9 @@ pub struct MultipartPutOptions {
     /// How long to generate load, e.g. 30s, 5m, 1h (warp --duration; same default).
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     pub duration: Duration,
-    /// Processes whose RSS is sampled every second: comma-separated `pid` or `name=pid`
-    /// (`self` = this process), e.g. gateway=4242,meta=4243,dn1=4244.
+    /// Processes whose RSS is sampled every second and whose CPU time is read at the start and
+    /// the end of the load: comma-separated `pid` or `name=pid` (`self` = this process),
+    /// e.g. gateway=4242,meta=4243,dn1=4244.
     #[arg(long, default_value = "")]
     pub pids: String,
     /// Directory for samples.csv, summary.json and chart.svg (created if missing).
@@ -204,71 +196,32 @@ impl MultipartPutOptions {
     }
 }
 
-/// Counters shared by the workers and the sampler.
+/// The timed UploadParts ([`Meter`]) and the outcomes of the uploads.
 #[derive(Debug)]
 struct Progress {
-    deadline: Instant,
-    bytes: AtomicU64,
-    parts: AtomicU64,
-    latency: Mutex<LatencyStats>,
+    meter: Meter,
     started: AtomicU64,
     completed: AtomicU64,
     failed: AtomicU64,
     left_open: AtomicU64,
     deleted: AtomicU64,
-    failed_requests: Mutex<BTreeMap<String, u64>>,
-    failures_seen: AtomicU64,
-    buffers_allocated: AtomicU64,
 }
 
 impl Progress {
     fn new(deadline: Instant) -> Self {
         Self {
-            deadline,
-            bytes: AtomicU64::new(0),
-            parts: AtomicU64::new(0),
-            latency: Mutex::new(LatencyStats::new()),
+            meter: Meter::new(deadline),
             started: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             left_open: AtomicU64::new(0),
             deleted: AtomicU64::new(0),
-            failed_requests: Mutex::new(BTreeMap::new()),
-            failures_seen: AtomicU64::new(0),
-            buffers_allocated: AtomicU64::new(0),
         }
     }
 
-    /// Records a successful UploadPart unless it ended after the deadline
-    /// (the run is over; warp drops such late results too).
-    fn part_done(&self, bytes: u64, latency: Duration) {
-        if Instant::now() > self.deadline {
-            return;
-        }
-        self.latency
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .record(latency);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.parts.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Records a request that failed after all attempts.
+    /// [`Meter::request_failed`].
     fn request_failed(&self, operation: &'static str, key: &str, error: impl std::error::Error) {
-        if Instant::now() > self.deadline {
-            return;
-        }
-        {
-            let mut map = self
-                .failed_requests
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            *map.entry(operation.to_owned()).or_default() += 1;
-        }
-        let seen = self.failures_seen.fetch_add(1, Ordering::Relaxed) + 1;
-        if seen <= LOGGED_FAILURES || seen.is_multiple_of(100) {
-            tracing::warn!(operation, key, failures = seen, error = %DisplayErrorContext(&error), "request failed after all attempts");
-        }
+        self.meter.request_failed(operation, key, error);
     }
 }
 
@@ -347,9 +300,7 @@ impl Worker {
         loop {
             while !failed && next_part <= self.parts && in_flight.len() < self.part_concurrent {
                 let buffer = pool.pop().unwrap_or_else(|| {
-                    self.progress
-                        .buffers_allocated
-                        .fetch_add(1, Ordering::Relaxed);
+                    self.progress.meter.buffer_allocated();
                     BytesMut::zeroed(self.part_size)
                 });
                 let part = PartJob {
@@ -507,7 +458,7 @@ impl PartJob {
         let buffer = body.try_into_mut().ok();
         let outcome = match result {
             Ok(out) => {
-                self.progress.part_done(self.part_size as u64, latency);
+                self.progress.meter.op_done(self.part_size as u64, latency);
                 PartOutcome::Uploaded {
                     e_tag: out.e_tag().map(str::to_owned),
                 }
@@ -539,19 +490,6 @@ pub struct RunHooks {
     pub stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
-/// Resolves once `stop` holds `true`; never without a receiver, or when its
-/// sender is gone without having said stop.
-async fn stop_requested(stop: Option<tokio::sync::watch::Receiver<bool>>) {
-    match stop {
-        Some(mut rx) => {
-            if rx.wait_for(|stop| *stop).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-        None => std::future::pending::<()>().await,
-    }
-}
-
 /// Runs the benchmark: prepares the bucket, generates load for
 /// `--duration` while sampling every second, then writes `samples.csv`
 /// (during the run), `summary.json` and `chart.svg` into `--out-dir`.
@@ -576,32 +514,17 @@ pub async fn run_with(
     if options.part_size.as_u64() < MIN_PART_SIZE && options.parts > 1 {
         tracing::warn!(part_size = %options.part_size.to_string_as(true), "parts below 5 MiB are rejected by AWS S3 at CompleteMultipartUpload");
     }
-    std::fs::create_dir_all(&options.out_dir).map_err(|source| BenchError::WriteOutput {
-        path: options.out_dir.clone(),
-        source,
-    })?;
+    create_out_dir(&options.out_dir)?;
     let names: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
+    let (client, tally) = connect(&options.client_options(), &options.bucket).await?;
 
-    let tally = Arc::new(ErrorTally::default());
-    let client = build_client(&options.client_options(), Arc::clone(&tally));
-    let created = ensure_bucket(&client, &options.bucket, &options.region).await?;
-    tracing::info!(bucket = %options.bucket, created, "bucket ready");
-    // Setup probes (HeadBucket 404) are not part of the measurement.
-    tally.reset();
-
-    let run_seed = splitmix64(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ u64::from(std::process::id()),
-    );
+    let run_seed = new_run_seed();
     let key_prefix = format!("{}/{run_seed:016x}", options.prefix);
     let csv_path = options.out_dir.join("samples.csv");
-    let mut csv = SamplesWriter::create(&csv_path, &names)?;
+    let mut csv = SamplesWriter::create(&csv_path, Counted::Parts, &names)?;
 
-    let start = Instant::now();
-    let deadline = start + options.duration;
-    let progress = Arc::new(Progress::new(deadline));
+    let mut phase = LoadPhase::begin(options.duration, &targets);
+    let progress = Arc::new(Progress::new(phase.deadline()));
     let part_size = usize::try_from(options.part_size.as_u64()).unwrap_or(usize::MAX);
     let worker = Arc::new(Worker {
         client,
@@ -622,56 +545,27 @@ pub async fn run_with(
         part_size = %options.part_size.to_string_as(true), part_concurrent = options.part_concurrent,
         duration = %humantime::format_duration(options.duration), "load started"
     );
-    let mut workers = JoinSet::new();
     for id in 0..options.concurrent as u64 {
-        workers.spawn(tokio::time::timeout_at(
-            deadline,
-            Arc::clone(&worker).run(id),
-        ));
+        phase.spawn(Arc::clone(&worker).run(id));
     }
+    // Workers end when their uploads are done or at the deadline (dropped
+    // with their parts in flight), or all at once on a stop.
+    let measured = phase
+        .finish(
+            hooks.stop.clone(),
+            Probe {
+                meter: &progress.meter,
+                tally: &tally,
+                targets: &targets,
+            },
+            &mut csv,
+        )
+        .await?;
 
-    // Workers end when their uploads are done or at the deadline (timeout_at
-    // drops them and their parts); the sampler stops when they all have.
-    // On a stop the joiner aborts the workers and waits until every one has
-    // been dropped (its connections closed), so none outlives the run.
-    let (all_done_tx, all_done_rx) = tokio::sync::oneshot::channel();
-    let (abort_tx, abort_rx) = tokio::sync::oneshot::channel::<()>();
-    let joiner = tokio::spawn(async move {
-        let aborted = tokio::select! {
-            biased;
-            Ok(()) = abort_rx => true,
-            () = async { while workers.join_next().await.is_some() {} } => false,
-        };
-        if aborted {
-            workers.shutdown().await;
-        } else {
-            let _ = all_done_tx.send(Instant::now());
-        }
-    });
-    let (samples, end, stopped) = sample_until(
-        start,
-        deadline,
-        all_done_rx,
-        stop_requested(hooks.stop.clone()),
-        &progress,
-        &tally,
-        &targets,
-        &mut csv,
-    )
-    .await?;
-    if stopped {
-        let _ = abort_tx.send(());
-    }
-    match joiner.await {
-        Err(e) if !e.is_cancelled() => {
-            tracing::error!(error = %e, "worker joiner ended abnormally");
-        }
-        _ => {}
-    }
-
-    let elapsed = end - start;
-    let bytes = progress.bytes.load(Ordering::Relaxed);
-    let parts = progress.parts.load(Ordering::Relaxed);
+    let elapsed = measured.elapsed;
+    let meter = &progress.meter;
+    let bytes = meter.bytes();
+    let parts = meter.ops();
     let started = progress.started.load(Ordering::Relaxed);
     let completed = progress.completed.load(Ordering::Relaxed);
     let failed = progress.failed.load(Ordering::Relaxed);
@@ -687,11 +581,7 @@ pub async fn run_with(
         bytes,
         mib_per_s: mib_per_s(bytes, elapsed),
         parts_per_s: per_second(parts, elapsed),
-        upload_part_latency: progress
-            .latency
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .summary(),
+        upload_part_latency: meter.latency(),
         uploads: UploadCounts {
             started,
             completed,
@@ -703,25 +593,17 @@ pub async fn run_with(
         errors_total: tally.total(),
         errors_by_code: tally.snapshot(),
         slowdown: tally.count(SLOW_DOWN),
-        failed_requests: progress
-            .failed_requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone(),
-        payload_buffers: progress.buffers_allocated.load(Ordering::Relaxed),
+        failed_requests: meter.failed_requests(),
+        payload_buffers: meter.buffers_allocated(),
         processes: targets
             .iter()
             .enumerate()
-            .map(|(i, t)| ProcessRss::from_samples(&t.name, t.pid, i, &samples))
+            .map(|(i, t)| ProcessRss::from_samples(&t.name, t.pid, i, &measured.samples))
             .collect(),
+        server_cpu: measured.server_cpu,
     };
 
-    let summary_path = options.out_dir.join("summary.json");
-    let json = serde_json::to_string_pretty(&summary)?;
-    std::fs::write(&summary_path, json + "\n").map_err(|source| BenchError::WriteOutput {
-        path: summary_path,
-        source,
-    })?;
+    write_summary(&options.out_dir, &summary)?;
     let title = hooks.chart_title.unwrap_or_else(|| {
         format!(
             "sluice-bench multipart-put: {} x {} parts of {} ({} in flight per upload)",
@@ -731,99 +613,14 @@ pub async fn run_with(
             options.part_concurrent
         )
     });
-    crate::chart::draw(&options.out_dir.join("chart.svg"), &title, &names, &samples)?;
+    crate::chart::draw(
+        &options.out_dir.join("chart.svg"),
+        &title,
+        "UploadPart",
+        &names,
+        &measured.samples,
+    )?;
     Ok(summary)
-}
-
-/// Takes one sample per second until `deadline`, until `all_done`
-/// resolves (every worker stopped) or until `stop` resolves, appending each
-/// to `csv`. Returns the samples, the end of the load phase (`deadline`, or
-/// when the workers stopped or the stop came if that was earlier; then a
-/// last sample covers the partial second) and whether `stop` ended it.
-#[allow(clippy::too_many_arguments)]
-async fn sample_until(
-    start: Instant,
-    deadline: Instant,
-    mut all_done: tokio::sync::oneshot::Receiver<Instant>,
-    stop: impl std::future::Future<Output = ()>,
-    progress: &Progress,
-    tally: &ErrorTally,
-    targets: &[ProcTarget],
-    csv: &mut SamplesWriter,
-) -> Result<(Vec<Sample>, Instant, bool), BenchError> {
-    let mut stop = std::pin::pin!(stop);
-    let mut stopped = false;
-    let mut ticker = tokio::time::interval_at(start + SAMPLE_INTERVAL, SAMPLE_INTERVAL);
-    // Ticks stay on start + k seconds; a tick missed by more than a period
-    // (an overloaded machine) is skipped and the next sample covers the
-    // longer interval, its throughput divided by the real elapsed time.
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut samples = Vec::new();
-    let mut last_at = start;
-    let mut last_bytes = 0;
-    let mut end = deadline;
-    loop {
-        let (now, last) = tokio::select! {
-            scheduled = ticker.tick() => {
-                if scheduled > deadline {
-                    break;
-                }
-                (Instant::now().min(deadline), false)
-            }
-            done = &mut all_done => {
-                // A closed channel means the joiner is gone: end now too.
-                end = done.unwrap_or_else(|_| Instant::now()).min(deadline);
-                if end <= last_at {
-                    break;
-                }
-                (end, true)
-            }
-            () = &mut stop => {
-                stopped = true;
-                end = Instant::now().min(deadline);
-                if end <= last_at {
-                    break;
-                }
-                (end, true)
-            }
-        };
-        let bytes = progress.bytes.load(Ordering::Relaxed);
-        let rss_mib = targets
-            .iter()
-            .map(|t| match t.rss_bytes() {
-                Ok(rss) => rss.map(bytes_to_mib),
-                Err(e) => {
-                    tracing::warn!(process = %t.name, pid = t.pid, error = %e, "cannot sample RSS");
-                    None
-                }
-            })
-            .collect();
-        let sample = Sample {
-            elapsed_s: (now - start).as_secs_f64(),
-            mib_per_s: mib_per_s(bytes.saturating_sub(last_bytes), now - last_at),
-            parts_done: progress.parts.load(Ordering::Relaxed),
-            errors: tally.total(),
-            rss_mib,
-        };
-        csv.write(&sample)?;
-        if samples.len() % PROGRESS_LOG_EVERY == PROGRESS_LOG_EVERY - 1 {
-            tracing::info!(
-                elapsed_s = sample.elapsed_s.round(),
-                mib_per_s = format!("{:.1}", mib_per_s(bytes, now - start)),
-                parts = sample.parts_done,
-                errors = sample.errors,
-                slowdown = tally.count(SLOW_DOWN),
-                "progress"
-            );
-        }
-        samples.push(sample);
-        last_at = now;
-        last_bytes = bytes;
-        if last {
-            break;
-        }
-    }
-    Ok((samples, end, stopped))
 }
 
 #[cfg(test)]

@@ -27,8 +27,14 @@ impl ProcTarget {
     /// in seconds, from fields 14 and 15 of `/proc/PID/stat` (proc(5));
     /// `None` when the process no longer exists or the file is malformed.
     pub fn cpu_seconds(&self) -> Option<f64> {
+        self.cpu_ticks().map(ticks_to_seconds)
+    }
+
+    /// [`Self::cpu_seconds`] in clock ticks (units of
+    /// [`CLOCK_TICKS_PER_SECOND`]), exact, for differences.
+    pub fn cpu_ticks(&self) -> Option<u64> {
         let text = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
-        parse_stat_cpu_ticks(&text).map(|ticks| ticks as f64 / clock_ticks_per_second())
+        parse_stat_cpu_ticks(&text)
     }
 
     /// Current RSS in bytes; `Ok(None)` when the process no longer exists
@@ -47,6 +53,12 @@ impl ProcTarget {
             Err(source) => Err(BenchError::ReadProc { path, source }),
         }
     }
+}
+
+/// The CPU ticks ([`ProcTarget::cpu_ticks`]) of every target, in order;
+/// `None` for one that cannot be read.
+pub fn read_cpu_ticks(targets: &[ProcTarget]) -> Vec<Option<u64>> {
+    targets.iter().map(ProcTarget::cpu_ticks).collect()
 }
 
 /// Parses a `--pids` list: comma-separated `pid` or `name=pid` entries;
@@ -110,9 +122,14 @@ pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
 
 /// The unit of `/proc/PID/stat` CPU times: `sysconf(_SC_CLK_TCK)`, which
 /// is the kernel's `USER_HZ`, fixed at 100 on every Linux architecture this
-/// benchmark runs on (time(7)).
-fn clock_ticks_per_second() -> f64 {
-    100.0
+/// benchmark runs on (time(7); `getconf CLK_TCK` prints it). Assumed rather
+/// than asked for: this crate does not depend on `libc`, and nix's
+/// `sysconf` needs a feature the workspace does not enable.
+pub const CLOCK_TICKS_PER_SECOND: u64 = 100;
+
+/// Clock ticks of `/proc/PID/stat` to seconds.
+pub fn ticks_to_seconds(ticks: u64) -> f64 {
+    ticks as f64 / CLOCK_TICKS_PER_SECOND as f64
 }
 
 /// The `VmRSS` value of a `/proc/PID/status` text, in bytes (the file
@@ -142,6 +159,47 @@ mod tests {
                     250 75 0 0 20 0 12 0 1000 123456 789 18446744073709551615";
         assert_eq!(parse_stat_cpu_ticks(stat), Some(325));
         assert_eq!(parse_stat_cpu_ticks("4242 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn parses_cpu_ticks_of_a_full_stat_line() {
+        // A whole line, the name holding ") (" and digits that would
+        // shift a naive split by whitespace.
+        let stat = "1234 (gw) (7) 1 2) R 1 1234 1234 0 -1 4194304 5821 0 0 0 \
+                    1520 347 0 0 20 0 17 0 4321 1234567890 65432 18446744073709551615 \
+                    1 1 0 0 0 0 0 4096 17634 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+        assert_eq!(parse_stat_cpu_ticks(stat), Some(1520 + 347));
+        assert_eq!(ticks_to_seconds(1867), 18.67);
+        // No name, non-numeric times, nothing after the name.
+        assert_eq!(parse_stat_cpu_ticks("1234 S 1 2 3"), None);
+        assert_eq!(
+            parse_stat_cpu_ticks("1 (x) S 1 1 1 0 -1 0 0 0 0 0 ab 3 0"),
+            None
+        );
+        assert_eq!(parse_stat_cpu_ticks("1 (x)"), None);
+        assert_eq!(parse_stat_cpu_ticks(""), None);
+    }
+
+    #[test]
+    fn reads_own_cpu_ticks() {
+        let me = ProcTarget {
+            name: "bench".into(),
+            pid: std::process::id(),
+        };
+        // Burn a little CPU so that at least one tick is likely counted.
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(30) {
+            x = x.wrapping_mul(31).wrapping_add(7);
+        }
+        std::hint::black_box(x);
+        assert!(me.cpu_ticks().is_some());
+        assert!(me.cpu_seconds().is_some_and(|s| s >= 0.0));
+        let gone = ProcTarget {
+            name: "gone".into(),
+            pid: u32::MAX - 1,
+        };
+        assert_eq!(gone.cpu_ticks(), None);
     }
 
     #[test]

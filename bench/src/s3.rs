@@ -30,6 +30,7 @@ use aws_sdk_s3::operation::complete_multipart_upload::CompleteMultipartUploadErr
 use aws_sdk_s3::operation::create_bucket::CreateBucketError;
 use aws_sdk_s3::operation::create_multipart_upload::CreateMultipartUploadError;
 use aws_sdk_s3::operation::delete_object::DeleteObjectError;
+use aws_sdk_s3::operation::delete_objects::DeleteObjectsError;
 use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::operation::head_bucket::HeadBucketError;
 use aws_sdk_s3::operation::put_object::PutObjectError;
@@ -161,6 +162,7 @@ impl Intercept for CountErrors {
                 CreateMultipartUploadError,
                 CompleteMultipartUploadError,
                 DeleteObjectError,
+                DeleteObjectsError,
                 HeadBucketError,
                 CreateBucketError,
                 GetObjectError,

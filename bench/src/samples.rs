@@ -1,10 +1,12 @@
 //! The per-second samples file (`samples.csv`).
 //!
 //! Columns: `elapsed_s,mib_per_s,parts_done,errors,rss_mib_<name>...` —
-//! seconds since the load started (3 decimals), UploadPart throughput of
-//! the interval ending then (MiB/s, 2 decimals; a part counts when its
-//! UploadPart returns, so with big parts the figure moves in whole-part
-//! steps), cumulative parts uploaded,
+//! seconds since the load started (3 decimals), throughput of the timed
+//! requests in the interval ending then (MiB/s, 2 decimals; a request
+//! counts when it returns, so with big parts or objects the figure moves in
+//! whole-request steps), cumulative timed requests done (the column is
+//! `parts_done` for `multipart-put`, whose requests are UploadParts, and
+//! `ops_done` for `put` and `get`),
 //! cumulative error responses (every attempt, retried ones included), then
 //! the RSS of each sampled process in MiB (1 decimal), empty when the
 //! process could not be read (exited).
@@ -21,10 +23,11 @@ use crate::stats::MIB;
 pub struct Sample {
     /// Seconds since the load phase started.
     pub elapsed_s: f64,
-    /// UploadPart throughput over the interval that ends at `elapsed_s`, MiB/s.
+    /// Throughput of the timed requests (UploadPart, PutObject or
+    /// GetObject) over the interval that ends at `elapsed_s`, MiB/s.
     pub mib_per_s: f64,
-    /// Parts uploaded so far.
-    pub parts_done: u64,
+    /// Timed requests done so far (column `parts_done` or `ops_done`).
+    pub ops_done: u64,
     /// Error responses so far (each failed attempt counts).
     pub errors: u64,
     /// RSS per sampled process, MiB, in `--pids` order; `None` = unreadable.
@@ -36,9 +39,28 @@ pub fn bytes_to_mib(bytes: u64) -> f64 {
     bytes as f64 / MIB
 }
 
+/// Name of the third column: what the timed requests are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// `parts_done` (UploadParts of `multipart-put`).
+    Parts,
+    /// `ops_done` (PutObjects or GetObjects of `put` and `get`).
+    Ops,
+}
+
+impl Counted {
+    /// The column name.
+    pub fn column(self) -> &'static str {
+        match self {
+            Counted::Parts => "parts_done",
+            Counted::Ops => "ops_done",
+        }
+    }
+}
+
 /// The header line (without newline) for processes named `names`.
-pub fn header(names: &[String]) -> String {
-    let mut line = String::from("elapsed_s,mib_per_s,parts_done,errors");
+pub fn header(counted: Counted, names: &[String]) -> String {
+    let mut line = format!("elapsed_s,mib_per_s,{},errors", counted.column());
     for name in names {
         line.push_str(",rss_mib_");
         line.push_str(name);
@@ -50,7 +72,7 @@ pub fn header(names: &[String]) -> String {
 pub fn format_row(sample: &Sample) -> String {
     let mut line = format!(
         "{:.3},{:.2},{},{}",
-        sample.elapsed_s, sample.mib_per_s, sample.parts_done, sample.errors
+        sample.elapsed_s, sample.mib_per_s, sample.ops_done, sample.errors
     );
     for rss in &sample.rss_mib {
         line.push(',');
@@ -75,7 +97,16 @@ pub fn parse(text: &str) -> Result<(Vec<String>, Vec<Sample>), BenchError> {
     };
     let (_, head) = lines.next().ok_or_else(|| bad(0, "empty file".into()))?;
     let columns: Vec<&str> = head.split(',').collect();
-    if columns.len() < 4 || columns[..4] != ["elapsed_s", "mib_per_s", "parts_done", "errors"] {
+    let known_count = |c: &str| {
+        [Counted::Parts, Counted::Ops]
+            .iter()
+            .any(|k| k.column() == c)
+    };
+    if columns.len() < 4
+        || columns[..2] != ["elapsed_s", "mib_per_s"]
+        || !known_count(columns[2])
+        || columns[3] != "errors"
+    {
         return Err(bad(0, format!("unexpected header `{head}`")));
     }
     let mut names = Vec::new();
@@ -115,7 +146,7 @@ pub fn parse(text: &str) -> Result<(Vec<String>, Vec<Sample>), BenchError> {
         rows.push(Sample {
             elapsed_s: float(fields[0])?,
             mib_per_s: float(fields[1])?,
-            parts_done: int(fields[2])?,
+            ops_done: int(fields[2])?,
             errors: int(fields[3])?,
             rss_mib,
         });
@@ -136,7 +167,7 @@ impl SamplesWriter {
     ///
     /// # Errors
     /// [`BenchError::WriteOutput`] when the file cannot be created or written.
-    pub fn create(path: &Path, names: &[String]) -> Result<Self, BenchError> {
+    pub fn create(path: &Path, counted: Counted, names: &[String]) -> Result<Self, BenchError> {
         let file = File::create(path).map_err(|source| BenchError::WriteOutput {
             path: path.to_owned(),
             source,
@@ -145,7 +176,7 @@ impl SamplesWriter {
             path: path.to_owned(),
             out: BufWriter::new(file),
         };
-        writer.write_line(&header(names))?;
+        writer.write_line(&header(counted, names))?;
         Ok(writer)
     }
 
@@ -175,7 +206,7 @@ mod tests {
         Sample {
             elapsed_s: 1.0004,
             mib_per_s: 33.333,
-            parts_done: 12,
+            ops_done: 12,
             errors: 3,
             rss_mib: vec![Some(250.04), None, Some(1024.0)],
         }
@@ -185,11 +216,18 @@ mod tests {
     fn header_and_row_format() {
         let names = vec!["gateway".to_owned(), "meta".to_owned(), "dn1".to_owned()];
         assert_eq!(
-            header(&names),
+            header(Counted::Parts, &names),
             "elapsed_s,mib_per_s,parts_done,errors,rss_mib_gateway,rss_mib_meta,rss_mib_dn1"
         );
         assert_eq!(format_row(&sample()), "1.000,33.33,12,3,250.0,,1024.0");
-        assert_eq!(header(&[]), "elapsed_s,mib_per_s,parts_done,errors");
+        assert_eq!(
+            header(Counted::Parts, &[]),
+            "elapsed_s,mib_per_s,parts_done,errors"
+        );
+        assert_eq!(
+            header(Counted::Ops, &[]),
+            "elapsed_s,mib_per_s,ops_done,errors"
+        );
     }
 
     #[test]
@@ -197,7 +235,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("samples.csv");
         let names = vec!["gateway".to_owned(), "meta".to_owned(), "dn1".to_owned()];
-        let mut writer = SamplesWriter::create(&path, &names).expect("create");
+        let mut writer = SamplesWriter::create(&path, Counted::Parts, &names).expect("create");
         writer.write(&sample()).expect("write");
         let mut second = sample();
         second.elapsed_s = 2.0;
@@ -212,15 +250,29 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].elapsed_s, 1.0);
         assert_eq!(rows[0].mib_per_s, 33.33);
-        assert_eq!(rows[0].parts_done, 12);
+        assert_eq!(rows[0].ops_done, 12);
         assert_eq!(rows[0].rss_mib, vec![Some(250.0), None, Some(1024.0)]);
         assert_eq!(rows[1].rss_mib, vec![None, None, None]);
+
+        let ops = dir.path().join("ops.csv");
+        let mut writer = SamplesWriter::create(&ops, Counted::Ops, &[]).expect("create");
+        writer
+            .write(&Sample {
+                rss_mib: vec![],
+                ..sample()
+            })
+            .expect("write");
+        drop(writer);
+        let (names, rows) = parse(&std::fs::read_to_string(&ops).expect("read")).expect("parse");
+        assert!(names.is_empty());
+        assert_eq!(rows[0].ops_done, 12);
     }
 
     #[test]
     fn parse_rejects_malformed() {
         assert!(parse("").is_err());
         assert!(parse("a,b,c,d\n").is_err());
+        assert!(parse("elapsed_s,mib_per_s,bytes_done,errors\n").is_err());
         assert!(parse("elapsed_s,mib_per_s,parts_done,errors,x\n").is_err());
         assert!(parse("elapsed_s,mib_per_s,parts_done,errors\n1,2,3\n").is_err());
         assert!(parse("elapsed_s,mib_per_s,parts_done,errors\n1,2,x,4\n").is_err());

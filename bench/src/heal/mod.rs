@@ -685,7 +685,7 @@ async fn run_on_cluster(
         .map(|s| Sample {
             elapsed_s: s.elapsed_s,
             mib_per_s: 0.0,
-            parts_done: 0,
+            ops_done: 0,
             errors: 0,
             rss_mib: s.rss_mib.clone(),
         })

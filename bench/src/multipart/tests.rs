@@ -158,7 +158,7 @@ async fn run_against_fake_endpoint_counts_parts_errors_and_writes_outputs() {
         rows.iter()
             .all(|r| r.rss_mib[0].is_some_and(|mib| mib > 1.0))
     );
-    assert!(rows[1].parts_done <= summary.parts);
+    assert!(rows[1].ops_done <= summary.parts);
     assert_eq!(summary.processes[0].samples, 2);
 
     let json: serde_json::Value = serde_json::from_str(
@@ -232,7 +232,7 @@ async fn uploads_per_worker_ends_the_run_early_and_logs_completions() {
     let (_, rows) = crate::samples::parse(&csv).expect("parse samples");
     let last = rows.last().expect("at least the closing sample");
     assert!((last.elapsed_s - summary.elapsed_s).abs() < 0.01, "{csv}");
-    assert_eq!(last.parts_done, 12);
+    assert_eq!(last.ops_done, 12);
     let svg = std::fs::read_to_string(out.path().join("run/chart.svg")).expect("chart.svg");
     assert!(svg.contains("custom chart title"));
 }

@@ -43,6 +43,12 @@ const READY_POLL: Duration = Duration::from_millis(250);
 const READY_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Key of the readiness probe object.
 const READY_KEY: &str = "soak-ready-probe";
+/// Size of the readiness probe object: above the largest `inline_max_bytes`
+/// a gateway accepts (64 KiB), so that it is stored on the datanodes, not
+/// inline in its metadata record; a cluster that only stores inline bodies
+/// is not ready for the shapes (their first parts would get `503 Not enough
+/// storage nodes`).
+const READY_PROBE_BYTES: usize = 128 * 1024;
 /// Log lines quoted when a process exits during startup.
 const LOG_TAIL_LINES: usize = 30;
 
@@ -725,7 +731,7 @@ async fn probe_write(
         .put_object()
         .bucket(bucket)
         .key(READY_KEY)
-        .body(ByteStream::from_static(b"sluice soak readiness probe"))
+        .body(ByteStream::from(vec![0x5a; READY_PROBE_BYTES]))
         .send()
         .await?;
     if let Err(e) = client

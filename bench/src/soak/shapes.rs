@@ -409,7 +409,7 @@ fn read_back_check(report: Option<&VerifyReport>, completed: u64, min_completed:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Shape;
+    use crate::report::{ServerCpu, Shape};
     use crate::stats::LatencyStats;
     use crate::verify::{Outcome, Problem};
 
@@ -462,6 +462,7 @@ mod tests {
             failed_requests: BTreeMap::new(),
             payload_buffers: 1,
             processes: Vec::new(),
+            server_cpu: ServerCpu::default(),
         }
     }
 

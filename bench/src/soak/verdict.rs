@@ -326,7 +326,7 @@ mod tests {
         Sample {
             elapsed_s: t,
             mib_per_s: 1.0,
-            parts_done: 0,
+            ops_done: 0,
             errors: 0,
             rss_mib: rss.to_vec(),
         }
