@@ -66,6 +66,10 @@ pub struct DevArgs {
     /// `<data-dir>/s3-tls/` (clients trust `ca.crt`, e.g. `aws --ca-bundle`).
     #[arg(long)]
     https: bool,
+    /// Largest object body stored inline in its metadata record (the
+    /// gateway's `inline_max_bytes`; 0 turns it off).
+    #[arg(long, default_value_t = sluice_gateway::config::DEFAULT_INLINE_BYTES)]
+    inline_max_bytes: u64,
 }
 
 /// `--metrics-listen`: an address, or `off`.
@@ -321,6 +325,7 @@ pub async fn run(
         }),
         s3_plaintext: s3_tls.is_none(),
         cluster_tls: Some(tls.gateway.clone()),
+        inline_max_bytes: args.inline_max_bytes,
         ..Default::default()
     };
     budgets.extend(budget::apply_gateway(

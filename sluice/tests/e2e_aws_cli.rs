@@ -470,6 +470,12 @@ fn write_random_file(path: &Path, len: usize, seed: u64) -> Vec<u8> {
     data
 }
 
+/// A probe file of 128 KiB starting with `line`: above the 64 KiB most a
+/// gateway stores inline in meta, so writing it needs the datanodes.
+fn probe_body(line: &[u8]) -> Vec<u8> {
+    line.iter().copied().cycle().take(128 * 1024).collect()
+}
+
 /// Waits until the cluster accepts a write (meta leader elected, datanodes registered).
 fn wait_until_writable(dev: &Dev, bucket: &str, probe: &Path) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -510,7 +516,8 @@ fn aws_cli_against_sluice_dev() {
     let dev = Dev::start(&data_dir, s3_port, grpc_base, metrics_port);
 
     let probe = tmp.path().join("probe.txt");
-    std::fs::write(&probe, b"hello sluice\n").unwrap();
+    // Larger than any inline_max_bytes: a write that needs the datanodes.
+    std::fs::write(&probe, probe_body(b"hello sluice\n")).unwrap();
     wait_until_writable(&dev, "e2e", &probe);
     check_metrics(&dev);
 
@@ -928,7 +935,7 @@ fn aws_cli_over_https_with_access_keys() {
     }
 
     let probe = tmp.path().join("probe.txt");
-    std::fs::write(&probe, b"hello sluice over https\n").unwrap();
+    std::fs::write(&probe, probe_body(b"hello sluice over https\n")).unwrap();
     wait_until_writable(&dev, "secure", &probe);
     let ls = aws_ok(&dev, &["s3", "ls", "s3://secure/"]);
     assert!(ls.contains("probe"), "ls: {ls}");
