@@ -69,6 +69,38 @@ fn listed(kv: &MemStore, req: pb::ListVersionsRequest) -> Vec<(String, String, b
     .collect()
 }
 
+/// Every version (as [`listed`] gives them) and common prefix of `req`,
+/// paged `req.max_keys` at a time with the markers each page names.
+fn page_all<K: KvStore>(kv: &K, req: pb::ListVersionsRequest) -> (Vec<Row>, Vec<String>) {
+    let (mut km, mut vm) = (String::new(), String::new());
+    let (mut got, mut cps) = (Vec::new(), Vec::new());
+    loop {
+        let r = list_versions(
+            kv,
+            &pb::ListVersionsRequest {
+                key_marker: km.clone(),
+                version_id_marker: vm.clone(),
+                ..req.clone()
+            },
+        )
+        .unwrap();
+        got.extend(r.versions.into_iter().map(row));
+        cps.extend(r.common_prefixes);
+        if !r.is_truncated {
+            return (got, cps);
+        }
+        (km, vm) = (r.next_key_marker, r.next_version_id_marker);
+    }
+}
+
+/// (key, version id, delete marker, is latest).
+type Row = (String, String, bool, bool);
+
+fn row(e: pb::VersionEntry) -> Row {
+    let o = e.object.unwrap();
+    (o.key, o.version_id, o.delete_marker, e.is_latest)
+}
+
 fn refs(kv: &MemStore) -> BTreeSet<String> {
     all_references(kv)
         .unwrap()
@@ -321,30 +353,15 @@ fn version_listing_pages_markers_and_prefixes() {
         all.push((key.to_string(), v2, false, true));
         all.push((key.to_string(), v1, false, false));
     }
-    // Page through two at a time with the markers the response gives.
-    let mut got = Vec::new();
-    let (mut km, mut vm) = (String::new(), String::new());
-    loop {
-        let r = list_versions(
-            &kv,
-            &pb::ListVersionsRequest {
-                bucket: "b".into(),
-                key_marker: km.clone(),
-                version_id_marker: vm.clone(),
-                max_keys: 3,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        for e in r.versions {
-            let o = e.object.unwrap();
-            got.push((o.key, o.version_id, o.delete_marker, e.is_latest));
-        }
-        if !r.is_truncated {
-            break;
-        }
-        (km, vm) = (r.next_key_marker, r.next_version_id_marker);
-    }
+    // Page through three at a time with the markers the responses give.
+    let (got, _) = page_all(
+        &kv,
+        pb::ListVersionsRequest {
+            bucket: "b".into(),
+            max_keys: 3,
+            ..Default::default()
+        },
+    );
     assert_eq!(got, all);
     // A delimiter rolls d/ up into one prefix, skipped with a seek.
     let r = list_versions(
@@ -603,39 +620,16 @@ fn paging_by_one_matches_one_page() {
             },
         )
         .unwrap();
-        let whole: Vec<_> = all
-            .versions
-            .iter()
-            .map(|e| {
-                let o = e.object.clone().unwrap();
-                (o.key, o.version_id, o.delete_marker, e.is_latest)
-            })
-            .collect();
-        let (mut km, mut vm) = (String::new(), String::new());
-        let (mut got, mut cps) = (Vec::new(), Vec::new());
-        loop {
-            let r = list_versions(
-                &kv,
-                &pb::ListVersionsRequest {
-                    bucket: "b".into(),
-                    delimiter: delimiter.clone(),
-                    key_marker: km.clone(),
-                    version_id_marker: vm.clone(),
-                    max_keys: 1,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            for e in r.versions {
-                let o = e.object.unwrap();
-                got.push((o.key, o.version_id, o.delete_marker, e.is_latest));
-            }
-            cps.extend(r.common_prefixes);
-            if !r.is_truncated {
-                break;
-            }
-            (km, vm) = (r.next_key_marker, r.next_version_id_marker);
-        }
+        let whole: Vec<_> = all.versions.iter().cloned().map(row).collect();
+        let (got, cps) = page_all(
+            &kv,
+            pb::ListVersionsRequest {
+                bucket: "b".into(),
+                delimiter: delimiter.clone(),
+                max_keys: 1,
+                ..Default::default()
+            },
+        );
         assert_eq!(got, whole, "{delimiter:?}");
         assert_eq!(cps, all.common_prefixes);
     }
@@ -725,36 +719,15 @@ fn check_invariants(kv: &MemStore, released: &[String]) {
         },
     )
     .unwrap();
-    let whole: Vec<_> = all
-        .versions
-        .iter()
-        .map(|e| {
-            let o = e.object.clone().unwrap();
-            (o.key, o.version_id, e.is_latest)
-        })
-        .collect();
-    let (mut km, mut vm, mut got) = (String::new(), String::new(), Vec::new());
-    loop {
-        let r = list_versions(
-            kv,
-            &pb::ListVersionsRequest {
-                bucket: "b".into(),
-                key_marker: km.clone(),
-                version_id_marker: vm.clone(),
-                max_keys: 1,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        for e in r.versions {
-            let o = e.object.unwrap();
-            got.push((o.key, o.version_id, e.is_latest));
-        }
-        if !r.is_truncated {
-            break;
-        }
-        (km, vm) = (r.next_key_marker, r.next_version_id_marker);
-    }
+    let whole: Vec<_> = all.versions.iter().cloned().map(row).collect();
+    let (got, _) = page_all(
+        kv,
+        pb::ListVersionsRequest {
+            bucket: "b".into(),
+            max_keys: 1,
+            ..Default::default()
+        },
+    );
     assert_eq!(got, whole);
     for pre in ["", "l", "l/"] {
         let all = list_versions(
@@ -767,43 +740,21 @@ fn check_invariants(kv: &MemStore, released: &[String]) {
             },
         )
         .unwrap();
-        let whole: Vec<_> = all
-            .versions
-            .iter()
-            .map(|e| {
-                let o = e.object.clone().unwrap();
-                (o.key, o.version_id, e.is_latest)
-            })
-            .collect();
-        let (mut km, mut vm, mut got, mut cps) =
-            (String::new(), String::new(), Vec::new(), Vec::new());
-        loop {
-            let r = list_versions(
-                kv,
-                &pb::ListVersionsRequest {
-                    bucket: "b".into(),
-                    prefix: pre.into(),
-                    delimiter: Some("/".into()),
-                    key_marker: km.clone(),
-                    version_id_marker: vm.clone(),
-                    max_keys: 1,
-                },
-            )
-            .unwrap();
-            for e in r.versions {
-                let o = e.object.unwrap();
-                got.push((o.key, o.version_id, e.is_latest));
-            }
-            cps.extend(r.common_prefixes);
-            if !r.is_truncated {
-                break;
-            }
-            (km, vm) = (r.next_key_marker, r.next_version_id_marker);
-        }
+        let whole: Vec<_> = all.versions.iter().cloned().map(row).collect();
+        let (got, cps) = page_all(
+            kv,
+            pb::ListVersionsRequest {
+                bucket: "b".into(),
+                prefix: pre.into(),
+                delimiter: Some("/".into()),
+                max_keys: 1,
+                ..Default::default()
+            },
+        );
         assert_eq!(got, whole);
         assert_eq!(cps, all.common_prefixes);
     }
-    let latest: Vec<_> = whole.iter().filter(|x| x.2).map(|x| x.0.clone()).collect();
+    let latest: Vec<_> = whole.iter().filter(|x| x.3).map(|x| x.0.clone()).collect();
     assert_eq!(
         latest,
         by_key.keys().cloned().collect::<Vec<_>>(),
@@ -974,35 +925,19 @@ fn many_versions_cross_scan_chunks() {
         (None, 7),
         (Some("/".to_string()), 7),
     ] {
-        let (mut km, mut vm, mut got, mut cps) =
-            (String::new(), String::new(), Vec::new(), Vec::new());
-        loop {
-            let r = list_versions(
-                &kv,
-                &pb::ListVersionsRequest {
-                    bucket: "b".into(),
-                    delimiter: delim.clone(),
-                    key_marker: km.clone(),
-                    version_id_marker: vm.clone(),
-                    max_keys: maxk,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            for e in r.versions {
-                let o = e.object.unwrap();
-                got.push((o.key, o.version_id, e.is_latest));
-            }
-            cps.extend(r.common_prefixes);
-            if !r.is_truncated {
-                break;
-            }
-            (km, vm) = (r.next_key_marker, r.next_version_id_marker);
-        }
+        let (got, cps) = page_all(
+            &kv,
+            pb::ListVersionsRequest {
+                bucket: "b".into(),
+                delimiter: delim.clone(),
+                max_keys: maxk,
+                ..Default::default()
+            },
+        );
         let n = if delim.is_some() { 601 } else { 1201 };
         assert_eq!(got.len(), n, "{delim:?} {maxk}");
         assert_eq!(
-            got.iter().filter(|x| x.2).count(),
+            got.iter().filter(|x| x.3).count(),
             if delim.is_some() { 2 } else { 4 }
         );
         assert_eq!(cps.len(), if delim.is_some() { 1 } else { 0 });
