@@ -38,15 +38,17 @@ const HEAL_TIMEOUT: Duration = Duration::from_secs(60);
 /// delay passed.
 const RECLAIM_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `count` objects `obj/NNN`: mostly 1–64 KiB, every 10th 1–3 MiB (several
-/// stripes of 1 MiB), deterministic from `seed`.
+/// `count` objects `obj/NNN`: mostly 8–64 KiB, every 10th 1–3 MiB (several
+/// stripes of 1 MiB), deterministic from `seed`. All are above the
+/// gateway's `inline_max_bytes` (4 KiB), so each is one erasure-coded blob:
+/// these tests are about shards.
 fn objects(seed: u64, count: usize) -> BTreeMap<String, Bytes> {
     (0..count)
         .map(|i| {
             let len = if i % 10 == 0 {
                 MIB + (i / 10 % 5) * MIB / 2
             } else {
-                KIB + (i * 1237) % (63 * KIB)
+                8 * KIB + (i * 1237) % (56 * KIB)
             };
             (
                 format!("obj/{i:03}"),
