@@ -477,6 +477,27 @@ impl PutWorker {
     }
 }
 
+/// Ends the load `phase` whose workers record into `meter`: samples until
+/// the deadline into the run's CSV, then the figures of the phase.
+async fn measure(
+    phase: LoadPhase,
+    setup: &mut Setup,
+    meter: &Meter,
+) -> Result<Figures, BenchError> {
+    let measured = phase
+        .finish(
+            None,
+            Probe {
+                meter,
+                tally: &setup.tally,
+                targets: &setup.targets,
+            },
+            &mut setup.csv,
+        )
+        .await?;
+    Ok(Figures::take(measured, meter, &setup.tally))
+}
+
 /// Runs `put`: load for `--duration`, then deletes what it wrote (unless
 /// `--keep`); writes `samples.csv` (during the run), `summary.json` and
 /// `chart.svg` into `--out-dir`.
@@ -505,18 +526,7 @@ pub async fn run_put(options: ObjectOptions) -> Result<ObjectSummary, BenchError
     for id in 0..options.concurrent as u64 {
         phase.spawn(Arc::clone(&worker).run(id));
     }
-    let measured = phase
-        .finish(
-            None,
-            Probe {
-                meter: &worker.meter,
-                tally: &setup.tally,
-                targets: &setup.targets,
-            },
-            &mut setup.csv,
-        )
-        .await?;
-    let figures = Figures::take(measured, &worker.meter, &setup.tally);
+    let figures = measure(phase, &mut setup, &worker.meter).await?;
 
     let started: Vec<u64> = worker
         .started
@@ -783,18 +793,7 @@ pub async fn run_get(options: GetOptions) -> Result<ObjectSummary, BenchError> {
     for id in 0..options.concurrent as u64 {
         phase.spawn(Arc::clone(&worker).run(id));
     }
-    let measured = phase
-        .finish(
-            None,
-            Probe {
-                meter: &worker.meter,
-                tally: &setup.tally,
-                targets: &setup.targets,
-            },
-            &mut setup.csv,
-        )
-        .await?;
-    let figures = Figures::take(measured, &worker.meter, &setup.tally);
+    let figures = measure(phase, &mut setup, &worker.meter).await?;
     let first_byte = worker
         .first_byte
         .lock()

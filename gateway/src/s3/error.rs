@@ -329,12 +329,7 @@ pub fn delete_marker_error(marker: &pb::ObjectRecord, named: bool) -> S3Error {
         "x-amz-delete-marker",
         http::HeaderValue::from_static("true"),
     );
-    let id = if marker.version_id.is_empty() {
-        "null"
-    } else {
-        marker.version_id.as_str()
-    };
-    if let Ok(v) = http::HeaderValue::from_str(id) {
+    if let Ok(v) = http::HeaderValue::from_str(sluice_meta::sm::versions::shown_id(marker)) {
         headers.insert("x-amz-version-id", v);
     }
     err.set_headers(headers);
@@ -345,11 +340,8 @@ pub fn delete_marker_error(marker: &pb::ObjectRecord, named: bool) -> S3Error {
 /// while its bucket was unversioned (`seq` 0, a `null` version that may
 /// predate versioning), else its id or `null`.
 pub fn version_header(record: &pb::ObjectRecord) -> Option<String> {
-    match (record.seq, record.version_id.as_str()) {
-        (0, "") => None,
-        (_, "") => Some("null".to_string()),
-        (_, id) => Some(id.to_string()),
-    }
+    (record.seq != 0 || !record.version_id.is_empty())
+        .then(|| sluice_meta::sm::versions::shown_id(record).to_string())
 }
 
 /// The `x-amz-version-id` of a write or delete from meta's answer ("" when

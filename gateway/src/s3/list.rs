@@ -14,6 +14,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as TOKEN;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
+use sluice_meta::sm::versions::shown_id;
 use sluice_proto::meta as pb;
 
 use super::checksum::{self, ChecksumAlgorithm};
@@ -278,11 +279,7 @@ pub(super) async fn list_object_versions(
     let mut markers = Vec::new();
     for entry in page.versions {
         let Some(o) = entry.object else { continue };
-        let version_id = Some(if o.version_id.is_empty() {
-            "null".to_string()
-        } else {
-            o.version_id.clone()
-        });
+        let version_id = Some(shown_id(&o).to_string());
         if o.delete_marker {
             markers.push(DeleteMarkerEntry {
                 is_latest: Some(entry.is_latest),

@@ -270,11 +270,7 @@ pub fn expired_versions<K: KvStore>(
                 key: obj.key.clone(),
                 etag: obj.etag.clone(),
                 last_modified_ms: obj.last_modified_ms,
-                version_id: if obj.version_id.is_empty() {
-                    "null".to_string()
-                } else {
-                    obj.version_id.clone()
-                },
+                version_id: super::versions::shown_id(&obj).to_string(),
             });
         }
         previous = Some((obj.key, obj.last_modified_ms));

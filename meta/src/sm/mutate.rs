@@ -16,6 +16,7 @@ use super::{
     require_bucket, sessions, versions,
 };
 use crate::store::{Batch, KvStore, Space};
+use versions::placements;
 
 /// Applies `cmd`, the entry at log index `index`, to the state in `kv`:
 /// the writes to make (atomically,
@@ -257,10 +258,6 @@ pub fn multipart_etag<'a>(part_md5s: impl IntoIterator<Item = &'a [u8]>) -> Stri
 
 fn normalize_etag(etag: &str) -> String {
     etag.trim().trim_matches('"').to_ascii_lowercase()
-}
-
-fn placements(object: &pb::ObjectRecord) -> impl Iterator<Item = &pb::Placement> {
-    object.parts.iter().filter_map(|p| p.placement.as_ref())
 }
 
 fn create_bucket<K: KvStore>(kv: &K, r: &pb::CreateBucketRequest) -> Outcome {

@@ -555,11 +555,7 @@ pub fn list_versions<K: KvStore>(
                     .is_some_and(|(k, _)| *k == row_key)
         };
         resp.next_key_marker = key.clone();
-        resp.next_version_id_marker = if object.version_id.is_empty() {
-            "null".to_string()
-        } else {
-            object.version_id.clone()
-        };
+        resp.next_version_id_marker = super::versions::shown_id(&object).to_string();
         last_key = Some(key);
         resp.versions.push(pb::VersionEntry {
             object: Some(object),

@@ -82,10 +82,18 @@ fn matches(record: &pb::ObjectRecord, want: Want) -> bool {
 pub(crate) fn reported(versioning: i32, record: &pb::ObjectRecord) -> String {
     if versioning == Versioning::Unversioned as i32 {
         String::new()
-    } else if record.version_id.is_empty() {
-        "null".to_string()
     } else {
-        record.version_id.clone()
+        shown_id(record).to_string()
+    }
+}
+
+/// The version id S3 shows for `record`: its id, or "null" for the null
+/// version.
+pub fn shown_id(record: &pb::ObjectRecord) -> &str {
+    if record.version_id.is_empty() {
+        "null"
+    } else {
+        &record.version_id
     }
 }
 
@@ -216,7 +224,8 @@ pub fn get_version<K: KvStore>(
     }
 }
 
-fn placements(record: &pb::ObjectRecord) -> impl Iterator<Item = &pb::Placement> {
+/// The placements of an object record's parts.
+pub(crate) fn placements(record: &pb::ObjectRecord) -> impl Iterator<Item = &pb::Placement> {
     record.parts.iter().filter_map(|p| p.placement.as_ref())
 }
 
@@ -387,11 +396,7 @@ pub(crate) fn delete<K: KvStore>(
             b.put(Space::Objects, object_key, next.encode_to_vec());
         }
         out.released = placements(&found.record).cloned().collect();
-        out.version_id = if found.record.version_id.is_empty() {
-            "null".to_string()
-        } else {
-            found.record.version_id.clone()
-        };
+        out.version_id = shown_id(&found.record).to_string();
         out.delete_marker = found.record.delete_marker;
     } else {
         out.version_id = match want {
