@@ -22,8 +22,9 @@ pub struct Config {
     /// gRPC endpoint peers and clients use to reach this node. Default
     /// `http://127.0.0.1:7001`.
     pub advertise_addr: String,
-    /// Directory of the sled database (Raft log, vote, state machine,
-    /// snapshot). Default `data/meta`.
+    /// Directory of the sled database (Raft log, vote, state machine) and,
+    /// in its `raft-snapshots` subdirectory, the snapshot files. Default
+    /// `data/meta`.
     pub data_dir: PathBuf,
     /// Initial voters: node id -> advertise address. Empty means a
     /// single-voter cluster of this node. The node with the lowest id

@@ -33,6 +33,10 @@ pub enum Error {
     /// error or a corrupt record).
     #[error("build the blob reference index: {0}")]
     RefIndex(#[source] SmError),
+    /// Opening the state machine failed: its snapshot directory or an
+    /// interrupted snapshot install (see `raft::snapshot`).
+    #[error("open the state machine: {0}")]
+    StateMachine(#[source] openraft::StorageError<u64>),
     /// openraft refused the derived Raft config.
     #[error("invalid raft config: {0}")]
     RaftConfig(#[from] openraft::ConfigError),

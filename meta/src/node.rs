@@ -31,6 +31,8 @@ use crate::sweeper::{LeaseSweeper, Sweeper};
 
 /// How long `run` waits, on start, for a previous instance in this process
 /// to release the same data dir, and on shutdown for its own handles.
+/// The snapshot files' directory, inside `data_dir` (beside sled's files).
+pub const SNAPSHOT_DIR: &str = "raft-snapshots";
 const STORE_RELEASE_WAIT: Duration = Duration::from_secs(10);
 
 fn ms(d: Duration) -> u64 {
@@ -95,12 +97,15 @@ pub async fn run(
         connect_timeout: config.peer_connect_timeout,
         transport: transport.clone(),
     };
+    let state_machine = StateMachine::open(kv.clone(), config.data_dir.join(SNAPSHOT_DIR))
+        .await
+        .map_err(Error::StateMachine)?;
     let raft = MetaRaft::new(
         config.node_id,
         Arc::new(raft_config),
         network,
         LogStore::new(kv.clone()),
-        StateMachine::new(kv.clone()),
+        state_machine,
     )
     .await?;
     tracing::info!(node_id = config.node_id, addr = %config.advertise_addr, "meta node started");

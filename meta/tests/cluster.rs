@@ -192,21 +192,27 @@ async fn leader_of(client: &MetaClient) -> Option<(u64, u64)> {
     s.leader_id.map(|l| (l, s.term))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn three_voters_fail_over_catch_up_and_restart() -> Result<()> {
-    init_tracing();
-    let tmp = tempfile::tempdir()?;
-    let (mut nodes, listeners) = cluster(tmp.path(), 3).await?;
+/// Three started voters with the write epoch open and bucket `b` created
+/// (by owner 10); returns them, a client of all three and the leader's id.
+async fn three_voters_with_bucket_b(dir: &Path) -> Result<(Vec<Node>, MetaClient, u64)> {
+    let (mut nodes, listeners) = cluster(dir, 3).await?;
     for (node, listener) in nodes.iter_mut().zip(listeners) {
         node.start(listener);
     }
     let seeds: Vec<String> = nodes.iter().map(|n| url(n.addr)).collect();
     let client = MetaClient::new(seeds);
-
     let (leader, _) = wait_for("a leader", || leader_of(&client)).await?;
-    assert!((1..=3).contains(&leader));
     open_epoch(&client).await?;
     assert!(client.create_bucket("b", 10).await?);
+    Ok((nodes, client, leader))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_voters_fail_over_catch_up_and_restart() -> Result<()> {
+    init_tracing();
+    let tmp = tempfile::tempdir()?;
+    let (mut nodes, client, leader) = three_voters_with_bucket_b(tmp.path()).await?;
+    assert!((1..=3).contains(&leader));
     assert!(
         !client.create_bucket("b", 11).await?,
         "re-create by the owner"
@@ -318,6 +324,104 @@ async fn three_voters_fail_over_catch_up_and_restart() -> Result<()> {
         }) => {}
         other => bail!("expected NoSuchKey, got {other:?}"),
     }
+
+    for node in &mut nodes {
+        if node.running.is_some() {
+            node.stop().await?;
+        }
+    }
+    Ok(())
+}
+
+/// An object whose body is inline in its record (`size` bytes of `fill`).
+fn inline_object(key: &str, size: usize, fill: u8) -> pb::ObjectRecord {
+    pb::ObjectRecord {
+        bucket: "b".into(),
+        key: key.into(),
+        size: size as u64,
+        etag: "acbd18db4cc2f85cedef654fccc4a4d8".into(),
+        last_modified_ms: 1,
+        inline_data: vec![fill; size],
+        ..Default::default()
+    }
+}
+
+/// A follower whose directory is wiped rejoins while a writer keeps
+/// writing: the leader has purged the log it would need, so it catches up
+/// by a snapshot (several of openraft's 3 MiB chunks, built while entries
+/// keep being applied), and every acknowledged write is in its store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wiped_follower_catches_up_by_snapshot_under_write_load() -> Result<()> {
+    use sluice_meta::store::{KvStore, SledStore, Space};
+    init_tracing();
+    let tmp = tempfile::tempdir()?;
+    let (mut nodes, client, leader) = three_voters_with_bucket_b(tmp.path()).await?;
+    // About 8 MiB of records: the snapshot is sent in several chunks.
+    const BODY: usize = 8 << 10;
+    for i in 0..1000 {
+        client
+            .put_object(inline_object(&format!("k{i:05}"), BODY, i as u8))
+            .await?;
+    }
+
+    // The highest-id follower (never node 1, which would initialize a new
+    // cluster from an empty directory) loses its disk.
+    let victim = nodes
+        .iter_mut()
+        .filter(|n| n.id != leader)
+        .max_by_key(|n| n.id)
+        .context("a follower")?;
+    victim.stop().await?;
+    std::fs::remove_dir_all(&victim.dir)?;
+
+    let writer = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for i in 1000..1600 {
+                let key = format!("k{i:05}");
+                client
+                    .put_object(inline_object(&key, BODY, i as u8))
+                    .await?;
+                acked.push(key);
+            }
+            anyhow::Ok(acked)
+        })
+    };
+    victim.restart().await?;
+    let acked = writer.await??;
+    assert_eq!(acked.len(), 600);
+    let target_index = client.cluster_status().await?.last_applied_index;
+    let direct = victim.client();
+    wait_for("the wiped follower to catch up", || async {
+        let s = direct.cluster_status().await.ok()?;
+        (s.last_applied_index >= target_index).then_some(())
+    })
+    .await?;
+    victim.stop().await?;
+
+    // Its own store holds every object, each with its body.
+    let kv = SledStore::open(&victim.dir, 4 << 20)?;
+    let keys = kv.keys_in(
+        Space::Objects,
+        std::ops::Bound::Unbounded,
+        std::ops::Bound::Unbounded,
+    )?;
+    assert_eq!(keys.len(), 1600);
+    for i in [0usize, 999, 1000, 1599] {
+        let value = kv
+            .get(Space::Objects, format!("b\0k{i:05}").as_bytes())?
+            .with_context(|| format!("object k{i:05} on the wiped follower"))?;
+        let record = <pb::ObjectRecord as prost::Message>::decode(value.as_slice())?;
+        assert_eq!(record.inline_data, vec![i as u8; BODY]);
+    }
+    // It installed a snapshot: a snapshot file is kept beside sled.
+    let snapshots: Vec<_> = std::fs::read_dir(victim.dir.join("raft-snapshots"))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".snap"))
+        .collect();
+    assert_eq!(snapshots.len(), 1);
+    drop(kv);
 
     for node in &mut nodes {
         if node.running.is_some() {

@@ -9,12 +9,23 @@ use sluice_meta::store::{MemStore, SledStore};
 
 struct MemBuilder;
 
-impl StoreBuilder<TypeConfig, LogStore<MemStore>, StateMachine<MemStore>, ()> for MemBuilder {
+impl StoreBuilder<TypeConfig, LogStore<MemStore>, StateMachine<MemStore>, tempfile::TempDir>
+    for MemBuilder
+{
     async fn build(
         &self,
-    ) -> Result<((), LogStore<MemStore>, StateMachine<MemStore>), StorageError<u64>> {
+    ) -> Result<
+        (
+            tempfile::TempDir,
+            LogStore<MemStore>,
+            StateMachine<MemStore>,
+        ),
+        StorageError<u64>,
+    > {
+        let dir = tempfile::tempdir().map_err(|e| openraft::StorageIOError::write(&e))?;
         let kv = Arc::new(MemStore::new());
-        Ok(((), LogStore::new(kv.clone()), StateMachine::new(kv)))
+        let sm = StateMachine::open(kv.clone(), dir.path().join("snapshots")).await?;
+        Ok((dir, LogStore::new(kv), sm))
     }
 }
 
@@ -38,7 +49,8 @@ impl StoreBuilder<TypeConfig, LogStore<SledStore>, StateMachine<SledStore>, temp
             SledStore::open(dir.path(), 4 << 20)
                 .map_err(|e| openraft::StorageIOError::write(&e))?,
         );
-        Ok((dir, LogStore::new(kv.clone()), StateMachine::new(kv)))
+        let sm = StateMachine::open(kv.clone(), dir.path().join("snapshots")).await?;
+        Ok((dir, LogStore::new(kv), sm))
     }
 }
 

@@ -6,6 +6,7 @@
 //! * [`convert`] — openraft types <-> `sluice.raft` protobuf messages.
 //! * [`log_store`] — [`LogStore`]: `RaftLogStorage` (log, vote, committed).
 //! * [`state_machine`] — [`StateMachine`]: `RaftStateMachine` and snapshots.
+//! * [`snapshot`] — streamed snapshot files: format, building, installing.
 //! * [`network`] — `RaftNetworkFactory` over tonic clients.
 //! * [`service`] — the `sluice.raft.Raft` gRPC server.
 
@@ -13,9 +14,8 @@ pub mod convert;
 pub mod log_store;
 pub mod network;
 pub mod service;
+pub mod snapshot;
 pub mod state_machine;
-
-use std::io::Cursor;
 
 pub use log_store::LogStore;
 pub use state_machine::StateMachine;
@@ -31,7 +31,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         Responder = openraft::impls::OneshotResponder<TypeConfig>,
         AsyncRuntime = openraft::TokioRuntime,
 );

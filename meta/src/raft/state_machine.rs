@@ -5,23 +5,21 @@
 //! its applied id, even after a crash (openraft re-applies later committed
 //! entries on restart).
 //!
-//! A snapshot is a protobuf `raft.SnapshotBlob`: every record of the data
+//! A snapshot is a file of `raft.SnapshotRecord`s: every record of the data
 //! keyspaces (buckets, objects, uploads, parts, datanodes, the reference
-//! and degraded indexes and heal intents). A snapshot taken before the
-//! reference index existed has no index records, one of index format 1 has
-//! empty index values; installing either derives the indexes from its
-//! object, upload and part records. It is taken when
-//! openraft asks for a builder, while no entry is being applied, so it is a
-//! consistent view; the current snapshot is kept in `Space::Snapshot`.
+//! and degraded indexes and heal intents), built while entries keep being
+//! applied and installed record by record (see [`super::snapshot`]). The
+//! current snapshot's meta and file name are kept in `Space::Snapshot`, its
+//! file in the snapshot directory given to [`StateMachine::open`].
 
 // openraft's StorageError / RPCError are what its traits return; helpers
 // return them unboxed too rather than box and unbox at every call.
 #![allow(clippy::result_large_err)]
 
-use std::io::Cursor;
-use std::ops::Bound;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use openraft::storage::RaftStateMachine;
 use openraft::{
@@ -30,59 +28,96 @@ use openraft::{
 };
 use prost::Message;
 use sluice_proto::raft as rpb;
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use super::convert::{FromPb, ToPb};
+use super::snapshot::{self, SnapshotDir, SnapshotError};
 use super::{StorageError, TypeConfig};
-use crate::sm::{self, Applied, refs};
+use crate::sm::{self, Applied};
 use crate::store::{Batch, KvStore, Space};
 
 const APPLIED: &[u8] = b"applied";
 const MEMBERSHIP: &[u8] = b"membership";
+/// Set (to the snapshot's meta) while a snapshot is being installed.
+const INSTALLING: &[u8] = b"installing";
 const CURRENT: &[u8] = b"current";
 
 /// The last applied log id and the membership it implies.
 type AppliedState = (Option<LogId<u64>>, StoredMembership<u64, BasicNode>);
 
-/// The keyspaces a snapshot carries: every state machine space but
-/// `SmMeta` (sessions, epochs and pending deletions are replicated state:
-/// a node that installs a snapshot must fence and deduplicate the same way).
-const DATA_SPACES: [Space; 14] = [
-    Space::Buckets,
-    Space::Objects,
-    Space::Uploads,
-    Space::Parts,
-    Space::Datanodes,
-    Space::Refs,
-    Space::Sessions,
-    Space::SessionsByIndex,
-    Space::Epochs,
-    Space::Pending,
-    Space::HealIntents,
-    Space::Degraded,
-    Space::Versions,
-    Space::AccessKeys,
-];
-
 /// The metadata state machine of one node.
 pub struct StateMachine<K: KvStore> {
     kv: Arc<K>,
-    /// Distinguishes snapshots built at the same log id.
+    dir: Arc<SnapshotDir>,
+    /// The generation whose pre-images applies save (0: no build running).
+    capture: Arc<AtomicU64>,
+    /// Held by a snapshot build from its start to its end, and by an
+    /// install, so the two never overlap.
+    build_lock: Arc<AsyncMutex<()>>,
+    /// Distinguishes builds (and their pre-image generations).
     snapshot_seq: Arc<AtomicU64>,
 }
 
+fn io_err(e: &dyn std::error::Error) -> openraft::AnyError {
+    openraft::AnyError::error(e)
+}
+
 impl<K: KvStore> StateMachine<K> {
-    /// The state machine kept in `kv`.
-    pub fn new(kv: Arc<K>) -> Self {
-        StateMachine {
-            kv,
-            snapshot_seq: Arc::new(AtomicU64::new(0)),
+    /// The state machine kept in `kv`, with snapshot files in `dir`
+    /// (created if missing). Before returning it finishes a snapshot
+    /// install a crash interrupted, moves a stored snapshot of an earlier
+    /// release into a file, and removes stale snapshot files and
+    /// pre-images.
+    ///
+    /// Errors: the directory or a snapshot file cannot be read or written,
+    /// or the store fails.
+    pub async fn open(kv: Arc<K>, dir: impl Into<PathBuf>) -> Result<Self, StorageError> {
+        let err = |e: &dyn std::error::Error| StorageIOError::read_snapshot(None, io_err(e));
+        let dir = SnapshotDir::create(dir.into()).map_err(|e| err(&e))?;
+        let mut current = read_current(kv.as_ref())?;
+        if let Some(stored) = current.as_mut().filter(|s| s.file.is_empty()) {
+            // Kept by an earlier release: the whole blob in the record.
+            let index = stored
+                .meta
+                .as_ref()
+                .and_then(|m| m.last_log_id.as_ref())
+                .map_or(0, |l| l.index);
+            let name = dir.new_name(index);
+            snapshot::write_blob(&dir.path_of(&name), &stored.data).map_err(|e| err(&e))?;
+            stored.data = Vec::new();
+            stored.file = name;
+            let mut b = Batch::new();
+            b.put(Space::Snapshot, CURRENT, stored.encode_to_vec());
+            kv.apply(b).map_err(|e| err(&e))?;
+            kv.flush().await.map_err(|e| err(&e))?;
         }
+        if let Some(bytes) = kv.get(Space::SmMeta, INSTALLING).map_err(|e| err(&e))? {
+            let pb = rpb::SnapshotMeta::decode(bytes.as_slice()).map_err(|e| err(&e))?;
+            let meta = SnapshotMeta::from_pb(pb).map_err(|e| err(&e))?;
+            let file = current
+                .as_ref()
+                .map(|c| dir.path_of(&c.file))
+                .ok_or_else(|| err(&SnapshotError::NoFile))?;
+            let loaded = snapshot::load_file(kv.as_ref(), &file, finish_batch(&meta))
+                .map_err(|e| err(&e))?;
+            kv.flush().await.map_err(|e| err(&e))?;
+            tracing::info!(snapshot = %meta.snapshot_id, records = loaded.records,
+                "finished a snapshot install interrupted by a restart");
+        }
+        dir.remove_others(current.as_ref().map(|c| c.file.as_str()), true)
+            .map_err(|e| err(&e))?;
+        snapshot::clear_pre_images(kv.as_ref(), None).map_err(|e| err(&e))?;
+        Ok(StateMachine {
+            kv,
+            dir: Arc::new(dir),
+            capture: Arc::new(AtomicU64::new(0)),
+            build_lock: Arc::new(AsyncMutex::new(())),
+            snapshot_seq: Arc::new(AtomicU64::new(0)),
+        })
     }
 
     fn read_applied(&self) -> Result<AppliedState, StorageError> {
-        let read = |e: &dyn std::error::Error| {
-            StorageIOError::read_state_machine(openraft::AnyError::error(e))
-        };
+        let read = |e: &dyn std::error::Error| StorageIOError::read_state_machine(io_err(e));
         let applied = match self.kv.get(Space::SmMeta, APPLIED).map_err(|e| read(&e))? {
             Some(b) => {
                 let pb = rpb::LogId::decode(b.as_slice()).map_err(|e| read(&e))?;
@@ -103,48 +138,20 @@ impl<K: KvStore> StateMachine<K> {
         };
         Ok((applied, membership))
     }
-
-    /// Reads every record of the data keyspaces into a snapshot blob.
-    fn dump(&self) -> Result<Vec<u8>, StorageError> {
-        let mut blob = rpb::SnapshotBlob::default();
-        for space in DATA_SPACES {
-            let mut from: Bound<Vec<u8>> = Bound::Unbounded;
-            loop {
-                const CHUNK: usize = 1024;
-                let rows = self
-                    .kv
-                    .scan(
-                        space,
-                        crate::store::as_ref_bound(&from),
-                        Bound::Unbounded,
-                        CHUNK,
-                    )
-                    .map_err(|e| StorageIOError::read_state_machine(&e))?;
-                let n = rows.len();
-                for (key, value) in rows {
-                    from = Bound::Excluded(key.clone());
-                    blob.records.push(rpb::SnapshotRecord {
-                        space: u32::from(space.id()),
-                        key,
-                        value,
-                    });
-                }
-                if n < CHUNK {
-                    break;
-                }
-            }
-        }
-        Ok(blob.encode_to_vec())
-    }
 }
 
-/// A malformed snapshot.
-#[derive(Debug, thiserror::Error)]
-enum SnapshotError {
-    #[error("snapshot record in unknown keyspace {0}")]
-    UnknownSpace(u32),
-    #[error("stored snapshot has no meta")]
-    NoMeta,
+/// The `SmMeta` writes that end an install of the snapshot `meta`.
+fn finish_batch(meta: &SnapshotMeta<u64, BasicNode>) -> Batch {
+    let mut b = Batch::new();
+    if let Some(l) = &meta.last_log_id {
+        b.put(Space::SmMeta, APPLIED, l.to_pb().encode_to_vec());
+    }
+    b.put(
+        Space::SmMeta,
+        MEMBERSHIP,
+        meta.last_membership.to_pb().encode_to_vec(),
+    );
+    b
 }
 
 fn read_current<K: KvStore>(kv: &K) -> Result<Option<rpb::StoredSnapshot>, StorageError> {
@@ -159,17 +166,39 @@ fn read_current<K: KvStore>(kv: &K) -> Result<Option<rpb::StoredSnapshot>, Stora
     Ok(Some(stored))
 }
 
-/// Builds a snapshot from the view captured by `get_snapshot_builder`.
+/// Builds a snapshot of the state at the moment `get_snapshot_builder` was
+/// called, while entries keep being applied.
 pub struct SnapshotBuilder<K: KvStore> {
     kv: Arc<K>,
-    /// The applied state and the snapshot blob, or why reading them failed.
-    prepared: Result<(AppliedState, Vec<u8>), StorageError>,
+    dir: Arc<SnapshotDir>,
+    /// The applied state at the start, or why reading it failed.
+    prepared: Result<AppliedState, StorageError>,
     seq: u64,
+    /// The pre-image generation of this build.
+    generation: u64,
+    capture: Arc<AtomicU64>,
+    /// The build lock, released when the build ends (or is dropped).
+    lock: Option<OwnedMutexGuard<()>>,
+}
+
+impl<K: KvStore> SnapshotBuilder<K> {
+    /// Stops pre-image capture for this build (a no-op once stopped).
+    fn stop_capture(&self) {
+        let _ =
+            self.capture
+                .compare_exchange(self.generation, 0, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+impl<K: KvStore> Drop for SnapshotBuilder<K> {
+    fn drop(&mut self) {
+        self.stop_capture();
+    }
 }
 
 impl<K: KvStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<K> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let ((last_log_id, last_membership), data) =
+        let (last_log_id, last_membership) =
             std::mem::replace(&mut self.prepared, Ok(Default::default()))?;
         let snapshot_id = match &last_log_id {
             Some(l) => format!(
@@ -184,6 +213,33 @@ impl<K: KvStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<K> {
             snapshot_id,
         };
         let sig = meta.signature();
+        let err = |e: &dyn std::error::Error| {
+            StorageIOError::write_snapshot(Some(sig.clone()), io_err(e))
+        };
+        let started = Instant::now();
+        let name = self.dir.new_name(meta.last_log_id.map_or(0, |l| l.index));
+        let path = self.dir.path_of(&name);
+        let tmp = path.with_extension("tmp");
+        let (kv, generation, dest) = (self.kv.clone(), self.generation, path.clone());
+        let written = tokio::task::spawn_blocking(move || {
+            let written = snapshot::write_file(kv.as_ref(), generation, &tmp)?;
+            std::fs::rename(&tmp, &dest)?;
+            Ok::<_, SnapshotError>(written)
+        })
+        .await
+        .map_err(|e| err(&e))?
+        .map_err(|e| err(&e))?;
+        snapshot::sync_dir(path.parent().unwrap_or(&path)).map_err(|e| err(&e))?;
+        // The view is written: applies need not save pre-images any more.
+        self.stop_capture();
+        let kv = self.kv.clone();
+        tokio::task::spawn_blocking(move || {
+            snapshot::clear_pre_images(kv.as_ref(), Some(generation))
+        })
+        .await
+        .map_err(|e| err(&e))?
+        .map_err(|e| err(&e))?;
+
         // Keep it unless a newer snapshot was installed meanwhile.
         let current = read_current(self.kv.as_ref())?;
         let newer_exists = current
@@ -191,25 +247,33 @@ impl<K: KvStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<K> {
             .and_then(|m| m.last_log_id)
             .map(|l| l.index > meta.last_log_id.map_or(0, |x| x.index))
             .unwrap_or(false);
-        if !newer_exists {
+        let file = tokio::fs::File::open(&path).await.map_err(|e| err(&e))?;
+        if newer_exists {
+            // The open handle still reads it.
+            std::fs::remove_file(&path).map_err(|e| err(&e))?;
+        } else {
             let stored = rpb::StoredSnapshot {
                 meta: Some(meta.to_pb()),
-                data: data.clone(),
+                data: Vec::new(),
+                file: name.clone(),
             };
             let mut b = Batch::new();
             b.put(Space::Snapshot, CURRENT, stored.encode_to_vec());
-            self.kv
-                .apply(b)
-                .map_err(|e| StorageIOError::write_snapshot(Some(sig.clone()), &e))?;
-            self.kv
-                .flush()
-                .await
-                .map_err(|e| StorageIOError::write_snapshot(Some(sig.clone()), &e))?;
+            self.kv.apply(b).map_err(|e| err(&e))?;
+            self.kv.flush().await.map_err(|e| err(&e))?;
+            self.dir
+                .remove_others(Some(&name), false)
+                .map_err(|e| err(&e))?;
         }
-        tracing::info!(snapshot = %meta.snapshot_id, bytes = data.len(), "built snapshot");
+        self.lock = None;
+        let secs = started.elapsed().as_secs_f64();
+        metrics::histogram!("sluice_meta_snapshot_build_seconds").record(secs);
+        metrics::gauge!("sluice_meta_snapshot_bytes").set(written.bytes as f64);
+        tracing::info!(snapshot = %meta.snapshot_id, records = written.records,
+            bytes = written.bytes, secs, "built snapshot");
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(file),
         })
     }
 }
@@ -240,6 +304,11 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
                     (b, Applied::None)
                 }
             };
+            let generation = self.capture.load(Ordering::Acquire);
+            if generation != 0 {
+                snapshot::capture_pre_images(self.kv.as_ref(), generation, &mut batch)
+                    .map_err(|e| StorageIOError::apply(log_id, &e))?;
+            }
             batch.put(Space::SmMeta, APPLIED, log_id.to_pb().encode_to_vec());
             self.kv
                 .apply(batch)
@@ -251,89 +320,83 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        let prepared = self
-            .read_applied()
-            .and_then(|applied| Ok((applied, self.dump()?)));
+        // Called between applies: the applied state read here is the view
+        // the builder writes, and pre-images are saved from the next apply.
+        let lock = self.build_lock.clone().lock_owned().await;
+        let seq = self.snapshot_seq.fetch_add(1, Ordering::Relaxed);
+        let generation = seq + 1;
+        let prepared = snapshot::clear_pre_images(self.kv.as_ref(), None)
+            .map_err(|e| StorageError::from(StorageIOError::read_state_machine(&e)))
+            .and_then(|_| self.read_applied());
+        if prepared.is_ok() {
+            self.capture.store(generation, Ordering::Release);
+        }
         SnapshotBuilder {
             kv: self.kv.clone(),
+            dir: self.dir.clone(),
             prepared,
-            seq: self.snapshot_seq.fetch_add(1, Ordering::Relaxed),
+            seq,
+            generation,
+            capture: self.capture.clone(),
+            lock: Some(lock),
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
+        let file = self
+            .dir
+            .begin_receiving()
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        Ok(Box::new(file))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<u64, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        mut snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError> {
         let sig = meta.signature();
         let err = |e: &dyn std::error::Error| {
-            StorageIOError::write_snapshot(Some(sig.clone()), openraft::AnyError::error(e))
+            StorageIOError::write_snapshot(Some(sig.clone()), io_err(e))
         };
-        let data = snapshot.into_inner();
-        let blob = rpb::SnapshotBlob::decode(data.as_slice()).map_err(|e| err(&e))?;
+        // A build in progress reads the store this replaces: wait for it.
+        let _lock = self.build_lock.clone().lock_owned().await;
+        let started = Instant::now();
+        let name = self.dir.new_name(meta.last_log_id.map_or(0, |l| l.index));
+        let path = self
+            .dir
+            .adopt(&mut snapshot, &name)
+            .await
+            .map_err(|e| err(&e))?;
+        drop(snapshot);
 
-        let mut b = Batch::new();
-        for space in DATA_SPACES.into_iter().chain([Space::SmMeta]) {
-            for key in self
-                .kv
-                .keys_in(space, Bound::Unbounded, Bound::Unbounded)
-                .map_err(|e| err(&e))?
-            {
-                b.delete(space, key);
-            }
-        }
-        // A snapshot from before the reference index (no index records) or
-        // of index format 1 (empty values, no degraded index): its indexes
-        // are derived from its records once they are installed.
-        let refs_id = u32::from(Space::Refs.id());
-        let derived = [refs_id, u32::from(Space::Degraded.id())];
-        let has_index = blob.records.iter().any(|r| r.space == refs_id);
-        let old_format = blob
-            .records
-            .iter()
-            .any(|r| r.space == refs_id && r.value.is_empty());
-        let reindex = !has_index || old_format;
-        for rec in blob.records {
-            let space = u8::try_from(rec.space)
-                .ok()
-                .and_then(Space::from_id)
-                .filter(|s| DATA_SPACES.contains(s))
-                .ok_or_else(|| err(&SnapshotError::UnknownSpace(rec.space)))?;
-            if reindex && derived.contains(&rec.space) {
-                continue;
-            }
-            b.put(space, rec.key, rec.value);
-        }
-        if !reindex {
-            b.put(Space::SmMeta, refs::INDEX_MARKER, refs::INDEX_VERSION);
-        }
-        if let Some(l) = &meta.last_log_id {
-            b.put(Space::SmMeta, APPLIED, l.to_pb().encode_to_vec());
-        }
-        b.put(
-            Space::SmMeta,
-            MEMBERSHIP,
-            meta.last_membership.to_pb().encode_to_vec(),
-        );
+        // From here a crash repeats the load at the next open.
         let stored = rpb::StoredSnapshot {
             meta: Some(meta.to_pb()),
-            data,
+            data: Vec::new(),
+            file: name.clone(),
         };
+        let mut b = Batch::new();
+        b.put(Space::SmMeta, INSTALLING, meta.to_pb().encode_to_vec());
         b.put(Space::Snapshot, CURRENT, stored.encode_to_vec());
         self.kv.apply(b).map_err(|e| err(&e))?;
-        if reindex {
-            // Sets the index marker when done; interrupted, it is repeated
-            // by `ensure_index` at the next start.
-            let references = refs::rebuild_index(self.kv.as_ref()).map_err(|e| err(&e))?;
-            tracing::info!(references, "indexed the blobs of an old-format snapshot");
-        }
         self.kv.flush().await.map_err(|e| err(&e))?;
-        tracing::info!(snapshot = %meta.snapshot_id, "installed snapshot");
+
+        let (kv, finish) = (self.kv.clone(), finish_batch(meta));
+        let loaded =
+            tokio::task::spawn_blocking(move || snapshot::load_file(kv.as_ref(), &path, finish))
+                .await
+                .map_err(|e| err(&e))?
+                .map_err(|e| err(&e))?;
+        self.kv.flush().await.map_err(|e| err(&e))?;
+        self.dir
+            .remove_others(Some(&name), false)
+            .map_err(|e| err(&e))?;
+        let secs = started.elapsed().as_secs_f64();
+        metrics::histogram!("sluice_meta_snapshot_install_seconds").record(secs);
+        tracing::info!(snapshot = %meta.snapshot_id, records = loaded.records,
+            reindexed = loaded.reindexed, secs, "installed snapshot");
         Ok(())
     }
 
@@ -341,14 +404,15 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
         let Some(stored) = read_current(self.kv.as_ref())? else {
             return Ok(None);
         };
-        let read = |e: &dyn std::error::Error| {
-            StorageIOError::read_snapshot(None, openraft::AnyError::error(e))
-        };
+        let read = |e: &dyn std::error::Error| StorageIOError::read_snapshot(None, io_err(e));
         let meta_pb = stored.meta.ok_or_else(|| read(&SnapshotError::NoMeta))?;
         let meta = SnapshotMeta::from_pb(meta_pb).map_err(|e| read(&e))?;
+        let file = tokio::fs::File::open(self.dir.path_of(&stored.file))
+            .await
+            .map_err(|e| read(&e))?;
         Ok(Some(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
+            snapshot: Box::new(file),
         }))
     }
 }
@@ -362,7 +426,9 @@ mod tests {
     use sluice_proto::raft::meta_command::Command;
 
     use super::*;
+    use crate::sm::refs;
     use crate::store::MemStore;
+    use crate::store::hooked::{Access, Hooked};
 
     fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
         Entry {
@@ -402,11 +468,19 @@ mod tests {
         })
     }
 
-    /// A state machine with write epoch 1 open, objects a (blob e1.a) and,
-    /// deleted, c (e1.c), and an upload with one part (e1.b).
-    async fn populated() -> StateMachine<MemStore> {
-        let mut sm = StateMachine::new(Arc::new(MemStore::new()));
-        let commands = vec![
+    /// A state machine over `kv` with its snapshot files in a new
+    /// directory (removed when the returned guard drops).
+    async fn open<K: KvStore>(kv: Arc<K>) -> (StateMachine<K>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let sm = StateMachine::open(kv, dir.path().join("snapshots"))
+            .await
+            .unwrap();
+        (sm, dir)
+    }
+
+    /// Opens write epoch 1 (gateway g) and creates bucket b.
+    fn epoch_and_bucket() -> [Command; 2] {
+        [
             Command::OpenEpoch(pb::OpenEpochRequest {
                 gateway_id: "g".into(),
                 ..Default::default()
@@ -416,42 +490,64 @@ mod tests {
                 now_ms: 1,
                 ..Default::default()
             }),
-            put_object("a", "e1.a"),
-            put_object("c", "e1.c"),
-            Command::CreateUpload(pb::CreateUploadRequest {
-                upload: Some(pb::UploadRecord {
+        ]
+    }
+
+    /// A state machine with write epoch 1 open, objects a (blob e1.a) and,
+    /// deleted, c (e1.c), and an upload with one part (e1.b).
+    async fn populated() -> (StateMachine<MemStore>, tempfile::TempDir) {
+        let (mut sm, dir) = open(Arc::new(MemStore::new())).await;
+        let commands: Vec<Command> = epoch_and_bucket()
+            .into_iter()
+            .chain([
+                put_object("a", "e1.a"),
+                put_object("c", "e1.c"),
+                Command::CreateUpload(pb::CreateUploadRequest {
+                    upload: Some(pb::UploadRecord {
+                        bucket: "b".into(),
+                        key: "m".into(),
+                        upload_id: "u1".into(),
+                        initiated_ms: 1,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                Command::PutPart(pb::PutPartRequest {
                     bucket: "b".into(),
                     key: "m".into(),
-                    upload_id: "u1".into(),
-                    initiated_ms: 1,
+                    part: Some(pb::PartRecord {
+                        upload_id: "u1".into(),
+                        part_number: 1,
+                        placement: Some(placement("e1.b")),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
-                ..Default::default()
-            }),
-            Command::PutPart(pb::PutPartRequest {
-                bucket: "b".into(),
-                key: "m".into(),
-                part: Some(pb::PartRecord {
-                    upload_id: "u1".into(),
-                    part_number: 1,
-                    placement: Some(placement("e1.b")),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            Command::DeleteObject(pb::ObjectKey {
-                bucket: "b".into(),
-                key: "c".into(),
-                ..Default::default()
-            }),
-        ];
+                delete_object("c"),
+            ])
+            .collect();
         let entries: Vec<_> = commands
             .into_iter()
             .enumerate()
             .map(|(i, c)| entry(i as u64 + 1, c))
             .collect();
         sm.apply(entries).await.unwrap();
-        sm
+        (sm, dir)
+    }
+
+    /// The records of a snapshot file.
+    async fn blob_of(file: Box<tokio::fs::File>) -> rpb::SnapshotBlob {
+        let file = file.into_std().await;
+        rpb::SnapshotBlob {
+            records: snapshot::records_of(file).unwrap(),
+        }
+    }
+
+    /// A snapshot file (not a receiving one) holding `blob`, as one message.
+    async fn file_of(dir: &tempfile::TempDir, blob: &rpb::SnapshotBlob) -> Box<tokio::fs::File> {
+        let path = dir.path().join(format!("blob-{}", blob.records.len()));
+        std::fs::write(&path, blob.encode_to_vec()).unwrap();
+        Box::new(tokio::fs::File::open(&path).await.unwrap())
     }
 
     fn references(kv: &MemStore) -> BTreeSet<String> {
@@ -472,12 +568,12 @@ mod tests {
 
     #[tokio::test]
     async fn snapshots_carry_the_reference_index() {
-        let mut source = populated().await;
+        let (mut source, _dir) = populated().await;
         assert_eq!(references(&source.kv), expected());
         let snap = snapshot(&mut source).await;
 
         let kv = Arc::new(MemStore::new());
-        let mut target = StateMachine::new(kv.clone());
+        let (mut target, _target_dir) = open(kv.clone()).await;
         target
             .install_snapshot(&snap.meta, snap.snapshot)
             .await
@@ -493,10 +589,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_snapshot_without_the_index_is_indexed_on_install() {
-        let mut source = populated().await;
+        let (mut source, _dir) = populated().await;
         let snap = snapshot(&mut source).await;
         // What a node of the previous release sends: no index records.
-        let mut blob = rpb::SnapshotBlob::decode(snap.snapshot.into_inner().as_slice()).unwrap();
+        let mut blob = blob_of(snap.snapshot).await;
         let before = blob.records.len();
         blob.records
             .retain(|r| r.space != u32::from(Space::Refs.id()));
@@ -507,9 +603,9 @@ mod tests {
         let mut ghost = Batch::new();
         ghost.put(Space::Refs, b"ghost".to_vec(), Vec::new());
         kv.apply(ghost).unwrap();
-        let mut target = StateMachine::new(kv.clone());
+        let (mut target, _target_dir) = open(kv.clone()).await;
         target
-            .install_snapshot(&snap.meta, Box::new(Cursor::new(blob.encode_to_vec())))
+            .install_snapshot(&snap.meta, file_of(&_dir, &blob).await)
             .await
             .unwrap();
         assert_eq!(references(&kv), expected());
@@ -518,19 +614,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_format_1_snapshot_gets_locators_on_install() {
-        let mut source = populated().await;
+        let (mut source, _dir) = populated().await;
         let snap = snapshot(&mut source).await;
         // What a node of index format 1 sends: empty index values.
-        let mut blob = rpb::SnapshotBlob::decode(snap.snapshot.into_inner().as_slice()).unwrap();
+        let mut blob = blob_of(snap.snapshot).await;
         for r in &mut blob.records {
             if r.space == u32::from(Space::Refs.id()) {
                 r.value.clear();
             }
         }
         let kv = Arc::new(MemStore::new());
-        let mut target = StateMachine::new(kv.clone());
+        let (mut target, _target_dir) = open(kv.clone()).await;
         target
-            .install_snapshot(&snap.meta, Box::new(Cursor::new(blob.encode_to_vec())))
+            .install_snapshot(&snap.meta, file_of(&_dir, &blob).await)
             .await
             .unwrap();
         assert_eq!(references(&kv), expected());
@@ -547,7 +643,7 @@ mod tests {
 
     #[tokio::test]
     async fn snapshots_carry_access_keys() {
-        let mut source = populated().await;
+        let (mut source, _dir) = populated().await;
         source
             .apply(vec![
                 entry(
@@ -574,7 +670,7 @@ mod tests {
             .unwrap();
         let snap = snapshot(&mut source).await;
         let kv = Arc::new(MemStore::new());
-        let mut target = StateMachine::new(kv.clone());
+        let (mut target, _target_dir) = open(kv.clone()).await;
         target
             .install_snapshot(&snap.meta, snap.snapshot)
             .await
@@ -588,5 +684,226 @@ mod tests {
         );
         assert_eq!(key.grants.len(), 1);
         assert!(key.grants[0].read && !key.grants[0].write);
+    }
+
+    /// Every record of the data spaces, in order.
+    fn data_rows<K: KvStore>(kv: &K) -> Vec<(Space, Vec<u8>, Vec<u8>)> {
+        let mut rows = Vec::new();
+        for space in Space::DATA {
+            for (k, v) in kv
+                .scan(
+                    space,
+                    std::ops::Bound::Unbounded,
+                    std::ops::Bound::Unbounded,
+                    usize::MAX,
+                )
+                .unwrap()
+            {
+                rows.push((space, k, v));
+            }
+        }
+        rows
+    }
+
+    /// A second handle on the same state machine (what a test hook applies
+    /// through while the first is building).
+    fn twin<K: KvStore>(sm: &StateMachine<K>) -> StateMachine<K> {
+        StateMachine {
+            kv: sm.kv.clone(),
+            dir: sm.dir.clone(),
+            capture: sm.capture.clone(),
+            build_lock: sm.build_lock.clone(),
+            snapshot_seq: sm.snapshot_seq.clone(),
+        }
+    }
+
+    fn delete_object(key: &str) -> Command {
+        Command::DeleteObject(pb::ObjectKey {
+            bucket: "b".into(),
+            key: key.into(),
+            ..Default::default()
+        })
+    }
+
+    /// Applies keep landing while the snapshot is written (between its
+    /// pages and between reading a record and checking it): overwrites,
+    /// deletes and new keys before and behind the walk. The snapshot holds
+    /// exactly the state when the builder was taken.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_is_the_state_when_its_build_started() {
+        let setup: Vec<Command> = epoch_and_bucket()
+            .into_iter()
+            .chain(
+                (0..120).map(|i| put_object(&format!("k{i:03}"), &format!("e1.{:x}", 0x1000 + i))),
+            )
+            .collect();
+        let setup: Vec<_> = setup
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| entry(i as u64 + 1, c))
+            .collect();
+        let kv = Arc::new(Hooked::default());
+        let (mut sm, _dir) = open(kv.clone()).await;
+        sm.apply(setup.clone()).await.unwrap();
+        let reference_kv = Arc::new(MemStore::new());
+        let (mut reference, _reference_dir) = open(reference_kv.clone()).await;
+        reference.apply(setup.clone()).await.unwrap();
+
+        assert_eq!(
+            data_rows(kv.as_ref()).len(),
+            243,
+            "bucket, 2 epoch rows, 120 objects and refs"
+        );
+        let mut builder = sm.get_snapshot_builder().await;
+        // Later entries: overwrite, delete and add keys all over the range.
+        let mut later = std::collections::VecDeque::new();
+        let mut index = setup.len() as u64;
+        for i in 0..60u32 {
+            let command = match i % 4 {
+                0 => put_object(&format!("k{:03}", i * 2), &format!("e1.{:x}", 0x2000 + i)),
+                1 => delete_object(&format!("k{:03}", 119 - i)),
+                2 => put_object(&format!("k{:03}x", i), &format!("e1.{:x}", 0x3000 + i)),
+                _ => delete_object(&format!("k{:03}x", i - 1)),
+            };
+            index += 1;
+            later.push_back(entry(index, command));
+        }
+        // Two land before the build starts writing.
+        sm.apply([later.pop_front().unwrap(), later.pop_front().unwrap()])
+            .await
+            .unwrap();
+        let later = Arc::new(std::sync::Mutex::new(later));
+        let applied_during = Arc::new(AtomicU64::new(0));
+        {
+            let (later, applied_during) = (later.clone(), applied_during.clone());
+            let mut applier = twin(&sm);
+            let handle = tokio::runtime::Handle::current();
+            // Before every page of the walk and every pre-image check.
+            kv.set_hook(move |access, _| {
+                let walking = match access {
+                    Access::Get(space) => space == Space::PreImages,
+                    Access::Scan(space) => Space::DATA.contains(&space),
+                };
+                let next = walking.then(|| later.lock().unwrap().pop_front()).flatten();
+                if let Some(e) = next {
+                    handle.block_on(applier.apply([e])).unwrap();
+                    applied_during.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        let snap = builder.build_snapshot().await.unwrap();
+        kv.clear_hook();
+        assert!(
+            applied_during.load(Ordering::Relaxed) >= 50,
+            "only {} entries applied during the build",
+            applied_during.load(Ordering::Relaxed)
+        );
+        let rest: Vec<_> = later.lock().unwrap().drain(..).collect();
+        sm.apply(rest).await.unwrap();
+        // The build's pre-images are gone and applies stopped saving them.
+        assert_eq!(sm.capture.load(Ordering::Relaxed), 0);
+        assert!(
+            kv.inner
+                .scan(
+                    Space::PreImages,
+                    std::ops::Bound::Unbounded,
+                    std::ops::Bound::Unbounded,
+                    1
+                )
+                .unwrap()
+                .is_empty()
+        );
+        assert_ne!(data_rows(kv.as_ref()), data_rows(reference_kv.as_ref()));
+
+        let target_kv = Arc::new(MemStore::new());
+        let (mut target, _target_dir) = open(target_kv.clone()).await;
+        assert_eq!(
+            snap.meta.last_log_id,
+            reference.applied_state().await.unwrap().0
+        );
+        target
+            .install_snapshot(&snap.meta, snap.snapshot)
+            .await
+            .unwrap();
+        let (got, want) = (
+            data_rows(target_kv.as_ref()),
+            data_rows(reference_kv.as_ref()),
+        );
+        let first_difference = got.iter().zip(&want).position(|(g, w)| g != w);
+        assert!(
+            got == want,
+            "{} records installed, {} expected; first difference at {first_difference:?}",
+            got.len(),
+            want.len()
+        );
+        assert_eq!(
+            target.applied_state().await.unwrap(),
+            reference.applied_state().await.unwrap()
+        );
+    }
+
+    /// A crash after the install marker and half the load: the next open
+    /// finishes the install from the kept file.
+    #[tokio::test]
+    async fn an_interrupted_install_is_finished_at_open() {
+        let (mut source, _dir) = populated().await;
+        let snap = snapshot(&mut source).await;
+        let records = blob_of(snap.snapshot).await;
+
+        let kv = Arc::new(MemStore::new());
+        let dir = tempfile::tempdir().unwrap();
+        let snapshots = dir.path().join("snapshots");
+        std::fs::create_dir_all(&snapshots).unwrap();
+        std::fs::write(snapshots.join("x.snap"), records.encode_to_vec()).unwrap();
+        let stored = rpb::StoredSnapshot {
+            meta: Some(snap.meta.to_pb()),
+            data: Vec::new(),
+            file: "x.snap".into(),
+        };
+        let mut b = Batch::new();
+        b.put(Space::SmMeta, INSTALLING, snap.meta.to_pb().encode_to_vec());
+        b.put(Space::Snapshot, CURRENT, stored.encode_to_vec());
+        // What the crash left: a record the snapshot does not have, and
+        // the previous applied id.
+        b.put(Space::Objects, b"b\0stale".to_vec(), b"x".to_vec());
+        b.put(
+            Space::SmMeta,
+            APPLIED,
+            LogId::new(LeaderId::new(1, 1), 1).to_pb().encode_to_vec(),
+        );
+        kv.apply(b).unwrap();
+
+        let mut sm = StateMachine::open(kv.clone(), &snapshots).await.unwrap();
+        assert_eq!(data_rows(kv.as_ref()), data_rows(source.kv.as_ref()));
+        assert!(kv.get(Space::SmMeta, INSTALLING).unwrap().is_none());
+        assert_eq!(sm.applied_state().await.unwrap().0, snap.meta.last_log_id);
+        let current = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(current.meta, snap.meta);
+        assert_eq!(blob_of(current.snapshot).await, records);
+    }
+
+    /// A snapshot an earlier release kept inside its record becomes a file
+    /// at open, with the same records.
+    #[tokio::test]
+    async fn a_stored_blob_of_an_earlier_release_becomes_a_file() {
+        let (mut source, _dir) = populated().await;
+        let snap = snapshot(&mut source).await;
+        let records = blob_of(snap.snapshot).await;
+        let kv = Arc::new(MemStore::new());
+        let stored = rpb::StoredSnapshot {
+            meta: Some(snap.meta.to_pb()),
+            data: records.encode_to_vec(),
+            file: String::new(),
+        };
+        let mut b = Batch::new();
+        b.put(Space::Snapshot, CURRENT, stored.encode_to_vec());
+        kv.apply(b).unwrap();
+
+        let (mut sm, _target_dir) = open(kv.clone()).await;
+        let kept = read_current(kv.as_ref()).unwrap().unwrap();
+        assert!(kept.data.is_empty() && kept.file.ends_with(".snap"));
+        let current = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(current.meta, snap.meta);
+        assert_eq!(blob_of(current.snapshot).await, records);
     }
 }

@@ -12,6 +12,8 @@
 //! * make every write that returned before a [`KvStore::flush`] call durable
 //!   once that call returns `Ok`.
 
+#[cfg(test)]
+pub(crate) mod hooked;
 mod mem;
 mod sled_store;
 
@@ -31,8 +33,12 @@ pub enum Space {
     LogMeta = 2,
     /// State machine metadata: last applied log id and membership.
     SmMeta = 3,
-    /// The current snapshot (`raft.StoredSnapshot`).
+    /// The current snapshot (`raft.StoredSnapshot`: its meta and file name).
     Snapshot = 4,
+    /// Pre-images of state machine records changed while a snapshot is
+    /// built: generation (u64 BE) space byte key -> `0` (absent) or `1`
+    /// followed by the value (see `raft::snapshot`).
+    PreImages = 5,
     /// Bucket name -> `meta.Bucket`.
     Buckets = 10,
     /// bucket 0x00 key -> `meta.ObjectRecord`.
@@ -70,9 +76,12 @@ pub enum Space {
 }
 
 impl Space {
-    /// The spaces that make up the state machine (and so its snapshot).
-    pub const STATE_MACHINE: [Space; 15] = [
-        Space::SmMeta,
+    /// The state machine's data spaces: what a snapshot carries. The
+    /// other state machine space, `SmMeta` (applied id, membership), is
+    /// written by the install from the snapshot's meta. Sessions, epochs
+    /// and pending deletions are data: a node that installs a snapshot
+    /// must fence and deduplicate the same way.
+    pub const DATA: [Space; 14] = [
         Space::Buckets,
         Space::Objects,
         Space::Uploads,
@@ -101,6 +110,7 @@ impl Space {
             Space::LogMeta,
             Space::SmMeta,
             Space::Snapshot,
+            Space::PreImages,
             Space::Buckets,
             Space::Objects,
             Space::Uploads,

@@ -947,42 +947,6 @@ fn many_versions_cross_scan_chunks() {
     }
 }
 
-/// A store that applies `hook` just before the first read of `Versions`:
-/// a Raft entry applied between two reads of a concurrent read RPC.
-struct Racy {
-    inner: MemStore,
-    hook: std::sync::Mutex<Option<crate::store::Batch>>,
-}
-
-impl KvStore for Racy {
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, crate::store::KvError> {
-        if space == Space::Versions
-            && let Some(b) = self.hook.lock().unwrap().take()
-        {
-            self.inner.apply(b)?;
-        }
-        self.inner.get(space, key)
-    }
-    fn scan(
-        &self,
-        space: Space,
-        start: std::ops::Bound<&[u8]>,
-        end: std::ops::Bound<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<crate::store::Pair>, crate::store::KvError> {
-        self.inner.scan(space, start, end, limit)
-    }
-    fn last(&self, space: Space) -> Result<Option<crate::store::Pair>, crate::store::KvError> {
-        self.inner.last(space)
-    }
-    fn apply(&self, batch: crate::store::Batch) -> Result<(), crate::store::KvError> {
-        self.inner.apply(batch)
-    }
-    async fn flush(&self) -> Result<(), crate::store::KvError> {
-        Ok(())
-    }
-}
-
 /// Collectable racing a DeleteObject by id that promotes a noncurrent
 /// version: the promoted (now current) version's shard must not be
 /// collectable.
@@ -1014,10 +978,17 @@ fn collectable_races_a_promotion() {
         },
     )
     .unwrap();
-    let racy = Racy {
-        inner: kv,
-        hook: std::sync::Mutex::new(Some(promote)),
-    };
+    // Applied just before the first read of Versions: a Raft entry
+    // applied between two reads of a concurrent read RPC.
+    let racy = crate::store::hooked::Hooked::new(kv);
+    let mut promote = Some(promote);
+    racy.set_hook(move |access, inner| {
+        if access == crate::store::hooked::Access::Get(Space::Versions)
+            && let Some(b) = promote.take()
+        {
+            inner.apply(b).unwrap();
+        }
+    });
     let shard = pb::ShardRef {
         blob_id: bid("x"),
         shard_index: 0,

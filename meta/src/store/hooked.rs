@@ -1,0 +1,76 @@
+//! [`Hooked`]: a [`MemStore`] that calls a test's hook before every read,
+//! so a test can land a concurrent write exactly between two reads.
+
+use std::ops::Bound;
+use std::sync::Mutex;
+
+use super::{Batch, KvError, KvStore, MemStore, Pair, Space};
+
+/// The read a [`Hooked`] store is about to make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Get(Space),
+    Scan(Space),
+}
+
+type Hook = Box<dyn FnMut(Access, &MemStore) + Send>;
+
+/// A store whose reads first call the hook (with the underlying store,
+/// which the hook may write). The hook is taken out while it runs, so the
+/// reads it makes itself do not call it again.
+#[derive(Default)]
+pub(crate) struct Hooked {
+    pub(crate) inner: MemStore,
+    hook: Mutex<Option<Hook>>,
+}
+
+impl Hooked {
+    pub(crate) fn new(inner: MemStore) -> Self {
+        Hooked {
+            inner,
+            hook: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn set_hook(&self, hook: impl FnMut(Access, &MemStore) + Send + 'static) {
+        *self.hook.lock().unwrap() = Some(Box::new(hook));
+    }
+
+    pub(crate) fn clear_hook(&self) {
+        self.hook.lock().unwrap().take();
+    }
+
+    fn run(&self, access: Access) {
+        let hook = self.hook.lock().unwrap().take();
+        if let Some(mut hook) = hook {
+            hook(access, &self.inner);
+            *self.hook.lock().unwrap() = Some(hook);
+        }
+    }
+}
+
+impl KvStore for Hooked {
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        self.run(Access::Get(space));
+        self.inner.get(space, key)
+    }
+    fn scan(
+        &self,
+        space: Space,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Pair>, KvError> {
+        self.run(Access::Scan(space));
+        self.inner.scan(space, start, end, limit)
+    }
+    fn last(&self, space: Space) -> Result<Option<Pair>, KvError> {
+        self.inner.last(space)
+    }
+    fn apply(&self, batch: Batch) -> Result<(), KvError> {
+        self.inner.apply(batch)
+    }
+    async fn flush(&self) -> Result<(), KvError> {
+        Ok(())
+    }
+}
