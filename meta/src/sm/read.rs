@@ -151,13 +151,18 @@ pub fn list_objects<K: KvStore>(
 
     let mut resp = pb::ListObjectsResponse::default();
     let mut count = 0usize;
+    // After a common prefix is skipped the next row may start another
+    // one: read a single row past it, and grow the reads again (to
+    // SCAN_CHUNK; the first read is one row with a delimiter, else the
+    // page size) while rows come back, so a page costs O(keys returned +
+    // common prefixes returned) rows, not a chunk per prefix.
+    let mut chunk = if delimiter.is_some() {
+        1
+    } else {
+        (max + 1).min(SCAN_CHUNK)
+    };
     'scan: loop {
-        let rows = kv.scan(
-            Space::Objects,
-            as_ref_bound(&from),
-            end_bound(&end),
-            SCAN_CHUNK,
-        )?;
+        let rows = kv.scan(Space::Objects, as_ref_bound(&from), end_bound(&end), chunk)?;
         let n = rows.len();
         for (k, v) in rows {
             let key = key_str(
@@ -179,6 +184,7 @@ pub fn list_objects<K: KvStore>(
                     Some(s) => from = Bound::Included(s),
                     None => break 'scan,
                 }
+                chunk = 1;
                 continue 'scan;
             }
             if count == max {
@@ -193,9 +199,10 @@ pub fn list_objects<K: KvStore>(
             count += 1;
             from = Bound::Excluded(k);
         }
-        if n < SCAN_CHUNK {
+        if n < chunk {
             break;
         }
+        chunk = (chunk * 2).min(SCAN_CHUNK);
     }
     Ok(resp)
 }
@@ -265,13 +272,18 @@ pub fn list_uploads<K: KvStore>(
 
     let mut resp = pb::ListUploadsResponse::default();
     let mut count = 0usize;
+    // After a common prefix is skipped the next row may start another
+    // one: read a single row past it, and grow the reads again (to
+    // SCAN_CHUNK; the first read is one row with a delimiter, else the
+    // page size) while rows come back, so a page costs O(keys returned +
+    // common prefixes returned) rows, not a chunk per prefix.
+    let mut chunk = if delimiter.is_some() {
+        1
+    } else {
+        (max + 1).min(SCAN_CHUNK)
+    };
     'scan: loop {
-        let rows = kv.scan(
-            Space::Uploads,
-            as_ref_bound(&from),
-            end_bound(&end),
-            SCAN_CHUNK,
-        )?;
+        let rows = kv.scan(Space::Uploads, as_ref_bound(&from), end_bound(&end), chunk)?;
         let n = rows.len();
         for (k, v) in rows {
             let rest = k.get(base.len()..).ok_or(SmError::BadKey(Space::Uploads))?;
@@ -296,6 +308,7 @@ pub fn list_uploads<K: KvStore>(
                     Some(s) => from = Bound::Included(s),
                     None => break 'scan,
                 }
+                chunk = 1;
                 continue 'scan;
             }
             if count == max {
@@ -309,9 +322,10 @@ pub fn list_uploads<K: KvStore>(
             count += 1;
             from = Bound::Excluded(k);
         }
-        if n < SCAN_CHUNK {
+        if n < chunk {
             break;
         }
+        chunk = (chunk * 2).min(SCAN_CHUNK);
     }
     Ok(resp)
 }

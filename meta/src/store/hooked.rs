@@ -3,6 +3,7 @@
 
 use std::ops::Bound;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Batch, KvError, KvStore, MemStore, Pair, Space};
 
@@ -22,6 +23,8 @@ type Hook = Box<dyn FnMut(Access, &MemStore) + Send>;
 pub(crate) struct Hooked {
     pub(crate) inner: MemStore,
     hook: Mutex<Option<Hook>>,
+    /// Rows returned by `scan` so far (what a read costs).
+    pub(crate) rows_read: AtomicU64,
 }
 
 impl Hooked {
@@ -29,6 +32,7 @@ impl Hooked {
         Hooked {
             inner,
             hook: Mutex::new(None),
+            rows_read: AtomicU64::new(0),
         }
     }
 
@@ -62,7 +66,10 @@ impl KvStore for Hooked {
         limit: usize,
     ) -> Result<Vec<Pair>, KvError> {
         self.run(Access::Scan(space));
-        self.inner.scan(space, start, end, limit)
+        let rows = self.inner.scan(space, start, end, limit)?;
+        self.rows_read
+            .fetch_add(rows.len() as u64, Ordering::Relaxed);
+        Ok(rows)
     }
     fn last(&self, space: Space) -> Result<Option<Pair>, KvError> {
         self.inner.last(space)
