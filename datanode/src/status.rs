@@ -95,6 +95,7 @@ impl From<StoreError> for Status {
             StoreError::Corrupt { .. } => Code::DataLoss,
             StoreError::RangeOutOfBounds { .. } => Code::OutOfRange,
             StoreError::InvalidBlobId(_)
+            | StoreError::InvalidShardIndex(_)
             | StoreError::InvalidBlockSize(_)
             | StoreError::InvalidBlockLen { .. }
             | StoreError::BlockAfterShortBlock { .. } => Code::InvalidArgument,
@@ -140,6 +141,7 @@ mod tests {
                 Code::OutOfRange,
             ),
             (StoreError::InvalidBlockSize(0), Code::InvalidArgument),
+            (StoreError::InvalidShardIndex(256), Code::InvalidArgument),
             (
                 StoreError::Io {
                     op: "write",

@@ -113,13 +113,16 @@ async fn old_shard(store: &DiskStore, blob: &str) -> Result<()> {
     Ok(())
 }
 
+/// The stored blob ids, sorted (the store lists in its own order).
 async fn blob_ids(store: &DiskStore) -> Result<Vec<String>> {
     let page = store.list("", 1000).await?;
-    Ok(page
+    let mut ids: Vec<String> = page
         .shards
         .iter()
         .map(|s| s.key.blob_id().to_string())
-        .collect())
+        .collect();
+    ids.sort();
+    Ok(ids)
 }
 
 fn pass() -> GcPass {

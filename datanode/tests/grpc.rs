@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use sluice_datanode::store::list_position;
 use sluice_datanode::{Config, MAX_MESSAGE_BYTES, block_crc32c, run};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::put_shard_request::Msg;
@@ -210,6 +211,14 @@ async fn put_read_range_list_delete() -> Result<()> {
         (16 + data.len() + 5 * 4 + 16 + 100 + 4) as u64
     );
 
+    // ListShards pages in store order (fan-out partition, then blob id).
+    let mut order = ["blob-0", "blob-1"];
+    order.sort_by_key(|b| list_position(b));
+    // (shard index, stored size) of each blob's one shard.
+    let shard = |blob: &str| match blob {
+        "blob-1" => (2, (16 + data.len() + 5 * 4) as u64),
+        _ => (0, (16 + 100 + 4) as u64),
+    };
     let page = c
         .list_shards(ListShardsRequest {
             after_blob_id: String::new(),
@@ -220,20 +229,24 @@ async fn put_read_range_list_delete() -> Result<()> {
     assert_eq!(page.shards.len(), 1);
     assert_eq!(
         (page.shards[0].blob_id.as_str(), page.is_truncated),
-        ("blob-0", true)
+        (order[0], true)
+    );
+    assert_eq!(
+        (page.shards[0].shard_index, page.shards[0].size),
+        shard(order[0])
     );
     let page = c
         .list_shards(ListShardsRequest {
-            after_blob_id: "blob-0".into(),
+            after_blob_id: order[0].into(),
             limit: 0,
         })
         .await?
         .into_inner();
     assert_eq!(
         (page.shards[0].blob_id.as_str(), page.shards[0].shard_index),
-        ("blob-1", 2)
+        (order[1], shard(order[1]).0)
     );
-    assert_eq!(page.shards[0].size, (16 + data.len() + 5 * 4) as u64);
+    assert_eq!(page.shards[0].size, shard(order[1]).1);
     assert!(!page.is_truncated);
 
     let err = get(&mut c, "blob-1", 2, 4, 2)

@@ -55,10 +55,10 @@ impl ReferenceOracle for FakeOracle {
         shards: Vec<ShardKey>,
     ) -> Result<Vec<ShardKey>, Unreachable> {
         assert_eq!(node_id, 1, "GC asks about its own node");
-        self.asked
-            .lock()
-            .unwrap()
-            .push(shards.iter().map(ToString::to_string).collect());
+        // Sorted: the pass asks in store order, which is not name order.
+        let mut names: Vec<String> = shards.iter().map(ToString::to_string).collect();
+        names.sort();
+        self.asked.lock().unwrap().push(names);
         if self.fail {
             return Err(Unreachable);
         }
@@ -98,10 +98,13 @@ async fn aged_shard(store: &DiskStore, blob: &str, index: u32, now: SystemTime, 
         .unwrap();
 }
 
+/// The stored shards (`blob.index`), sorted by name.
 async fn remaining<S: ShardStore>(store: &S) -> Vec<String> {
-    let page = store.list("", 1000).await.unwrap();
+    let page = store.list("", 10_000).await.unwrap();
     assert!(!page.is_truncated);
-    page.shards.iter().map(|s| s.key.to_string()).collect()
+    let mut names: Vec<String> = page.shards.iter().map(|s| s.key.to_string()).collect();
+    names.sort();
+    names
 }
 
 fn pass(now: SystemTime, page_blobs: usize) -> GcPass {

@@ -436,23 +436,47 @@ async fn list_pages_by_blob<H: Harness>() {
             .map(|e| e.key.to_string())
             .collect::<Vec<_>>()
     };
+    // Store order: fan-out partition, then blob id (not plain "a" < "b").
+    let mut order = vec!["a", "b", "c", "d"];
+    order.sort_by_key(|b| list_position(b));
+    // The shards of `blobs`, each blob's by index.
+    let shards_of = |blobs: &[&str]| {
+        let mut out = Vec::new();
+        for b in blobs {
+            let mut indexes: Vec<u32> = stored
+                .iter()
+                .filter(|(blob, _)| blob == b)
+                .map(|(_, i)| *i)
+                .collect();
+            indexes.sort();
+            out.extend(indexes.iter().map(|i| format!("{b}.{i}")));
+        }
+        out
+    };
 
     let p = s.list("", 2).await.expect("list");
-    assert_eq!(names(&p), ["a.0", "a.2", "b.1"]);
+    assert_eq!(names(&p), shards_of(&order[..2]));
     assert!(p.is_truncated);
-    let p = s.list("b", 2).await.expect("list");
-    assert_eq!(names(&p), ["c.0", "c.1", "c.5", "d.0"]);
+    let p = s.list(order[1], 2).await.expect("list");
+    assert_eq!(names(&p), shards_of(&order[2..]));
     assert!(!p.is_truncated);
+    // A cursor that names no stored blob resumes at its own position.
+    let rest: Vec<&str> = order
+        .iter()
+        .copied()
+        .filter(|b| list_position(b) > list_position("bb"))
+        .collect();
     let p = s.list("bb", 1).await.expect("list");
     assert_eq!(
         (names(&p), p.is_truncated),
-        (vec!["c.0".into(), "c.1".into(), "c.5".into()], true)
+        (shards_of(&rest[..rest.len().min(1)]), rest.len() > 1)
     );
-    let p = s.list("d", 2).await.expect("list");
+    let p = s.list(order[3], 2).await.expect("list");
     assert!(p.shards.is_empty() && !p.is_truncated);
 
     let all = s.list("", 100).await.expect("list");
     assert_eq!(all.shards.len(), stored.len());
+    assert_eq!(names(&all), shards_of(&order));
     assert!(!all.is_truncated);
     for e in &all.shards {
         assert_eq!(e.stored_bytes, stored_len(10, 2), "{}", e.key);
@@ -462,6 +486,143 @@ async fn list_pages_by_blob<H: Harness>() {
             e.key
         );
     }
+}
+
+/// Commits a one-block shard under each of `keys`, 16 at a time.
+async fn put_many<S: ShardStore>(store: &S, keys: &[ShardKey]) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for k in keys {
+        if tasks.len() >= 16 {
+            tasks.join_next().await.expect("a task").expect("put");
+        }
+        let (store, k) = (store.clone(), k.clone());
+        tasks.spawn(async move {
+            put(&store, &k, 8, &blocks(5, 8, k.shard_index() as u8)).await;
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("put");
+    }
+}
+
+/// Walks the store from `""` in pages of `limit` blobs; checks each page's
+/// shape and returns the shard names in the order served.
+async fn walk<S: ShardStore>(store: &S, limit: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut after = String::new();
+    loop {
+        let page = store.list(&after, limit).await.expect("list");
+        let mut blobs: Vec<&str> = page.shards.iter().map(|e| e.key.blob_id()).collect();
+        blobs.dedup();
+        assert!(
+            blobs.len() <= limit,
+            "{} blobs on a page of {limit}",
+            blobs.len()
+        );
+        if let (Some(first), false) = (blobs.first(), after.is_empty()) {
+            assert_ne!(*first, after, "a blob is split across pages");
+        }
+        out.extend(page.shards.iter().map(|e| e.key.to_string()));
+        match page.shards.last() {
+            Some(last) if page.is_truncated => {
+                assert_eq!(blobs.len(), limit, "a truncated page is full");
+                after = last.key.blob_id().to_string();
+            }
+            _ => return out,
+        }
+    }
+}
+
+/// The stored names of `keys` in store order.
+fn in_store_order(keys: &[ShardKey]) -> Vec<String> {
+    let mut keys = keys.to_vec();
+    keys.sort_by(|a, b| {
+        (list_position(a.blob_id()), a.shard_index())
+            .cmp(&(list_position(b.blob_id()), b.shard_index()))
+    });
+    keys.iter().map(ToString::to_string).collect()
+}
+
+async fn list_walks_every_fanout_once<H: Harness>() {
+    let h = H::new().await;
+    let s = h.store();
+    // 2100 blobs fill all 256 partitions; some with two shards, one with
+    // the last possible index.
+    let mut keys = Vec::new();
+    for i in 0..2100u32 {
+        let blob = format!("w{i:04}");
+        keys.push(key(&blob, i % 5));
+        if i % 3 == 0 {
+            keys.push(key(&blob, 7));
+        }
+    }
+    keys.push(key("w0001", MAX_SHARDS_PER_BLOB - 1));
+    put_many(s, &keys).await;
+    let partitions: std::collections::HashSet<usize> =
+        keys.iter().map(|k| fanout_of(k.blob_id())).collect();
+    assert_eq!(partitions.len(), FANOUT);
+
+    let expected = in_store_order(&keys);
+    for limit in [3, 40, 5000] {
+        assert_eq!(walk(s, limit).await, expected, "pages of {limit} blobs");
+    }
+    // Starting after any cursor, stored or not, gives the rest in order.
+    for cursor in ["w0042", "w0042x", "zzz"] {
+        let rest: Vec<String> = expected
+            .iter()
+            .filter(|n| {
+                let blob = n.rsplit_once('.').expect("name").0;
+                list_position(blob) > list_position(cursor)
+            })
+            .cloned()
+            .collect();
+        let page = s.list(cursor, 5000).await.expect("list");
+        let got: Vec<String> = page.shards.iter().map(|e| e.key.to_string()).collect();
+        assert_eq!(got, rest, "after {cursor:?}");
+    }
+}
+
+async fn a_walk_skips_what_is_deleted_meanwhile<H: Harness>() {
+    let h = H::new().await;
+    let s = h.store();
+    let keys: Vec<ShardKey> = (0..600).map(|i| key(&format!("m{i:03}"), 0)).collect();
+    put_many(s, &keys).await;
+    let expected = in_store_order(&keys);
+    let first = s.list("", 10).await.expect("list");
+    assert!(first.is_truncated);
+    let after = first
+        .shards
+        .last()
+        .expect("a shard")
+        .key
+        .blob_id()
+        .to_string();
+    // Delete the next blob of the walk (in the cursor's own directory,
+    // whose names the disk store has already read) and one far ahead.
+    let (next, far) = (&expected[10], &expected[500]);
+    let blob = |n: &String| n.rsplit_once('.').expect("name").0.to_string();
+    assert_eq!(
+        s.delete_blobs(&[blob(next), blob(far)])
+            .await
+            .expect("delete"),
+        2
+    );
+    let mut served: Vec<String> = first.shards.iter().map(|e| e.key.to_string()).collect();
+    let mut after = after;
+    loop {
+        let page = s.list(&after, 10).await.expect("list");
+        served.extend(page.shards.iter().map(|e| e.key.to_string()));
+        match page.shards.last() {
+            Some(last) if page.is_truncated => after = last.key.blob_id().to_string(),
+            _ => break,
+        }
+    }
+    let kept: Vec<String> = expected
+        .iter()
+        .filter(|n| *n != next && *n != far)
+        .cloned()
+        .collect();
+    assert_eq!(served, kept);
 }
 
 async fn bitrot_is_reported_for_that_block_only<H: Harness>() {
@@ -533,6 +694,14 @@ macro_rules! conformance_suite {
             #[tokio::test]
             async fn list_pages_by_blob() {
                 super::list_pages_by_blob::<$harness>().await
+            }
+            #[tokio::test]
+            async fn list_walks_every_fanout_once() {
+                super::list_walks_every_fanout_once::<$harness>().await
+            }
+            #[tokio::test]
+            async fn a_walk_skips_what_is_deleted_meanwhile() {
+                super::a_walk_skips_what_is_deleted_meanwhile::<$harness>().await
             }
             #[tokio::test]
             async fn bitrot_is_reported_for_that_block_only() {
@@ -611,6 +780,63 @@ mod disk_only {
             h.store.open(&k, 0, 0).await,
             Err(StoreError::Corrupt { block: None, .. })
         ));
+    }
+
+    /// Blob ids (`<prefix><n>`) whose shards share directory `fanout`.
+    fn ids_in_fanout(prefix: &str, fanout: usize, count: usize) -> Vec<String> {
+        (0..)
+            .map(|i| format!("{prefix}{i}"))
+            .filter(|id| fanout_of(id) == fanout)
+            .take(count)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn delete_blobs_in_a_crowded_directory_takes_only_that_blob() {
+        let h = DiskHarness::new().await;
+        let target = "target";
+        let fanout = fanout_of(target);
+        // 3000 other shards in the same directory (files written directly,
+        // counted when the store is reopened), including ids that extend
+        // the target's, plus a stray name that is not a shard.
+        let dir = h.store.shard_path(&key(target, 0));
+        let dir = dir.parent().expect("fanout dir");
+        let mut others = ids_in_fanout("other", fanout, 2990);
+        others.extend(ids_in_fanout(target, fanout, 10));
+        assert!(others.iter().all(|id| id != target));
+        for id in &others {
+            std::fs::write(dir.join(format!("{id}.0")), b"x").expect("write");
+        }
+        std::fs::write(dir.join(format!("{target}.01")), b"stray").expect("write");
+        drop(h.store);
+        let store = DiskStore::open(h.dir.path(), 1).await.expect("reopen");
+        for index in [0, 5, MAX_SHARDS_PER_BLOB - 1] {
+            put(&store, &key(target, index), 8, &blocks(9, 8, 0)).await;
+        }
+        let before = store.stats();
+        assert_eq!(before.shards, others.len() as u64 + 3);
+
+        assert_eq!(
+            store
+                .delete_blobs(&[target.into(), target.into()])
+                .await
+                .expect("delete"),
+            3
+        );
+        assert_eq!(
+            store.stats(),
+            StoreStats {
+                shards: others.len() as u64,
+                stored_bytes: before.stored_bytes - 3 * stored_len(9, 2),
+            }
+        );
+        for index in [0, 5, MAX_SHARDS_PER_BLOB - 1] {
+            assert!(!store.shard_path(&key(target, index)).exists());
+        }
+        for id in &others {
+            assert!(dir.join(format!("{id}.0")).exists(), "{id} was deleted");
+        }
+        assert!(dir.join(format!("{target}.01")).exists());
     }
 
     #[tokio::test]

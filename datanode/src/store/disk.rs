@@ -6,6 +6,19 @@
 //! directory; commit fsyncs it, renames it over the final name and fsyncs
 //! the directory. Temp files left by a crash are removed at open.
 //!
+//! A listing page ([`ShardStore::list`], store order: fan-out directory,
+//! then blob id) reads the cursor's directory, sorts its shard names and
+//! resumes after the cursor, then reads the next directories until the
+//! page is full. The unread rest of the last directory is kept for the
+//! page that continues the walk (at most [`LIST_WALKS_KEPT`] walks), so a
+//! walk reads each directory once. Reading and sorting a whole directory
+//! is the memory bound of a page: about `shards / 256` names (~40 k at
+//! 10 M shards).
+//!
+//! Deleting a blob ([`ShardStore::delete_blobs`]) computes its shard paths:
+//! it tries `<blob_id>.<i>` for every possible index `i` in
+//! `0..MAX_SHARDS_PER_BLOB` instead of reading the directory.
+//!
 //! Scrub moves a corrupt shard to `<data_dir>/quarantine/<ms>-<key>`
 //! ([`ShardStore::quarantine`]), keeping at most [`MAX_QUARANTINED_FILES`]
 //! there (the oldest are deleted).
@@ -13,7 +26,7 @@
 //! All file I/O runs on the blocking pool; memory per reader or writer is
 //! one block.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeSet, VecDeque};
 use std::fs::{self, File};
 use std::io::{ErrorKind, IoSlice, Write};
 use std::os::unix::fs::FileExt;
@@ -26,14 +39,19 @@ use bytes::Bytes;
 
 use super::format::{self, Geometry, HEADER_LEN};
 use super::{
-    Block, BlockRule, Committed, ShardEntry, ShardKey, ShardPage, ShardReader, ShardStore,
-    ShardWriter, StoreError, StoreStats, resolve_range, validate_blob_id,
+    Block, BlockRule, Committed, FANOUT, MAX_SHARDS_PER_BLOB, ShardEntry, ShardKey, ShardPage,
+    ShardReader, ShardStore, ShardWriter, StoreError, StoreStats, fanout_of, list_position,
+    resolve_range, validate_blob_id,
 };
-use crate::block_crc32c;
 use crate::metrics;
 
-/// Number of fan-out directories under `shards/`.
-const FANOUT: usize = 256;
+/// Most listing walks whose place the store keeps between pages (the
+/// unread rest of one fan-out directory's sorted shard names each); beyond
+/// it the oldest is dropped, and that walk's next page reads its directory
+/// again. Memory: up to one directory's names per kept walk, about
+/// `shards / 256` names of ~60 bytes (~2.5 MB at 10 M shards). GC, scrub
+/// and a ListShards client walk at the same time.
+pub const LIST_WALKS_KEPT: usize = 4;
 /// Most quarantined shard files kept under `<data_dir>/quarantine/`; the
 /// oldest beyond it are deleted.
 pub const MAX_QUARANTINED_FILES: usize = 64;
@@ -58,6 +76,21 @@ struct Inner {
     stored_bytes: AtomicU64,
     /// Value of the `node` label on metrics.
     node_label: String,
+    /// Places of listing walks, oldest first (at most [`LIST_WALKS_KEPT`]).
+    walks: Mutex<VecDeque<WalkPlace>>,
+}
+
+/// Where a listing walk stands between two pages.
+struct WalkPlace {
+    /// The cursor that continues the walk: the last blob id it was served.
+    after: String,
+    /// Fan-out directory of `names`.
+    fanout: usize,
+    /// Shard names of that directory as read for an earlier page, sorted
+    /// by `(blob_id, shard_index)`.
+    names: Vec<(String, u32)>,
+    /// First name not served yet.
+    next: usize,
 }
 
 impl DiskStore {
@@ -85,6 +118,7 @@ impl DiskStore {
                 shards: AtomicU64::new(0),
                 stored_bytes: AtomicU64::new(0),
                 node_label: node_id.to_string(),
+                walks: Mutex::new(VecDeque::with_capacity(LIST_WALKS_KEPT + 1)),
             };
             inner.recover()?;
             Ok(inner)
@@ -120,21 +154,25 @@ impl Inner {
     /// Removes the committed file of `key` (path computed, no scan).
     fn delete_shard(&self, key: &ShardKey) -> Result<bool, StoreError> {
         let path = self.shard_path(key);
-        let removed = {
-            let _guard = self.lock(fanout_of(key.blob_id()));
-            let len = match fs::metadata(&path) {
-                Ok(m) => m.len(),
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
-                Err(e) => return Err(StoreError::io("stat", path)(e)),
-            };
-            let removed = remove_if_exists(&path)?;
-            if removed {
-                self.account_delete(len);
-            }
-            removed
-        };
+        let removed = self.remove_shard_file(fanout_of(key.blob_id()), &path)?;
         if removed && let Some(dir) = path.parent() {
             sync_dir(dir)?;
+        }
+        Ok(removed)
+    }
+
+    /// Removes the shard file at `path` in directory `fanout` and accounts
+    /// for it; `Ok(false)` when there is none. The directory is not synced.
+    fn remove_shard_file(&self, fanout: usize, path: &Path) -> Result<bool, StoreError> {
+        let _guard = self.lock(fanout);
+        let len = match fs::metadata(path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(StoreError::io("stat", path)(e)),
+        };
+        let removed = remove_if_exists(path)?;
+        if removed {
+            self.account_delete(len);
         }
         Ok(removed)
     }
@@ -273,93 +311,136 @@ impl Inner {
         self.stored_bytes.fetch_sub(len, Ordering::Relaxed);
     }
 
-    fn delete_blobs(&self, wanted: BTreeMap<usize, HashSet<String>>) -> Result<u64, StoreError> {
+    /// Deletes every shard of `blob_ids` (validated, deduplicated) by
+    /// probing each possible shard path: `<blob_id>.<i>` for `i` in
+    /// `0..MAX_SHARDS_PER_BLOB`, under the directory's lock, then syncs each
+    /// directory that lost a file.
+    ///
+    /// Why probe: the request names blobs, not indexes, and must also
+    /// remove a stale copy of an index heal moved elsewhere, which no
+    /// caller knows about. A miss is one failed `stat` (a hashed lookup in
+    /// ext4 and XFS directories), so a blob costs about 256 lookups
+    /// whatever the directory holds, where reading the directory costs all
+    /// of its entries (~40 k in a 10 M-shard store) per request.
+    fn delete_blobs(&self, blob_ids: BTreeSet<String>) -> Result<u64, StoreError> {
         let mut deleted = 0;
-        for (f, blobs) in wanted {
-            let dir = self.dir(f);
-            let before = deleted;
-            for entry in fs::read_dir(&dir).map_err(StoreError::io("read directory", &dir))? {
-                let entry = entry.map_err(StoreError::io("read directory", &dir))?;
-                let name = entry.file_name();
-                let Some((blob_id, _)) = name.to_str().and_then(parse_shard_name) else {
-                    continue;
-                };
-                if !blobs.contains(blob_id) {
-                    continue;
-                }
-                let path = entry.path();
-                let _guard = self.lock(f);
-                let len = match fs::metadata(&path) {
-                    Ok(m) => m.len(),
-                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                    Err(e) => return Err(StoreError::io("stat", path)(e)),
-                };
-                if remove_if_exists(&path)? {
-                    self.account_delete(len);
+        let mut dirty = BTreeSet::new();
+        for blob_id in &blob_ids {
+            let fanout = fanout_of(blob_id);
+            let dir = self.dir(fanout);
+            for index in 0..MAX_SHARDS_PER_BLOB {
+                if self.remove_shard_file(fanout, &dir.join(format!("{blob_id}.{index}")))? {
                     deleted += 1;
+                    dirty.insert(fanout);
                 }
             }
-            if deleted > before {
-                sync_dir(&dir)?;
-            }
+        }
+        for fanout in dirty {
+            sync_dir(&self.dir(fanout))?;
         }
         Ok(deleted)
     }
 
-    /// Keeps the first `limit` blobs after `after` in a map bounded by
-    /// `limit`, scanning every fan-out directory once.
-    fn list(&self, after: &str, limit: usize) -> Result<ShardPage, StoreError> {
-        let limit = limit.max(1);
-        let mut page: BTreeMap<String, Vec<ShardEntry>> = BTreeMap::new();
-        let mut more = false;
-        for f in 0..FANOUT {
-            let dir = self.dir(f);
-            for entry in fs::read_dir(&dir).map_err(StoreError::io("read directory", &dir))? {
-                let entry = entry.map_err(StoreError::io("read directory", &dir))?;
-                let name = entry.file_name();
-                let Some((blob_id, shard_index)) = name.to_str().and_then(parse_shard_name) else {
-                    continue;
-                };
-                if blob_id <= after {
-                    continue;
-                }
-                if !page.contains_key(blob_id) && page.len() >= limit {
-                    let last = page
-                        .last_key_value()
-                        .map(|(k, _)| k.as_str())
-                        .unwrap_or_default();
-                    more = true;
-                    if blob_id > last {
-                        continue;
-                    }
-                    page.pop_last();
-                }
-                let meta = match entry.metadata() {
-                    Ok(m) => m,
-                    // Deleted or replaced while listing.
-                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                    Err(e) => return Err(StoreError::io("stat", entry.path())(e)),
-                };
-                let key = ShardKey {
-                    blob_id: blob_id.to_string(),
-                    shard_index,
-                };
-                let modified_ms = meta.modified().map(millis_since_epoch).unwrap_or_default();
-                page.entry(blob_id.to_string())
-                    .or_default()
-                    .push(ShardEntry {
-                        key,
-                        stored_bytes: meta.len(),
-                        modified_ms,
-                    });
+    /// Shard names (temp files and strangers skipped) of directory
+    /// `fanout`, sorted by `(blob_id, shard_index)`. Holds the whole
+    /// directory: about `shards / 256` names.
+    fn read_names(&self, fanout: usize) -> Result<Vec<(String, u32)>, StoreError> {
+        let dir = self.dir(fanout);
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(StoreError::io("read directory", &dir))? {
+            let entry = entry.map_err(StoreError::io("read directory", &dir))?;
+            let name = entry.file_name();
+            if let Some((blob_id, shard_index)) = name.to_str().and_then(parse_shard_name) {
+                names.push((blob_id.to_string(), shard_index));
             }
         }
-        let mut shards: Vec<ShardEntry> = page.into_values().flatten().collect();
-        shards.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(ShardPage {
-            shards,
-            is_truncated: more,
-        })
+        names.sort_unstable();
+        Ok(names)
+    }
+
+    /// The kept place of the walk that continues with cursor `after`.
+    fn take_walk(&self, after: &str) -> Option<WalkPlace> {
+        if after.is_empty() {
+            return None;
+        }
+        let mut walks = self.walks.lock().unwrap_or_else(PoisonError::into_inner);
+        let i = walks.iter().position(|w| w.after == after)?;
+        walks.remove(i)
+    }
+
+    /// Keeps `place` for the next page of its walk, dropping the oldest
+    /// kept walk beyond [`LIST_WALKS_KEPT`].
+    fn keep_walk(&self, place: WalkPlace) {
+        let mut walks = self.walks.lock().unwrap_or_else(PoisonError::into_inner);
+        walks.push_back(place);
+        while walks.len() > LIST_WALKS_KEPT {
+            walks.pop_front();
+        }
+    }
+
+    /// One page in store order (see the module docs): continues a kept
+    /// walk, or reads the cursor's directory and resumes after the cursor;
+    /// then goes on directory by directory until `limit` blobs are served
+    /// and one more shard name is seen (`is_truncated`), or the last
+    /// directory ends. Each served shard is stat'ed (a shard deleted since
+    /// its directory was read is skipped).
+    fn list(&self, after: &str, limit: usize) -> Result<ShardPage, StoreError> {
+        let limit = limit.max(1);
+        let mut place = match self.take_walk(after) {
+            Some(place) => place,
+            None => {
+                let (fanout, _) = list_position(after);
+                let names = self.read_names(fanout)?;
+                let next = names.partition_point(|(blob_id, _)| blob_id.as_str() <= after);
+                WalkPlace {
+                    after: String::new(),
+                    fanout,
+                    names,
+                    next,
+                }
+            }
+        };
+        let mut page = ShardPage::default();
+        let mut blobs = 0;
+        loop {
+            let Some((blob_id, shard_index)) = place.names.get(place.next) else {
+                if place.fanout + 1 == FANOUT {
+                    return Ok(page);
+                }
+                place.fanout += 1;
+                place.names = self.read_names(place.fanout)?;
+                place.next = 0;
+                continue;
+            };
+            let last = page.shards.last().map(|e| e.key.blob_id());
+            let new_blob = last != Some(blob_id.as_str());
+            if new_blob && blobs == limit {
+                page.is_truncated = true;
+                place.after = last.unwrap_or_default().to_string();
+                self.keep_walk(place);
+                return Ok(page);
+            }
+            let key = ShardKey {
+                blob_id: blob_id.clone(),
+                shard_index: *shard_index,
+            };
+            place.next += 1;
+            let path = self.dir(place.fanout).join(key.to_string());
+            let meta = match fs::metadata(&path) {
+                Ok(m) => m,
+                // Deleted since the directory was read.
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => return Err(StoreError::io("stat", path)(e)),
+            };
+            if new_blob {
+                blobs += 1;
+            }
+            page.shards.push(ShardEntry {
+                key,
+                stored_bytes: meta.len(),
+                modified_ms: meta.modified().map(millis_since_epoch).unwrap_or_default(),
+            });
+        }
     }
 }
 
@@ -449,10 +530,10 @@ impl ShardStore for DiskStore {
     }
 
     async fn delete_blobs(&self, blob_ids: &[String]) -> Result<u64, StoreError> {
-        let mut wanted: BTreeMap<usize, HashSet<String>> = BTreeMap::new();
+        let mut wanted = BTreeSet::new();
         for id in blob_ids {
             validate_blob_id(id)?;
-            wanted.entry(fanout_of(id)).or_default().insert(id.clone());
+            wanted.insert(id.clone());
         }
         if wanted.is_empty() {
             return Ok(0);
@@ -694,23 +775,21 @@ fn remove_if_exists(path: &Path) -> Result<bool, StoreError> {
     }
 }
 
-/// Fan-out directory of a blob: low byte of CRC32C(blob_id).
-fn fanout_of(blob_id: &str) -> usize {
-    (block_crc32c(blob_id.as_bytes()) & 0xff) as usize
-}
-
 fn fanout_dir_name(fanout: usize) -> String {
     format!("{fanout:02x}")
 }
 
-/// Parses `<blob_id>.<shard_index>`; `None` for temp files and strangers.
+/// Parses `<blob_id>.<shard_index>` (a valid [`ShardKey`]); `None` for
+/// temp files and strangers.
 fn parse_shard_name(name: &str) -> Option<(&str, u32)> {
     if name.contains(TMP_MARKER) {
         return None;
     }
     let (blob_id, index) = name.rsplit_once('.')?;
     let shard_index: u32 = index.parse().ok()?;
-    (validate_blob_id(blob_id).is_ok() && shard_index.to_string() == index)
+    (validate_blob_id(blob_id).is_ok()
+        && shard_index < MAX_SHARDS_PER_BLOB
+        && shard_index.to_string() == index)
         .then_some((blob_id, shard_index))
 }
 
@@ -734,6 +813,9 @@ mod tests {
         assert_eq!(parse_shard_name("e7.00ff.1"), Some(("e7.00ff", 1)));
         assert_eq!(parse_shard_name("a..b.1"), None);
         assert_eq!(parse_shard_name(".1"), None);
+        // Indexes past the erasure code's limit are not shards.
+        assert_eq!(parse_shard_name("abc.255"), Some(("abc", 255)));
+        assert_eq!(parse_shard_name("abc.256"), None);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use super::format::stored_len;
 use super::{
     Block, BlockRule, Committed, ShardEntry, ShardKey, ShardPage, ShardReader, ShardStore,
-    ShardWriter, StoreError, StoreStats, resolve_range, validate_blob_id,
+    ShardWriter, StoreError, StoreStats, list_position, resolve_range, validate_blob_id,
 };
 use crate::block_crc32c;
 
@@ -120,12 +120,22 @@ impl ShardStore for MemoryStore {
         Ok(self.map().remove(key).is_some())
     }
 
+    /// Store order like the disk store ([`list_position`]); each page
+    /// sorts every shard after the cursor (tests only).
     async fn list(&self, after_blob_id: &str, limit: usize) -> Result<ShardPage, StoreError> {
         let limit = limit.max(1);
+        let after = list_position(after_blob_id);
         let map = self.map();
+        // (store position, shard index) of every shard after the cursor.
+        let mut rest: Vec<_> = map
+            .iter()
+            .map(|(k, shard)| ((list_position(k.blob_id()), k.shard_index()), k, shard))
+            .filter(|((position, _), ..)| *position > after)
+            .collect();
+        rest.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut page = ShardPage::default();
         let mut blobs = 0;
-        for (key, shard) in map.iter().filter(|(k, _)| k.blob_id() > after_blob_id) {
+        for (_, key, shard) in rest {
             let new_blob = page
                 .shards
                 .last()

@@ -9,6 +9,14 @@
 //! Two implementations share one conformance suite (`conformance.rs`):
 //! [`DiskStore`] (the real one: temp file, fsync, rename, fsync directory)
 //! and [`MemoryStore`] (for tests of code above the seam).
+//!
+//! # Listing order
+//! [`ShardStore::list`] pages through blobs in *store order*
+//! ([`list_position`]): by fan-out partition ([`fanout_of`], the low byte
+//! of CRC32C(blob_id), which is the disk store's directory), then by blob
+//! id bytes. It is not plain blob-id order: that order would make every
+//! page of a disk store read all [`FANOUT`] directories, while in store
+//! order a page resumes inside the one directory its cursor names.
 
 mod disk;
 mod format;
@@ -28,9 +36,35 @@ pub use memory::{MemoryReader, MemoryStore, MemoryWriter};
 
 /// Longest accepted blob id, in bytes.
 pub const MAX_BLOB_ID_LEN: usize = 128;
+/// Most shards of one blob, so shard indexes are `0..MAX_SHARDS_PER_BLOB`:
+/// the Reed–Solomon code over GF(2^8) has at most 256 shards (`k + m`,
+/// the gateway's `MAX_TOTAL_SHARDS`). Deleting a blob probes this many
+/// shard paths ([`ShardStore::delete_blobs`]).
+pub const MAX_SHARDS_PER_BLOB: u32 = 256;
+/// Number of listing partitions ([`fanout_of`]): the disk store's fan-out
+/// directories under `shards/`.
+pub const FANOUT: usize = 256;
 
-/// Identifies one stored shard. Ordered by blob id, then shard index (the
-/// order of [`ShardStore::list`]).
+/// Listing partition of a blob, `0..FANOUT`: the low byte of
+/// CRC32C(blob_id). Stable across releases: it names the disk store's
+/// directory of the blob's shards.
+pub fn fanout_of(blob_id: &str) -> usize {
+    (crate::block_crc32c(blob_id.as_bytes()) & 0xff) as usize
+}
+
+/// Where `blob_id` sorts in store order: `(fanout_of(blob_id), blob_id)`
+/// (see the module docs). Any string has a position, so any string is a
+/// valid [`ShardStore::list`] cursor; `""` sorts before every blob id.
+pub fn list_position(blob_id: &str) -> (usize, &str) {
+    if blob_id.is_empty() {
+        // CRC32C("") is 0 too; spelled out so the start is not a coincidence.
+        return (0, "");
+    }
+    (fanout_of(blob_id), blob_id)
+}
+
+/// Identifies one stored shard. Ordered by blob id, then shard index (not
+/// the store order of [`ShardStore::list`], see [`list_position`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ShardKey {
     blob_id: String,
@@ -41,10 +75,15 @@ impl ShardKey {
     /// Validates `blob_id`: 1..=[`MAX_BLOB_ID_LEN`] bytes of ASCII letters,
     /// digits, `-`, `_` and `.` (epoch blob ids are `e<epoch>.<hex>`, see
     /// `sluice_proto::blob_id`), not starting with `.` and without `..` (it
-    /// becomes part of a file name).
+    /// becomes part of a file name); and `shard_index`:
+    /// `0..`[`MAX_SHARDS_PER_BLOB`].
+    /// Errors: [`StoreError::InvalidBlobId`], [`StoreError::InvalidShardIndex`].
     pub fn new(blob_id: impl Into<String>, shard_index: u32) -> Result<Self, StoreError> {
         let blob_id = blob_id.into();
         validate_blob_id(&blob_id)?;
+        if shard_index >= MAX_SHARDS_PER_BLOB {
+            return Err(StoreError::InvalidShardIndex(shard_index));
+        }
         Ok(ShardKey {
             blob_id,
             shard_index,
@@ -114,10 +153,12 @@ pub struct ShardEntry {
 /// A page of [`ShardStore::list`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShardPage {
-    /// Sorted by `(blob_id, shard_index)`; all shards of a blob are on the
-    /// same page.
+    /// In store order: by [`list_position`] of the blob id, then shard
+    /// index; all shards of a blob are on the same page.
     pub shards: Vec<ShardEntry>,
-    /// More blobs follow; ask again with `after_blob_id` = the last blob id.
+    /// More blobs may follow (their names were seen; they may be gone by
+    /// the next page, which is then empty and not truncated); ask again
+    /// with `after_blob_id` = the last blob id of this page.
     pub is_truncated: bool,
 }
 
@@ -139,6 +180,8 @@ pub enum StoreError {
         "invalid blob id {0:?}: want 1..=128 bytes of [A-Za-z0-9_.-], no leading dot, no \"..\" or \".tmp-\""
     )]
     InvalidBlobId(String),
+    #[error("invalid shard index {0}: want 0..{MAX_SHARDS_PER_BLOB}")]
+    InvalidShardIndex(u32),
     #[error("invalid block size {0}: want 1..={MAX_BLOCK_SIZE} bytes")]
     InvalidBlockSize(u32),
     /// A block longer than the shard's block size, or empty.
@@ -226,8 +269,11 @@ pub trait ShardStore: Clone + Send + Sync + 'static {
         block_count: u64,
     ) -> impl Future<Output = Result<Self::Reader, StoreError>> + Send;
 
-    /// Deletes every shard of the given blobs (unknown blobs are fine);
-    /// returns how many shards were deleted.
+    /// Deletes every shard of the given blobs, whatever their index
+    /// (unknown blobs are fine); returns how many shards were deleted.
+    /// Nothing is scanned: a disk store probes the [`MAX_SHARDS_PER_BLOB`]
+    /// possible paths of each blob, so the cost follows the request, not
+    /// the store.
     /// Errors: [`StoreError::InvalidBlobId`], [`StoreError::Io`].
     fn delete_blobs(
         &self,
@@ -252,8 +298,23 @@ pub trait ShardStore: Clone + Send + Sync + 'static {
     /// Errors: [`StoreError::Io`].
     fn quarantine(&self, key: &ShardKey) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Lists the shards of the first `limit` (at least 1) blobs whose id
-    /// sorts after `after_blob_id` (byte order).
+    /// Lists the shards of the first `limit` (at least 1) blobs after
+    /// `after_blob_id` in store order ([`list_position`]; `""` starts at
+    /// the beginning, and the cursor need not name a stored blob).
+    ///
+    /// A *walk* is a sequence of pages, each asked with the previous
+    /// page's last blob id, from `""` until a page is not truncated. A walk
+    /// returns every shard committed before it started and not deleted
+    /// before it got there exactly once, in store order; a shard committed
+    /// or deleted during the walk may or may not be returned (a disk store
+    /// serves the rest of a directory from the names it read for the
+    /// previous page). Each entry's size and time are read when its page
+    /// is served.
+    ///
+    /// Cost: a walk over a disk store reads each fan-out directory about
+    /// once and stats each listed shard once (O(shards)), holding at most
+    /// one directory's names per walk in memory; see [`DiskStore`].
+    /// Errors: [`StoreError::Io`].
     fn list(
         &self,
         after_blob_id: &str,
@@ -395,6 +456,31 @@ mod tests {
             );
         }
         assert!(ShardKey::new("x".repeat(MAX_BLOB_ID_LEN), 0).is_ok());
+        assert!(ShardKey::new("a", MAX_SHARDS_PER_BLOB - 1).is_ok());
+        for bad in [MAX_SHARDS_PER_BLOB, u32::MAX] {
+            assert!(
+                matches!(ShardKey::new("a", bad), Err(StoreError::InvalidShardIndex(i)) if i == bad),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn store_order_is_fanout_then_blob_id() {
+        // CRC32C("abc") = 0x364B3FB7: a portable, release-stable placement.
+        assert_eq!(fanout_of("abc"), 0xb7);
+        assert_eq!(list_position("abc"), (0xb7, "abc"));
+        assert_eq!(list_position(""), (0, ""));
+        let mut ids: Vec<String> = (0..2000).map(|i| format!("b{i}")).collect();
+        ids.sort_by(|a, b| list_position(a).cmp(&list_position(b)));
+        assert!(ids.iter().all(|id| list_position("") < list_position(id)));
+        // Partitions are contiguous and in order; blob ids sort within each.
+        for w in ids.windows(2) {
+            let (fa, fb) = (fanout_of(&w[0]), fanout_of(&w[1]));
+            assert!(fa < fb || (fa == fb && w[0] < w[1]), "{w:?}");
+        }
+        let used: std::collections::HashSet<usize> = ids.iter().map(|id| fanout_of(id)).collect();
+        assert_eq!(used.len(), FANOUT, "2000 ids fill every partition");
     }
 
     #[test]
