@@ -17,11 +17,13 @@ pub const DEFAULT_CREDIT_FSYNC_BYTES: u64 = 1024 * 1024;
 pub const DEFAULT_RESERVED_FREE_BYTES: u64 = 1024 * 1024 * 1024;
 /// Default `scrub_bandwidth_bytes_per_sec`: 10 MiB/s.
 pub const DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC: u64 = 10 * 1024 * 1024;
-/// Default `scrub_interval`: 7 days.
+/// Default `gc_max_ops_per_sec`: 2000 shard operations per second.
+pub const DEFAULT_GC_MAX_OPS_PER_SEC: u64 = 2000;
 /// `max_shard_streams` when not configured.
 pub const DEFAULT_MAX_SHARD_STREAMS: usize = 4096;
 /// `max_streams_per_connection` when not configured.
 pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 1024;
+/// Default `scrub_interval`: 7 days.
 pub const DEFAULT_SCRUB_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Configuration of one datanode. Durations are humantime strings in TOML
@@ -80,6 +82,12 @@ pub struct Config {
     /// positive humantime.
     #[serde(with = "humantime_serde")]
     pub gc_grace: Duration,
+    /// Pace of a GC pass: shard operations per second, where listing a
+    /// shard is one operation and deleting it one more (default 2000; must
+    /// be > 0). Bounds GC's share of the disk and of meta's `Collectable`
+    /// load; a pass over `n` shards takes at least `n / gc_max_ops_per_sec`
+    /// seconds (see [`crate::gc`]).
+    pub gc_max_ops_per_sec: u64,
     /// Free bytes the data dir's filesystem keeps: below it the node
     /// heartbeats `writable = false` and PutShard refuses new shards with
     /// `RESOURCE_EXHAUSTED` (bytes; default 1 GiB; 0 = no reserve).
@@ -158,6 +166,7 @@ impl Default for Config {
             credit_fsync_idle: Duration::from_millis(5),
             gc_interval: Duration::from_secs(600),
             gc_grace: Duration::from_secs(600),
+            gc_max_ops_per_sec: DEFAULT_GC_MAX_OPS_PER_SEC,
             reserved_free_bytes: DEFAULT_RESERVED_FREE_BYTES,
             scrub_bandwidth_bytes_per_sec: DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC,
             scrub_interval: DEFAULT_SCRUB_INTERVAL,
@@ -260,6 +269,9 @@ impl Config {
         if self.gc_grace.is_zero() {
             return Err(ConfigError::ZeroGcGrace);
         }
+        if self.gc_max_ops_per_sec == 0 {
+            return Err(ConfigError::Zero("gc_max_ops_per_sec"));
+        }
         if self.scrub_interval.is_zero() {
             return Err(ConfigError::ZeroScrubInterval);
         }
@@ -358,6 +370,7 @@ mod tests {
         assert_eq!(c.credit_fsync_idle, Duration::from_millis(5));
         assert_eq!(c.gc_interval, Duration::from_secs(600));
         assert_eq!(c.gc_grace, Duration::from_secs(600));
+        assert_eq!(c.gc_max_ops_per_sec, 2000);
         assert_eq!(c.reserved_free_bytes, 1 << 30);
         assert_eq!(c.scrub_bandwidth_bytes_per_sec, 10 << 20);
         assert_eq!(c.scrub_interval, Duration::from_secs(7 * 24 * 3600));
@@ -375,9 +388,11 @@ mod tests {
             .expect("a zero reserve and disabled scrub are valid");
 
         let c: Config =
-            toml::from_str("gc_interval = \"100ms\"\ngc_grace = \"2s\"").expect("parse gc fields");
+            toml::from_str("gc_interval = \"100ms\"\ngc_grace = \"2s\"\ngc_max_ops_per_sec = 50")
+                .expect("parse gc fields");
         assert_eq!(c.gc_interval, Duration::from_millis(100));
         assert_eq!(c.gc_grace, Duration::from_secs(2));
+        assert_eq!(c.gc_max_ops_per_sec, 50);
         insecure(&c).validate().expect("valid");
 
         let c: Config = toml::from_str(
@@ -407,6 +422,7 @@ mod tests {
             toml::from_str(include_str!("../../deploy/datanode.toml")).expect("parse example");
         insecure(&c).validate().expect("example valid");
         assert_eq!(c.gc_grace, Duration::from_secs(600));
+        assert_eq!(c.gc_max_ops_per_sec, DEFAULT_GC_MAX_OPS_PER_SEC);
         assert_eq!(c.reserved_free_bytes, DEFAULT_RESERVED_FREE_BYTES);
         assert_eq!(
             c.scrub_bandwidth_bytes_per_sec,
@@ -510,6 +526,10 @@ mod tests {
         assert_eq!(
             bad(|c| c.gc_grace = Duration::ZERO),
             ConfigError::ZeroGcGrace
+        );
+        assert_eq!(
+            bad(|c| c.gc_max_ops_per_sec = 0),
+            ConfigError::Zero("gc_max_ops_per_sec")
         );
         assert_eq!(
             bad(|c| c.scrub_interval = Duration::ZERO),

@@ -26,6 +26,19 @@
 //! `gc_grace` (default 10 min) is only an efficiency knob: shards that
 //! young are most likely being committed, so meta is not asked about them.
 //!
+//! # Cost and pace
+//! A pass is one listing walk (each fan-out directory read about once,
+//! each shard stat'ed once: O(shards), see [`ShardStore::list`]), one
+//! oracle call per [`GC_CALL_SHARDS`] old shards and one unlink per
+//! collectable shard. It is paced by a token bucket of `gc_max_ops_per_sec`
+//! ([`GcPass::max_ops_per_sec`]): every shard listed costs one operation
+//! and every shard deleted one more, with a burst of one second's worth,
+//! so GC's share of the disk (and of meta's `Collectable` load) stays
+//! bounded whatever the store holds. A pass over `n` shards takes at
+//! least `n / gc_max_ops_per_sec` seconds (10 M shards at the default
+//! 2000/s: about 83 min); the next pass starts `gc_interval` after this
+//! one's start, or at once when the pass took longer.
+//!
 //! GC never deletes on doubt: when the oracle fails (meta unreachable, an
 //! error answer, `UNIMPLEMENTED` from an older meta) the pass stops without
 //! deleting anything more, and the next pass asks again. Shards the oracle
@@ -41,10 +54,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sluice_meta::{MetaClient, MetaError};
 use sluice_proto::meta::ShardRef;
-use tokio::time::MissedTickBehavior;
+use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::DEFAULT_GC_MAX_OPS_PER_SEC;
 use crate::locks::BlobLocks;
+use crate::scrub::TokenBucket;
 use crate::store::{ShardKey, ShardStore, StoreError};
 
 /// Counter, label `node`: shards deleted by GC.
@@ -162,12 +177,16 @@ pub struct GcPass {
     pub page_blobs: usize,
     /// Most shards per oracle call (1..=[`GC_CALL_SHARDS`]).
     pub call_shards: usize,
+    /// Pace of the pass: shards listed plus shards deleted per second
+    /// (`gc_max_ops_per_sec`; 0 is taken as 1). See the module docs.
+    pub max_ops_per_sec: u64,
     /// Value of the `node` metric label.
     pub node_label: String,
 }
 
 impl GcPass {
-    /// A pass of node `node_id` at `now` with the default page sizes.
+    /// A pass of node `node_id` at `now` with the default page sizes and
+    /// pace ([`DEFAULT_GC_MAX_OPS_PER_SEC`]).
     pub fn new(node_id: u64, grace: Duration, now: SystemTime) -> Self {
         GcPass {
             node_id,
@@ -175,6 +194,7 @@ impl GcPass {
             now,
             page_blobs: GC_PAGE_BLOBS,
             call_shards: GC_CALL_SHARDS,
+            max_ops_per_sec: DEFAULT_GC_MAX_OPS_PER_SEC,
             node_label: node_id.to_string(),
         }
     }
@@ -187,8 +207,9 @@ fn millis(t: SystemTime) -> i64 {
 }
 
 /// One GC pass over `store`: see the module docs. Memory is one page of
-/// listing (`page_blobs` blobs) at a time. `locks` is shared with the
-/// PutShard service.
+/// listing (`page_blobs` blobs) at a time, plus what the store keeps for
+/// the walk. `locks` is shared with the PutShard service. Paced at
+/// `pass.max_ops_per_sec` (the bucket starts full: one second's burst).
 ///
 /// Errors: [`GcError::List`], [`GcError::Oracle`] (nothing deleted for
 /// that call or after it), [`GcError::Delete`]. Calls before the failure
@@ -203,6 +224,7 @@ pub async fn collect<S: ShardStore, O: ReferenceOracle>(
     let cutoff_ms = millis(pass.now).saturating_sub(grace_ms);
     let page_blobs = pass.page_blobs.clamp(1, GC_PAGE_BLOBS);
     let call_shards = pass.call_shards.clamp(1, GC_CALL_SHARDS);
+    let mut bucket = TokenBucket::new(pass.max_ops_per_sec.max(1), Instant::now());
     let mut report = GcReport::default();
     let mut after = String::new();
     loop {
@@ -215,6 +237,7 @@ pub async fn collect<S: ShardStore, O: ReferenceOracle>(
         };
         after = last.key.blob_id().to_string();
         report.scanned_shards += page.shards.len() as u64;
+        pace(&mut bucket, page.shards.len() as u64).await;
 
         let old: Vec<ShardKey> = page
             .shards
@@ -225,6 +248,8 @@ pub async fn collect<S: ShardStore, O: ReferenceOracle>(
         report.old_shards += old.len() as u64;
         for chunk in old.chunks(call_shards) {
             let deleted = collect_call(store, oracle, locks, pass, chunk, &mut report).await?;
+            // Outside the blob locks: a commit never waits on the pace.
+            pace(&mut bucket, deleted).await;
             if deleted > 0 {
                 metrics::counter!(GC_DELETED_SHARDS_TOTAL, "node" => pass.node_label.clone())
                     .increment(deleted);
@@ -235,6 +260,14 @@ pub async fn collect<S: ShardStore, O: ReferenceOracle>(
         if !page.is_truncated {
             return Ok(report);
         }
+    }
+}
+
+/// Takes `ops` from `bucket` and sleeps off any debt.
+async fn pace(bucket: &mut TokenBucket, ops: u64) {
+    let wait = bucket.take(ops, Instant::now());
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
     }
 }
 
@@ -285,6 +318,8 @@ pub(crate) struct Collector<S, O> {
     pub interval: Duration,
     /// `gc_grace`.
     pub grace: Duration,
+    /// `gc_max_ops_per_sec`.
+    pub max_ops_per_sec: u64,
 }
 
 impl<S: ShardStore, O: ReferenceOracle> Collector<S, O> {
@@ -302,6 +337,7 @@ impl<S: ShardStore, O: ReferenceOracle> Collector<S, O> {
             }
             let pass = GcPass {
                 node_label: node_label.clone(),
+                max_ops_per_sec: self.max_ops_per_sec,
                 ..GcPass::new(self.node_id, self.grace, SystemTime::now())
             };
             let result = tokio::select! {

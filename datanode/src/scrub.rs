@@ -126,6 +126,7 @@ impl DamageReporter for MetaReporter {
 
 /// Paces reads to `rate` bytes per second with a burst of one second's
 /// worth (at least one largest block). Pure: the caller passes the time.
+/// GC uses it with shard operations for bytes ([`crate::gc`]).
 #[derive(Debug, Clone)]
 pub struct TokenBucket {
     /// Bytes per second (> 0).

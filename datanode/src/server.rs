@@ -125,6 +125,7 @@ pub async fn run(
         node_id: config.node_id,
         interval: config.gc_interval,
         grace: config.gc_grace,
+        max_ops_per_sec: config.gc_max_ops_per_sec,
     };
     tasks.spawn(collector.run(cancel.clone()));
     let scrubber = Scrubber {

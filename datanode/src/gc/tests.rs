@@ -107,9 +107,11 @@ async fn remaining<S: ShardStore>(store: &S) -> Vec<String> {
     names
 }
 
+/// A pass that is never paced (tests of what it deletes, not how fast).
 fn pass(now: SystemTime, page_blobs: usize) -> GcPass {
     GcPass {
         page_blobs,
+        max_ops_per_sec: u64::MAX / 4,
         ..GcPass::new(1, HOUR, now)
     }
 }
@@ -376,6 +378,117 @@ async fn a_commit_of_the_same_blob_waits_for_the_delete() {
         r.next_block().await.unwrap().unwrap().data,
         Bytes::from_static(b"rebuilt")
     );
+}
+
+/// Writes `count` blobs `gc<n>` (shard 0; every seventh also shard 3) two
+/// hours old, 16 at a time; returns their keys.
+async fn aged_blobs(store: &DiskStore, count: usize, now: SystemTime) -> Vec<ShardKey> {
+    let keys: Vec<ShardKey> = (0..count)
+        .flat_map(|i| {
+            let blob = format!("gc{i:04}");
+            let extra = (i % 7 == 0).then(|| key(&blob, 3));
+            std::iter::once(key(&blob, 0)).chain(extra)
+        })
+        .collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for k in keys.clone() {
+        if tasks.len() >= 16 {
+            tasks.join_next().await.unwrap().unwrap();
+        }
+        let store = store.clone();
+        tasks.spawn(async move {
+            aged_shard(&store, k.blob_id(), k.shard_index(), now, 2 * HOUR).await;
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    keys
+}
+
+#[tokio::test]
+async fn a_pass_over_every_fanout_directory_deletes_exactly_the_garbage() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path(), 1).await.unwrap();
+    let now = SystemTime::now();
+    let keys = aged_blobs(&store, 2100, now).await;
+    let fanouts: HashSet<usize> = keys
+        .iter()
+        .map(|k| crate::store::fanout_of(k.blob_id()))
+        .collect();
+    assert_eq!(fanouts.len(), crate::store::FANOUT);
+    // Every third blob is referenced; one more shard is a placed index of
+    // an otherwise unreferenced blob.
+    let referenced: Vec<String> = (0..2100).step_by(3).map(|i| format!("gc{i:04}")).collect();
+    let oracle = FakeOracle {
+        referenced: referenced.iter().cloned().collect(),
+        referenced_shards: strings(&["gc0007.3"]).into_iter().collect(),
+        ..Default::default()
+    };
+    let narrow = GcPass {
+        call_shards: 64,
+        ..pass(now, 50)
+    };
+    let report = collect(&store, &oracle, &BlobLocks::new(), &narrow)
+        .await
+        .unwrap();
+
+    let mut kept: Vec<String> = keys
+        .iter()
+        .filter(|k| referenced.iter().any(|r| r == k.blob_id()) || k.to_string() == "gc0007.3")
+        .map(ToString::to_string)
+        .collect();
+    kept.sort();
+    let garbage = (keys.len() - kept.len()) as u64;
+    assert_eq!(
+        report,
+        GcReport {
+            scanned_shards: keys.len() as u64,
+            old_shards: keys.len() as u64,
+            collectable_shards: garbage,
+            deleted_shards: garbage,
+        }
+    );
+    assert_eq!(remaining(&store).await, kept);
+    assert_eq!(store.stats().shards, kept.len() as u64);
+    // Every shard was asked about exactly once, at most 64 per call.
+    let asked = oracle.asked();
+    assert!(asked.iter().all(|call| call.len() <= 64));
+    let mut all: Vec<String> = asked.into_iter().flatten().collect();
+    all.sort();
+    let mut stored: Vec<String> = keys.iter().map(ToString::to_string).collect();
+    stored.sort();
+    assert_eq!(all, stored);
+}
+
+#[tokio::test]
+async fn a_pass_is_paced_by_max_ops_per_sec() {
+    let store = MemoryStore::new();
+    for i in 0..1500 {
+        write_shard(&store, &format!("p{i:04}"), 0).await;
+    }
+    // A third of the blobs is garbage: 1500 listed + 500 deleted = 2000
+    // operations; at 1000/s with a one-second burst the pass cannot end
+    // before one second (a lower bound: sleeps never end early).
+    let referenced: Vec<String> = (0..1500)
+        .filter(|i| i % 3 != 0)
+        .map(|i| format!("p{i:04}"))
+        .collect();
+    let oracle = FakeOracle {
+        referenced: referenced.into_iter().collect(),
+        ..Default::default()
+    };
+    let paced = GcPass {
+        max_ops_per_sec: 1000,
+        ..GcPass::new(1, HOUR, SystemTime::now() + 2 * HOUR)
+    };
+    let started = std::time::Instant::now();
+    let report = collect(&store, &oracle, &BlobLocks::new(), &paced)
+        .await
+        .unwrap();
+    assert_eq!((report.scanned_shards, report.deleted_shards), (1500, 500));
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(950), "{took:?}");
 }
 
 #[test]
