@@ -600,6 +600,8 @@ impl<K: KvStore> Meta for MetaService<K> {
             term: m.current_term,
             last_applied_index: m.last_applied.map_or(0, |l| l.index),
             voters: membership.voter_ids().collect(),
+            purged_index: m.purged.map(|l| l.index),
+            snapshot_index: m.snapshot.map(|l| l.index),
         }))
     }
 

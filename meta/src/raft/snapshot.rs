@@ -25,9 +25,10 @@
 //! the copies in the store rather than memory, so memory stays flat.
 //!
 //! # Installing
-//! A received snapshot is kept as the current snapshot file first; then an
-//! `installing` marker is set (with the current snapshot's record, in one
-//! batch), the data spaces are cleared and loaded in batches of
+//! A received snapshot is kept as a file and read through once: a file
+//! that does not decode (a torn or mixed transfer) fails the install
+//! before anything changes. Then it becomes the current snapshot and an
+//! `installing` marker is set, in one batch, the data spaces are cleared and loaded in batches of
 //! [`LOAD_BATCH_BYTES`], and one last batch writes the applied id and
 //! membership and removes the marker. A crash in between leaves the
 //! marker, and [`super::StateMachine::open`] repeats the load from the file
@@ -35,13 +36,19 @@
 //! that installs a snapshot is not the leader, so no client sees the half
 //! loaded state.
 //!
-//! # Memory
+//! # Memory and disk
 //! Building holds one scan of [`SCAN_ROWS`] records and a
 //! [`FILE_BUFFER_BYTES`] write buffer; installing holds a
 //! [`FILE_BUFFER_BYTES`] read buffer and a batch of about
 //! [`LOAD_BATCH_BYTES`] (plus one record of at most [`MAX_RECORD_BYTES`]);
-//! openraft sends and receives `snapshot_max_chunk_size` bytes at a time.
-//! Pre-images live in sled, counted in its cache like any record.
+//! clearing a space reads 64 rows at a time; openraft sends and receives
+//! `snapshot_max_chunk_size` bytes at a time. While a build runs, an
+//! apply's batch also carries the old value of each record it changes for
+//! the first time (a delete of a record with a 64 KiB inline body carries
+//! that body). Pre-images live in sled, counted in its cache like any
+//! record, and are deleted when the build ends. On disk: one `.snap`, one
+//! `.tmp` while a build writes, and at most two `.part` files of
+//! transfers openraft abandoned (removed at the next start).
 
 use std::collections::{HashSet, VecDeque};
 use std::fs::File;
@@ -70,7 +77,7 @@ pub const MAX_RECORD_BYTES: u64 = 64 << 20;
 /// The buffer of a snapshot file being written or read.
 pub const FILE_BUFFER_BYTES: usize = 256 << 10;
 /// Keys deleted per batch when a space is cleared.
-const CLEAR_CHUNK: usize = 1024;
+const CLEAR_CHUNK: usize = 64;
 /// Receiving files kept at once (openraft receives one snapshot at a time;
 /// one more covers a restarted transfer).
 const MAX_RECEIVING: usize = 2;
@@ -345,6 +352,24 @@ pub(crate) fn write_file<K: KvStore>(
     let file = w.out.into_inner().map_err(|e| e.into_error())?;
     file.sync_all()?;
     Ok(Written { records, bytes })
+}
+
+/// Reads every record of the snapshot file at `path` and checks it: each
+/// decodes, each is of a data space, the file ends on a record boundary.
+/// Returns the number of records. Holds one record at a time.
+pub(crate) fn check_file(path: &Path) -> Result<u64, SnapshotError> {
+    let input = BufReader::with_capacity(FILE_BUFFER_BYTES, File::open(path)?);
+    let mut reader = RecordReader::new(input);
+    let mut records = 0;
+    while let Some(rec) = reader.next_record()? {
+        u8::try_from(rec.space)
+            .ok()
+            .and_then(Space::from_id)
+            .filter(|s| Space::DATA.contains(s))
+            .ok_or(SnapshotError::UnknownSpace(rec.space))?;
+        records += 1;
+    }
+    Ok(records)
 }
 
 /// What installing a snapshot file did.

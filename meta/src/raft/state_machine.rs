@@ -40,7 +40,14 @@ const APPLIED: &[u8] = b"applied";
 const MEMBERSHIP: &[u8] = b"membership";
 /// Set (to the snapshot's meta) while a snapshot is being installed.
 const INSTALLING: &[u8] = b"installing";
-const CURRENT: &[u8] = b"current";
+/// The current snapshot: its meta and file name (`raft.StoredSnapshot`
+/// with `file` set).
+const CURRENT: &[u8] = b"current_file";
+/// Where releases before streamed snapshots kept the whole blob. Moved to a
+/// file at open and never written again, so a node rolled back to such a
+/// release finds no stored snapshot and builds one from its records rather
+/// than reading this release's record as an empty blob.
+const LEGACY_CURRENT: &[u8] = b"current";
 
 /// The last applied log id and the membership it implies.
 type AppliedState = (Option<LogId<u64>>, StoredMembership<u64, BasicNode>);
@@ -56,6 +63,18 @@ pub struct StateMachine<K: KvStore> {
     build_lock: Arc<AsyncMutex<()>>,
     /// Distinguishes builds (and their pre-image generations).
     snapshot_seq: Arc<AtomicU64>,
+    /// Held while `CURRENT` is read and its file opened, and while it is
+    /// replaced and the old file removed: a snapshot being sent never has
+    /// its file removed between the two.
+    current_lock: Arc<AsyncMutex<()>>,
+}
+
+/// The batch that makes `stored` the current snapshot.
+fn current_batch(stored: &rpb::StoredSnapshot) -> Batch {
+    let mut b = Batch::new();
+    b.put(Space::Snapshot, CURRENT, stored.encode_to_vec());
+    b.delete(Space::Snapshot, LEGACY_CURRENT);
+    b
 }
 
 fn io_err(e: &dyn std::error::Error) -> openraft::AnyError {
@@ -75,19 +94,27 @@ impl<K: KvStore> StateMachine<K> {
         let err = |e: &dyn std::error::Error| StorageIOError::read_snapshot(None, io_err(e));
         let dir = SnapshotDir::create(dir.into()).map_err(|e| err(&e))?;
         let mut current = read_current(kv.as_ref())?;
-        if let Some(stored) = current.as_mut().filter(|s| s.file.is_empty()) {
+        let legacy = kv
+            .get(Space::Snapshot, LEGACY_CURRENT)
+            .map_err(|e| err(&e))?;
+        if let Some(bytes) = legacy {
             // Kept by an earlier release: the whole blob in the record.
-            let index = stored
-                .meta
-                .as_ref()
-                .and_then(|m| m.last_log_id.as_ref())
-                .map_or(0, |l| l.index);
-            let name = dir.new_name(index);
-            snapshot::write_blob(&dir.path_of(&name), &stored.data).map_err(|e| err(&e))?;
-            stored.data = Vec::new();
-            stored.file = name;
             let mut b = Batch::new();
-            b.put(Space::Snapshot, CURRENT, stored.encode_to_vec());
+            b.delete(Space::Snapshot, LEGACY_CURRENT);
+            let mut stored = rpb::StoredSnapshot::decode(bytes.as_slice()).map_err(|e| err(&e))?;
+            if current.is_none() && stored.meta.is_some() {
+                let index = stored
+                    .meta
+                    .as_ref()
+                    .and_then(|m| m.last_log_id.as_ref())
+                    .map_or(0, |l| l.index);
+                let name = dir.new_name(index);
+                snapshot::write_blob(&dir.path_of(&name), &stored.data).map_err(|e| err(&e))?;
+                stored.data = Vec::new();
+                stored.file = name;
+                b = current_batch(&stored);
+                current = Some(stored);
+            }
             kv.apply(b).map_err(|e| err(&e))?;
             kv.flush().await.map_err(|e| err(&e))?;
         }
@@ -113,6 +140,7 @@ impl<K: KvStore> StateMachine<K> {
             capture: Arc::new(AtomicU64::new(0)),
             build_lock: Arc::new(AsyncMutex::new(())),
             snapshot_seq: Arc::new(AtomicU64::new(0)),
+            current_lock: Arc::new(AsyncMutex::new(())),
         })
     }
 
@@ -179,6 +207,7 @@ pub struct SnapshotBuilder<K: KvStore> {
     capture: Arc<AtomicU64>,
     /// The build lock, released when the build ends (or is dropped).
     lock: Option<OwnedMutexGuard<()>>,
+    current_lock: Arc<AsyncMutex<()>>,
 }
 
 impl<K: KvStore> SnapshotBuilder<K> {
@@ -200,12 +229,18 @@ impl<K: KvStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<K> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let (last_log_id, last_membership) =
             std::mem::replace(&mut self.prepared, Ok(Default::default()))?;
+        // Unique per build, across nodes and restarts (the file name has
+        // the clock and a counter): two builds at one log id differ in
+        // bytes (a record changed after the walk passed it is written
+        // twice), and openraft resumes a transfer by snapshot id.
+        let name = self.dir.new_name(last_log_id.map_or(0, |l| l.index));
+        let stem = name.trim_end_matches(".snap");
         let snapshot_id = match &last_log_id {
             Some(l) => format!(
-                "{}-{}-{}-{}",
+                "{}-{}-{}-{}-{stem}",
                 l.leader_id.term, l.leader_id.node_id, l.index, self.seq
             ),
-            None => format!("none-{}", self.seq),
+            None => format!("none-{}-{stem}", self.seq),
         };
         let meta = SnapshotMeta {
             last_log_id,
@@ -217,7 +252,6 @@ impl<K: KvStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<K> {
             StorageIOError::write_snapshot(Some(sig.clone()), io_err(e))
         };
         let started = Instant::now();
-        let name = self.dir.new_name(meta.last_log_id.map_or(0, |l| l.index));
         let path = self.dir.path_of(&name);
         let tmp = path.with_extension("tmp");
         let (kv, generation, dest) = (self.kv.clone(), self.generation, path.clone());
@@ -241,6 +275,8 @@ impl<K: KvStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<K> {
         .map_err(|e| err(&e))?;
 
         // Keep it unless a newer snapshot was installed meanwhile.
+        let current_lock = self.current_lock.clone();
+        let _current = current_lock.lock().await;
         let current = read_current(self.kv.as_ref())?;
         let newer_exists = current
             .and_then(|c| c.meta)
@@ -257,14 +293,13 @@ impl<K: KvStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<K> {
                 data: Vec::new(),
                 file: name.clone(),
             };
-            let mut b = Batch::new();
-            b.put(Space::Snapshot, CURRENT, stored.encode_to_vec());
-            self.kv.apply(b).map_err(|e| err(&e))?;
+            self.kv.apply(current_batch(&stored)).map_err(|e| err(&e))?;
             self.kv.flush().await.map_err(|e| err(&e))?;
             self.dir
                 .remove_others(Some(&name), false)
                 .map_err(|e| err(&e))?;
         }
+        drop(_current);
         self.lock = None;
         let secs = started.elapsed().as_secs_f64();
         metrics::histogram!("sluice_meta_snapshot_build_seconds").record(secs);
@@ -339,6 +374,7 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
             generation,
             capture: self.capture.clone(),
             lock: Some(lock),
+            current_lock: self.current_lock.clone(),
         }
     }
 
@@ -370,6 +406,17 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
             .await
             .map_err(|e| err(&e))?;
         drop(snapshot);
+        // Read it whole once before the store is touched: a file that
+        // does not decode (a torn or mixed transfer) fails the install
+        // here, leaving the node as it was.
+        let check = path.clone();
+        let checked = tokio::task::spawn_blocking(move || snapshot::check_file(&check))
+            .await
+            .map_err(|e| err(&e))?;
+        if let Err(e) = checked {
+            let _ = std::fs::remove_file(&path);
+            return Err(err(&e).into());
+        }
 
         // From here a crash repeats the load at the next open.
         let stored = rpb::StoredSnapshot {
@@ -377,11 +424,13 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
             data: Vec::new(),
             file: name.clone(),
         };
-        let mut b = Batch::new();
+        let mut b = current_batch(&stored);
         b.put(Space::SmMeta, INSTALLING, meta.to_pb().encode_to_vec());
-        b.put(Space::Snapshot, CURRENT, stored.encode_to_vec());
+        let current_lock = self.current_lock.clone();
+        let current = current_lock.lock().await;
         self.kv.apply(b).map_err(|e| err(&e))?;
         self.kv.flush().await.map_err(|e| err(&e))?;
+        drop(current);
 
         let (kv, finish) = (self.kv.clone(), finish_batch(meta));
         let loaded =
@@ -390,9 +439,11 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
                 .map_err(|e| err(&e))?
                 .map_err(|e| err(&e))?;
         self.kv.flush().await.map_err(|e| err(&e))?;
+        let current = current_lock.lock().await;
         self.dir
             .remove_others(Some(&name), false)
             .map_err(|e| err(&e))?;
+        drop(current);
         let secs = started.elapsed().as_secs_f64();
         metrics::histogram!("sluice_meta_snapshot_install_seconds").record(secs);
         tracing::info!(snapshot = %meta.snapshot_id, records = loaded.records,
@@ -401,6 +452,8 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        // The file named is not removed before it is open (see `current_lock`).
+        let _current = self.current_lock.lock().await;
         let Some(stored) = read_current(self.kv.as_ref())? else {
             return Ok(None);
         };
@@ -558,7 +611,7 @@ mod tests {
         ["e1.a", "e1.b"].map(String::from).into()
     }
 
-    async fn snapshot(sm: &mut StateMachine<MemStore>) -> Snapshot<TypeConfig> {
+    async fn snapshot<K: KvStore>(sm: &mut StateMachine<K>) -> Snapshot<TypeConfig> {
         sm.get_snapshot_builder()
             .await
             .build_snapshot()
@@ -714,6 +767,7 @@ mod tests {
             capture: sm.capture.clone(),
             build_lock: sm.build_lock.clone(),
             snapshot_seq: sm.snapshot_seq.clone(),
+            current_lock: sm.current_lock.clone(),
         }
     }
 
@@ -783,6 +837,7 @@ mod tests {
                 let walking = match access {
                     Access::Get(space) => space == Space::PreImages,
                     Access::Scan(space) => Space::DATA.contains(&space),
+                    Access::Got(_) => false,
                 };
                 let next = walking.then(|| later.lock().unwrap().pop_front()).flatten();
                 if let Some(e) = next {
@@ -883,11 +938,21 @@ mod tests {
     }
 
     /// A snapshot an earlier release kept inside its record becomes a file
-    /// at open, with the same records.
+    /// at open, with the same records; the old record is gone, so a node
+    /// rolled back to that release finds no stored snapshot (and builds
+    /// one) instead of sending this release's record as an empty blob.
     #[tokio::test]
     async fn a_stored_blob_of_an_earlier_release_becomes_a_file() {
         let (mut source, _dir) = populated().await;
         let snap = snapshot(&mut source).await;
+        assert!(
+            source
+                .kv
+                .get(Space::Snapshot, LEGACY_CURRENT)
+                .unwrap()
+                .is_none(),
+            "a build leaves the old key to releases that read it"
+        );
         let records = blob_of(snap.snapshot).await;
         let kv = Arc::new(MemStore::new());
         let stored = rpb::StoredSnapshot {
@@ -896,14 +961,119 @@ mod tests {
             file: String::new(),
         };
         let mut b = Batch::new();
-        b.put(Space::Snapshot, CURRENT, stored.encode_to_vec());
+        b.put(Space::Snapshot, LEGACY_CURRENT, stored.encode_to_vec());
         kv.apply(b).unwrap();
 
         let (mut sm, _target_dir) = open(kv.clone()).await;
+        assert!(kv.get(Space::Snapshot, LEGACY_CURRENT).unwrap().is_none());
         let kept = read_current(kv.as_ref()).unwrap().unwrap();
         assert!(kept.data.is_empty() && kept.file.ends_with(".snap"));
         let current = sm.get_current_snapshot().await.unwrap().unwrap();
         assert_eq!(current.meta, snap.meta);
         assert_eq!(blob_of(current.snapshot).await, records);
+    }
+
+    /// A received file that does not decode (here a valid snapshot with
+    /// the tail of another transfer after it, what openraft leaves when a
+    /// transfer restarts at offset 0 under the same id) fails the install
+    /// before the store is touched; the node opens again as it was.
+    #[tokio::test]
+    async fn a_torn_snapshot_file_fails_the_install_and_changes_nothing() {
+        let (mut source, dir) = populated().await;
+        let snap = snapshot(&mut source).await;
+        let mut bytes = blob_of(snap.snapshot).await.encode_to_vec();
+        bytes.extend_from_slice(&[0x30, 0x01, 0x02]);
+        let path = dir.path().join("torn");
+        std::fs::write(&path, &bytes).unwrap();
+
+        let kv = Arc::new(MemStore::new());
+        let target_dir = tempfile::tempdir().unwrap();
+        let snapshots = target_dir.path().join("snapshots");
+        let mut target = StateMachine::open(kv.clone(), &snapshots).await.unwrap();
+        target
+            .apply(
+                epoch_and_bucket()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| entry(i as u64 + 1, c)),
+            )
+            .await
+            .unwrap();
+        let before = data_rows(kv.as_ref());
+        let applied = target.applied_state().await.unwrap();
+        let file = Box::new(tokio::fs::File::open(&path).await.unwrap());
+        let installed = target.install_snapshot(&snap.meta, file).await;
+        assert!(installed.is_err(), "a torn file installs");
+        assert_eq!(data_rows(kv.as_ref()), before);
+        assert!(kv.get(Space::SmMeta, INSTALLING).unwrap().is_none());
+        drop(target);
+        let mut reopened = StateMachine::open(kv.clone(), &snapshots).await.unwrap();
+        assert_eq!(reopened.applied_state().await.unwrap(), applied);
+        assert!(reopened.get_current_snapshot().await.unwrap().is_none());
+    }
+
+    /// Two builds at the same applied id (two nodes, or one node before
+    /// and after a restart) get different snapshot ids.
+    #[tokio::test]
+    async fn builds_at_one_log_id_have_distinct_ids() {
+        let (mut a, _dir_a) = populated().await;
+        let (mut b, _dir_b) = populated().await;
+        let (first, second, third) = (
+            snapshot(&mut a).await.meta,
+            snapshot(&mut b).await.meta,
+            snapshot(&mut a).await.meta,
+        );
+        assert_eq!(first.last_log_id, second.last_log_id);
+        assert_ne!(first.snapshot_id, second.snapshot_id);
+        assert_ne!(first.snapshot_id, third.snapshot_id);
+    }
+
+    /// openraft's state machine worker opens the current snapshot (to send
+    /// it) while a build task replaces it and removes the old file: the
+    /// open still finds its file (an error here would end the Raft).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sending_the_current_snapshot_races_a_build() {
+        let kv = Arc::new(Hooked::default());
+        let (mut sm, _dir) = open(kv.clone()).await;
+        let entries: Vec<_> = epoch_and_bucket()
+            .into_iter()
+            .chain([put_object("a", "e1.a")])
+            .enumerate()
+            .map(|(i, c)| entry(i as u64 + 1, c))
+            .collect();
+        sm.apply(entries).await.unwrap();
+        snapshot(&mut sm).await;
+        sm.apply([entry(4, put_object("b", "e1.b"))]).await.unwrap();
+        let mut builder = sm.get_snapshot_builder().await;
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let build = tokio::spawn(async move {
+            go_rx.await.unwrap();
+            let built = builder.build_snapshot().await.unwrap();
+            // The hook may be gone already (it stopped waiting).
+            let _ = done_tx.send(());
+            built.meta
+        });
+        let mut go_tx = Some(go_tx);
+        kv.set_hook(move |access, _| {
+            if access == Access::Got(Space::Snapshot)
+                && let Some(go) = go_tx.take()
+            {
+                // The worker has read the current snapshot's name: let the
+                // build run to its end (it cannot, while the file is being
+                // opened: the wait times out).
+                go.send(()).unwrap();
+                let _ = done_rx.recv_timeout(std::time::Duration::from_secs(2));
+            }
+        });
+        let sent = sm.get_current_snapshot().await;
+        kv.clear_hook();
+        let built = build.await.unwrap();
+        let sent = sent
+            .expect("the current snapshot opens")
+            .expect("one exists");
+        assert_ne!(sent.meta.snapshot_id, built.snapshot_id);
+        let now = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(now.meta, built);
     }
 }

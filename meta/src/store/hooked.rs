@@ -1,4 +1,4 @@
-//! [`Hooked`]: a [`MemStore`] that calls a test's hook before every read,
+//! [`Hooked`]: a [`MemStore`] that calls a test's hook around every read,
 //! so a test can land a concurrent write exactly between two reads.
 
 use std::ops::Bound;
@@ -10,7 +10,11 @@ use super::{Batch, KvError, KvStore, MemStore, Pair, Space};
 /// The read a [`Hooked`] store is about to make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {
+    /// Before a `get` of the space.
     Get(Space),
+    /// After a `get` of the space returned its value.
+    Got(Space),
+    /// Before a `scan` of the space.
     Scan(Space),
 }
 
@@ -56,7 +60,9 @@ impl Hooked {
 impl KvStore for Hooked {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
         self.run(Access::Get(space));
-        self.inner.get(space, key)
+        let value = self.inner.get(space, key)?;
+        self.run(Access::Got(space));
+        Ok(value)
     }
     fn scan(
         &self,
