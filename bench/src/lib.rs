@@ -26,9 +26,15 @@
 //! node holds its share again, then reads everything back with two other
 //! nodes down (see [`heal`]).
 //!
+//! `meta-load` starts three meta voters and measures the metadata path at
+//! a given number of objects: Raft write rate, listing and head latency at
+//! the start, middle and end of the bucket, snapshot build and a wiped
+//! follower's catch-up (see [`meta_load`]).
+//!
 //! # Layout
 //! * [`multipart`] — the `multipart-put` workload: options, workers, the run.
 //! * [`objects`] — the `put` and `get` workloads and their cleanup.
+//! * [`meta_load`] — the `meta-load` benchmark of the metadata path.
 //! * [`load`] — the timed load phase they share: counters, the per-second
 //!   sampler, server CPU at both ends, setup and output steps.
 //! * [`s3`] — SDK client setup and the interceptor that counts every error
@@ -52,6 +58,7 @@ pub mod data;
 pub mod error;
 pub mod heal;
 pub mod load;
+pub mod meta_load;
 pub mod objects;
 pub mod rss;
 pub mod samples;

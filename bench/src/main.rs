@@ -4,6 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use sluice_bench::heal::{self, HealOptions};
+use sluice_bench::meta_load::{self, MetaLoadOptions};
 use sluice_bench::multipart::{self, MultipartPutOptions};
 use sluice_bench::objects::{self, GetOptions, ObjectOptions};
 use sluice_bench::soak::{self, SoakOptions};
@@ -43,6 +44,11 @@ enum Command {
     /// node holds its share again; read everything back with two other nodes down; write
     /// heal/summary.json. Exits with status 1 on FAIL.
     Heal(Box<HealOptions>),
+    /// Meta load: start three meta voters (separate processes), load --objects records through
+    /// the metadata API and Raft, time PutObject, listings at the start, middle and end (with
+    /// and without a delimiter), many-part pages and heads, then wipe a follower and time its
+    /// snapshot catch-up with the peak RSS of leader and follower; writes summary.json.
+    MetaLoad(Box<MetaLoadOptions>),
 }
 
 #[tokio::main]
@@ -90,6 +96,12 @@ async fn main() -> anyhow::Result<()> {
             if !report.pass {
                 anyhow::bail!("heal benchmark failed");
             }
+        }
+        Command::MetaLoad(options) => {
+            let summary = options.out_dir.join("summary.json");
+            let report = meta_load::run(*options).await?;
+            print!("{}", meta_load::render(&report));
+            println!("  summary: {}", summary.display());
         }
     }
     Ok(())

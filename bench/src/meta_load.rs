@@ -12,11 +12,13 @@
 //!    `load`, the same with delimiter `/` (over the common prefixes), a
 //!    page of `parts` (many-part records) and HeadObject (GetObject of the
 //!    record) of random keys, one request at a time;
-//! 4. reads the leader's snapshot figures from its `/metrics`, then stops a
-//!    follower, wipes its directory and starts it again: it catches up by
-//!    the leader's snapshot; reports the time until it has applied what the
-//!    leader had, its install time (its `/metrics`) and the peak RSS of the
-//!    leader and the follower, sampled every 100 ms meanwhile.
+//! 4. reads the leader's snapshot figures from its `/metrics`, then
+//!    replaces a follower the supported way (RemoveVoter, then a node with
+//!    a new id and an empty directory, `join = true`, added with AddVoter):
+//!    the leader has purged its early log, so the new node catches up by
+//!    the leader's snapshot; reports the time until it has applied what
+//!    the leader had, its install time (its `/metrics`) and the peak RSS of
+//!    the leader and the new node, sampled every 100 ms meanwhile.
 //!
 //! The figures are printed as a table and written to `<out-dir>/summary.json`.
 
@@ -32,6 +34,7 @@ use anyhow::{Context, Result, bail};
 use rand::Rng;
 use serde::Serialize;
 use sluice_meta::MetaClient;
+use sluice_proto::admin::{self as apb, admin_client::AdminClient};
 use sluice_proto::meta as pb;
 use tokio::process::{Child, Command};
 
@@ -111,8 +114,8 @@ pub struct MetaLoadSummary {
     pub snapshot_build_mean_s: f64,
     /// Bytes of the last snapshot file the leader built.
     pub snapshot_bytes: u64,
-    /// A wiped follower: seconds from its restart to having applied what
-    /// the leader had applied.
+    /// A replacement voter (new id, empty directory): seconds from its
+    /// start to having applied what the leader had applied.
     pub catch_up_s: f64,
     /// Its snapshot install time (its `/metrics`), seconds.
     pub install_s: f64,
@@ -223,38 +226,56 @@ fn free_ports(n: usize) -> Result<Vec<u16>> {
         .collect::<std::io::Result<_>>()?)
 }
 
+/// Writes the config of meta node `id` (a fresh pair of ports) and
+/// returns it, not started. `voters`: the `[voters]` table; `join`: added
+/// to a running cluster.
+fn node(
+    options: &MetaLoadOptions,
+    id: u64,
+    ports: [u16; 2],
+    voters: &str,
+    join: bool,
+) -> Result<Node> {
+    let [port, metrics] = ports;
+    let dir = options.work_dir.join(format!("meta{id}"));
+    let config = options.work_dir.join(format!("meta{id}.toml"));
+    let text = format!(
+        "node_id = {id}\nlisten = \"127.0.0.1:{port}\"\nadvertise_addr = \"http://127.0.0.1:{port}\"\n\
+         data_dir = \"{data}\"\ninsecure_cluster = true\nmetrics_listen = \"127.0.0.1:{metrics}\"\n\
+         sled_cache_bytes = {cache}\njoin = {join}\n{voters}",
+        data = dir.display(),
+        cache = options.sled_cache_bytes,
+    );
+    std::fs::write(&config, text)?;
+    Ok(Node {
+        id,
+        port,
+        metrics_port: metrics,
+        dir,
+        config,
+        log: options.work_dir.join(format!("meta{id}.log")),
+        child: None,
+    })
+}
+
+/// The three initial voters (ids 1-3).
 fn write_configs(options: &MetaLoadOptions) -> Result<Vec<Node>> {
     let ports = free_ports(6)?;
     let mut voters = String::from("[voters]\n");
     for (i, port) in ports[..3].iter().enumerate() {
         writeln!(voters, "{} = \"http://127.0.0.1:{port}\"", i + 1)?;
     }
-    let mut nodes = Vec::new();
-    for i in 0..3 {
-        let id = i as u64 + 1;
-        let dir = options.work_dir.join(format!("meta{id}"));
-        let config = options.work_dir.join(format!("meta{id}.toml"));
-        let text = format!(
-            "node_id = {id}\nlisten = \"127.0.0.1:{port}\"\nadvertise_addr = \"http://127.0.0.1:{port}\"\n\
-             data_dir = \"{data}\"\ninsecure_cluster = true\nmetrics_listen = \"127.0.0.1:{metrics}\"\n\
-             sled_cache_bytes = {cache}\n{voters}",
-            port = ports[i],
-            data = dir.display(),
-            metrics = ports[3 + i],
-            cache = options.sled_cache_bytes,
-        );
-        std::fs::write(&config, text)?;
-        nodes.push(Node {
-            id,
-            port: ports[i],
-            metrics_port: ports[3 + i],
-            dir,
-            config,
-            log: options.work_dir.join(format!("meta{id}.log")),
-            child: None,
-        });
-    }
-    Ok(nodes)
+    (0..3)
+        .map(|i| {
+            node(
+                options,
+                i as u64 + 1,
+                [ports[i], ports[3 + i]],
+                &voters,
+                false,
+            )
+        })
+        .collect()
 }
 
 fn load_key(i: u64, per_prefix: u64) -> String {
@@ -411,7 +432,7 @@ async fn leader(client: &MetaClient) -> Result<pb::ClusterStatusResponse> {
     }
 }
 
-async fn measure(options: &MetaLoadOptions, nodes: &mut [Node]) -> Result<MetaLoadSummary> {
+async fn measure(options: &MetaLoadOptions, nodes: &mut Vec<Node>) -> Result<MetaLoadSummary> {
     let client = MetaClient::new(nodes.iter().map(Node::url).collect());
     leader(&client).await?;
     let epoch = client.open_epoch("meta-load").await?.epoch;
@@ -435,7 +456,7 @@ async fn measure(options: &MetaLoadOptions, nodes: &mut [Node]) -> Result<MetaLo
 
 async fn measure_with_epoch(
     options: &MetaLoadOptions,
-    nodes: &mut [Node],
+    nodes: &mut Vec<Node>,
     client: &MetaClient,
     epoch: u64,
 ) -> Result<MetaLoadSummary> {
@@ -577,38 +598,77 @@ async fn measure_with_epoch(
         .metric("sluice_meta_snapshot_bytes")
         .await
         .unwrap_or(0.0);
-    // The highest-id follower: never node 1, which would initialize a new
-    // cluster from an empty directory.
-    let follower_ix = (0..nodes.len())
-        .filter(|&i| i != leader_ix)
-        .max_by_key(|&i| nodes[i].id)
+    // A follower is replaced: removed, then a new node (id 4, empty
+    // directory, join = true) is added; AddVoter returns once it caught up.
+    let lost = nodes
+        .iter()
+        .find(|x| x.id != leader_id)
+        .map(|x| x.id)
         .context("a follower")?;
-    nodes[follower_ix].stop().await?;
-    std::fs::remove_dir_all(&nodes[follower_ix].dir)?;
+    client
+        .call_on("RemoveVoter", |ch| async move {
+            AdminClient::new(ch)
+                .remove_voter(apb::RemoveVoterRequest { id: lost })
+                .await
+        })
+        .await?;
+    let lost_ix = nodes
+        .iter()
+        .position(|x| x.id == lost)
+        .context("lost node")?;
+    nodes[lost_ix].stop().await?;
+    std::fs::remove_dir_all(&nodes[lost_ix].dir)?;
+    let ports = free_ports(2)?;
+    let mut replacement = node(options, 4, [ports[0], ports[1]], "", true)?;
     let target = leader(client).await?.last_applied_index;
     let started = Instant::now();
-    nodes[follower_ix].start(&options.sluice_bin)?;
+    replacement.start(&options.sluice_bin)?;
+    let req = apb::AddVoterRequest {
+        id: 4,
+        addr: replacement.url(),
+        catch_up_timeout_ms: Some(1_800_000),
+    };
+    let mut add = Some({
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .call_on("AddVoter", |ch| {
+                    let req = req.clone();
+                    async move { AdminClient::new(ch).add_voter(req).await }
+                })
+                .await
+        })
+    });
+    nodes.push(replacement);
+    let new_ix = nodes.len() - 1;
     let direct = MetaClient::with_timeouts(
-        vec![nodes[follower_ix].url()],
+        vec![nodes[new_ix].url()],
         Duration::from_secs(2),
         Duration::from_secs(5),
     );
     let (mut peak_leader, mut peak_follower) = (0.0f64, 0.0f64);
     loop {
         peak_leader = peak_leader.max(nodes[leader_ix].rss_mib());
-        peak_follower = peak_follower.max(nodes[follower_ix].rss_mib());
+        peak_follower = peak_follower.max(nodes[new_ix].rss_mib());
         if let Ok(s) = direct.cluster_status().await
             && s.last_applied_index >= target
         {
             break;
         }
+        if let Some(handle) = add.take_if(|h| h.is_finished()) {
+            // AddVoter answered: an error (learner never caught up) ends the run.
+            handle.await??;
+        }
         if started.elapsed() > Duration::from_secs(1800) {
-            bail!("the wiped follower did not catch up within 30 minutes");
+            bail!("the new voter did not catch up within 30 minutes");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let catch_up_s = started.elapsed().as_secs_f64();
-    let install_s = nodes[follower_ix]
+    if let Some(handle) = add {
+        handle.await??;
+    }
+    let install_s = nodes[new_ix]
         .metric("sluice_meta_snapshot_install_seconds_sum")
         .await
         .unwrap_or(0.0);
@@ -665,7 +725,7 @@ pub fn render(s: &MetaLoadSummary) -> String {
     );
     let _ = writeln!(
         out,
-        "| wiped follower catch-up | {:.1} s (install {:.2} s) |",
+        "| replacement voter catch-up | {:.1} s (install {:.2} s) |",
         s.catch_up_s, s.install_s
     );
     let _ = writeln!(

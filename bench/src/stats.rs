@@ -59,6 +59,12 @@ impl LatencyStats {
             .saturating_record(micros.clamp(1, MAX_TRACKED_MICROS));
     }
 
+    /// Adds the samples of `other` (e.g. one histogram per worker).
+    pub fn merge(&mut self, other: &LatencyStats) {
+        // Same bounds on both sides: adding cannot fail.
+        let _ = self.histogram.add(&other.histogram);
+    }
+
     /// Number of recorded samples.
     pub fn count(&self) -> u64 {
         self.histogram.len()

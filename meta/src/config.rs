@@ -40,9 +40,10 @@ pub struct Config {
     /// never initializes a cluster and waits until the leader adds it
     /// (`sluice admin meta add --id N --addr URL`); `voters` may then be
     /// empty or name the other nodes. Default false. Set it for every node
-    /// added after the first start (and for a node whose data dir was
-    /// wiped): a fresh node with `join = false` and no `voters` would
-    /// initialize a cluster of its own.
+    /// added after the first start (a node whose data dir was wiped rejoins
+    /// under a new id, after `sluice admin meta remove` of its old one:
+    /// Raft assumes a voter never loses its log): a fresh node with
+    /// `join = false` and no `voters` would initialize a cluster of its own.
     pub join: bool,
     /// sled page cache size in bytes. Default 64 MiB.
     #[serde(with = "byte_size")]
