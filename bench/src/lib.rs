@@ -28,8 +28,13 @@
 //!
 //! `meta-load` starts three meta voters and measures the metadata path at
 //! a given number of objects: Raft write rate, listing and head latency at
-//! the start, middle and end of the bucket, snapshot build and a wiped
-//! follower's catch-up (see [`meta_load`]).
+//! the start, middle and end of the bucket, snapshot build and a replacement
+//! voter's catch-up (see [`meta_load`]).
+//!
+//! `placement-sim` runs the gateway's placement and heal-target code over
+//! simulated clusters of up to thousands of datanodes and reports fill
+//! deviation, movement on a node's join or leave, and heal fan-out (see
+//! [`placement_sim`]; no cluster is started).
 //!
 //! # Layout
 //! * [`multipart`] — the `multipart-put` workload: options, workers, the run.
@@ -50,6 +55,7 @@
 //! * [`chart`] — `chart.svg` (throughput and RSS over time).
 //! * [`soak`] — the soak benchmark: cluster, shapes, verdicts.
 //! * [`heal`] — the heal benchmark: wipe a datanode, follow the rebuild.
+//! * [`placement_sim`] — the placement simulation.
 //! * [`error`] — [`BenchError`].
 
 pub mod chart;
@@ -60,6 +66,7 @@ pub mod heal;
 pub mod load;
 pub mod meta_load;
 pub mod objects;
+pub mod placement_sim;
 pub mod rss;
 pub mod samples;
 pub mod stats;

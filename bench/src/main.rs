@@ -7,6 +7,7 @@ use sluice_bench::heal::{self, HealOptions};
 use sluice_bench::meta_load::{self, MetaLoadOptions};
 use sluice_bench::multipart::{self, MultipartPutOptions};
 use sluice_bench::objects::{self, GetOptions, ObjectOptions};
+use sluice_bench::placement_sim::{self, PlacementSimOptions};
 use sluice_bench::soak::{self, SoakOptions};
 
 #[derive(Parser)]
@@ -46,9 +47,14 @@ enum Command {
     Heal(Box<HealOptions>),
     /// Meta load: start three meta voters (separate processes), load --objects records through
     /// the metadata API and Raft, time PutObject, listings at the start, middle and end (with
-    /// and without a delimiter), many-part pages and heads, then wipe a follower and time its
-    /// snapshot catch-up with the peak RSS of leader and follower; writes summary.json.
+    /// and without a delimiter), many-part pages and heads, then replace a follower (new id) and
+    /// time its snapshot catch-up with the peak RSS of leader and new node; writes summary.json.
     MetaLoad(Box<MetaLoadOptions>),
+    /// Placement at scale, simulated: the gateway's placement and heal-target code over
+    /// simulated clusters (--nodes x --zones, uneven --capacities-tb); prints markdown tables
+    /// of per-node fill deviation, shards moved when a node joins or leaves, and heal fan-out
+    /// after a node loss with the hours to re-protect it. No cluster, no I/O.
+    PlacementSim(Box<PlacementSimOptions>),
 }
 
 #[tokio::main]
@@ -102,6 +108,17 @@ async fn main() -> anyhow::Result<()> {
             let report = meta_load::run(*options).await?;
             print!("{}", meta_load::render(&report));
             println!("  summary: {}", summary.display());
+        }
+        Command::PlacementSim(options) => {
+            let shapes = placement_sim::run(&options, |r| {
+                tracing::info!(
+                    nodes = r.nodes,
+                    zones = r.zones,
+                    seconds = format!("{:.1}", r.seconds),
+                    "placement-sim: shape done"
+                )
+            })?;
+            print!("{}", placement_sim::render(&options, &shapes));
         }
     }
     Ok(())

@@ -290,7 +290,7 @@ fn stored_content_encoding(header: &str) -> Option<String> {
 }
 
 /// The key the blob of a single-PUT (or copied) object is placed under: `bucket/key`.
-pub(crate) fn object_placement_key(bucket: &str, key: &str) -> String {
+pub fn object_placement_key(bucket: &str, key: &str) -> String {
     format!("{bucket}/{key}")
 }
 
