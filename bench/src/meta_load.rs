@@ -629,7 +629,13 @@ async fn measure_with_epoch(
         catch_up_timeout_ms: Some(1_800_000),
     };
     let mut add = Some({
-        let client = client.clone();
+        // AddVoter answers once the learner caught up: minutes for a large
+        // snapshot, past the default call timeout.
+        let client = MetaClient::with_timeouts(
+            nodes.iter().map(Node::url).collect(),
+            Duration::from_secs(5),
+            Duration::from_secs(1800),
+        );
         tokio::spawn(async move {
             client
                 .call_on("AddVoter", |ch| {

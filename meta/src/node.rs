@@ -31,6 +31,10 @@ use crate::sweeper::{LeaseSweeper, Sweeper};
 
 /// How long `run` waits, on start, for a previous instance in this process
 /// to release the same data dir, and on shutdown for its own handles.
+/// How long the leader waits for one InstallSnapshot call, the last of
+/// which lasts the follower's whole install (`sluice-bench meta-load`).
+const INSTALL_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// The snapshot files' directory, inside `data_dir` (beside sled's files).
 pub const SNAPSHOT_DIR: &str = "raft-snapshots";
 const STORE_RELEASE_WAIT: Duration = Duration::from_secs(10);
@@ -88,6 +92,13 @@ pub async fn run(
         election_timeout_min: ms(config.election_timeout_min),
         election_timeout_max: ms(config.election_timeout_max),
         snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs_since_last),
+        // The last chunk's InstallSnapshot answers when the follower has
+        // installed the snapshot: a 93 MB snapshot (900,000 records) took
+        // minutes here. With openraft's 200 ms default the leader gave up
+        // and sent the whole snapshot again every ~200 ms while the
+        // follower was installing; the resent chunks queued on the
+        // follower (2.8 GiB RSS). See INSTALL_SNAPSHOT_TIMEOUT.
+        install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT.as_millis() as u64,
         max_in_snapshot_log_to_keep: config.max_in_snapshot_log_to_keep,
         ..Default::default()
     }
