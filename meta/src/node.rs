@@ -35,6 +35,18 @@ use crate::sweeper::{LeaseSweeper, Sweeper};
 /// which lasts the follower's whole install (`sluice-bench meta-load`).
 const INSTALL_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Log entries per AppendEntries call. openraft 0.9 gives each call
+/// `heartbeat_interval` (250 ms) and resends on timeout, while the follower
+/// still appends every request already queued: with its default of 300
+/// entries, records of 1,000-part objects (~100 KB each) made 30 MB calls a
+/// catching-up follower could not append in time, and the resent calls
+/// queued on it to 2.9 GiB RSS without it ever catching up
+/// (`sluice-bench meta-load --many-parts-objects 1000`). 64 entries bound a
+/// call to 64 x the largest entry (6.4 MB of such records). Not lower: one
+/// call per follower is in flight at a time, so this also caps a write
+/// batch (16 capped 64 writers at ~930 PutObject/s).
+const MAX_PAYLOAD_ENTRIES: u64 = 64;
+
 /// The snapshot files' directory, inside `data_dir` (beside sled's files).
 pub const SNAPSHOT_DIR: &str = "raft-snapshots";
 const STORE_RELEASE_WAIT: Duration = Duration::from_secs(10);
@@ -99,6 +111,7 @@ pub async fn run(
         // follower was installing; the resent chunks queued on the
         // follower (2.8 GiB RSS). See INSTALL_SNAPSHOT_TIMEOUT.
         install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT.as_millis() as u64,
+        max_payload_entries: MAX_PAYLOAD_ENTRIES,
         max_in_snapshot_log_to_keep: config.max_in_snapshot_log_to_keep,
         ..Default::default()
     }
