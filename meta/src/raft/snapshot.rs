@@ -354,6 +354,15 @@ pub(crate) fn write_file<K: KvStore>(
     Ok(Written { records, bytes })
 }
 
+/// The data space a snapshot record names; any other space is refused.
+fn data_space(id: u32) -> Result<Space, SnapshotError> {
+    u8::try_from(id)
+        .ok()
+        .and_then(Space::from_id)
+        .filter(|s| Space::DATA.contains(s))
+        .ok_or(SnapshotError::UnknownSpace(id))
+}
+
 /// Reads every record of the snapshot file at `path` and checks it: each
 /// decodes, each is of a data space, the file ends on a record boundary.
 /// Returns the number of records. Holds one record at a time.
@@ -362,11 +371,7 @@ pub(crate) fn check_file(path: &Path) -> Result<u64, SnapshotError> {
     let mut reader = RecordReader::new(input);
     let mut records = 0;
     while let Some(rec) = reader.next_record()? {
-        u8::try_from(rec.space)
-            .ok()
-            .and_then(Space::from_id)
-            .filter(|s| Space::DATA.contains(s))
-            .ok_or(SnapshotError::UnknownSpace(rec.space))?;
+        data_space(rec.space)?;
         records += 1;
     }
     Ok(records)
@@ -402,11 +407,7 @@ pub(crate) fn load_file<K: KvStore>(
     let mut batch_bytes = 0usize;
     let mut records = 0u64;
     while let Some(rec) = reader.next_record()? {
-        let space = u8::try_from(rec.space)
-            .ok()
-            .and_then(Space::from_id)
-            .filter(|s| Space::DATA.contains(s))
-            .ok_or(SnapshotError::UnknownSpace(rec.space))?;
+        let space = data_space(rec.space)?;
         if rec.space == refs_id {
             has_index = true;
             old_format |= rec.value.is_empty();
@@ -576,12 +577,8 @@ pub(crate) fn write_blob(path: &Path, data: &[u8]) -> std::io::Result<()> {
 
 /// Every record of the snapshot encoding read from `r` (tests).
 #[cfg(test)]
-pub(crate) fn records_of(
-    mut r: impl std::io::Read,
-) -> Result<Vec<rpb::SnapshotRecord>, SnapshotError> {
-    let mut data = Vec::new();
-    r.read_to_end(&mut data)?;
-    let mut reader = RecordReader::new(data.as_slice());
+pub(crate) fn records_of(r: impl std::io::Read) -> Result<Vec<rpb::SnapshotRecord>, SnapshotError> {
+    let mut reader = RecordReader::new(BufReader::new(r));
     let mut out = Vec::new();
     while let Some(rec) = reader.next_record()? {
         out.push(rec);
