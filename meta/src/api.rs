@@ -59,6 +59,9 @@ fn forward(f: ForwardToLeader<u64, BasicNode>) -> Status {
 pub(crate) fn sm_status(e: SmError) -> Status {
     match e {
         SmError::Refused { code, message } => status(code, message),
+        // Overwritten more often than a read could keep up with: the
+        // client retries.
+        e @ SmError::Torn(_) => Status::unavailable(e.to_string()),
         other => {
             tracing::error!(error = %other, "metadata read failed");
             status(ErrorCode::Internal, other.to_string())
@@ -248,12 +251,13 @@ impl<K: KvStore> Meta for MetaService<K> {
     ) -> Result<Response<pb::GetObjectResponse>, Status> {
         self.linearizable().await?;
         let r = request.get_ref();
-        let object = sm::get_version(
+        let object = sm::get_version_as(
             self.kv.as_ref(),
             &r.bucket,
             &r.key,
             &r.version_id,
             r.with_delete_marker,
+            !r.head_only,
         )
         .map_err(sm_status)?;
         Ok(Response::new(pb::GetObjectResponse {

@@ -434,12 +434,40 @@ impl MetaClient {
         version_id: &str,
         with_delete_marker: bool,
     ) -> Result<pb::ObjectRecord, MetaError> {
+        self.read_version(bucket, key, version_id, with_delete_marker, false)
+            .await
+    }
+
+    /// [`MetaClient::get_version`] without the part list and inline body:
+    /// the record's `part_count` says how many parts it has. What HEAD
+    /// (without partNumber), ACL and tagging reads need; the meta node
+    /// reads no manifest for it.
+    pub async fn head_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+        with_delete_marker: bool,
+    ) -> Result<pb::ObjectRecord, MetaError> {
+        self.read_version(bucket, key, version_id, with_delete_marker, true)
+            .await
+    }
+
+    async fn read_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+        with_delete_marker: bool,
+        head_only: bool,
+    ) -> Result<pb::ObjectRecord, MetaError> {
         let req = pb::ObjectKey {
             bucket: bucket.to_string(),
             key: key.to_string(),
             op_id: String::new(),
             version_id: version_id.to_string(),
             with_delete_marker,
+            head_only,
         };
         let r = self
             .call("GetObject", |mut c| {
@@ -476,6 +504,7 @@ impl MetaClient {
             op_id: new_op_id(),
             version_id: version_id.to_string(),
             with_delete_marker: false,
+            head_only: false,
         };
         self.call("DeleteObject", |mut c| {
             let req = req.clone();

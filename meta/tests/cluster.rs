@@ -455,10 +455,10 @@ async fn a_replaced_voter_catches_up_by_snapshot_under_write_load() -> Result<()
     )?;
     assert_eq!(keys.len(), 1600);
     for i in [0usize, 999, 1000, 1599] {
-        let value = kv
-            .get(Space::Objects, format!("b\0k{i:05}").as_bytes())?
-            .with_context(|| format!("object k{i:05} on the replacement"))?;
-        let record = <pb::ObjectRecord as prost::Message>::decode(value.as_slice())?;
+        // The record's head and its manifest (which holds the body).
+        let record =
+            sluice_meta::sm::records::get(&kv, Space::Objects, format!("b\0k{i:05}").as_bytes())?
+                .with_context(|| format!("object k{i:05} on the replacement"))?;
         assert_eq!(record.inline_data, vec![i as u8; BODY]);
     }
     // One snapshot file (installed or built since) is kept beside sled.

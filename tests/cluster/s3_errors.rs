@@ -248,6 +248,26 @@ async fn multipart_errors(s3: &aws_sdk_s3::Client, seed: u64) -> Result<()> {
         part2.body.collect().await?.into_bytes() == mp.slice(5 * MIB..),
         "GET partNumber=2 body differs"
     );
+    // HEAD reads the record's head alone (meta keeps the part list apart):
+    // the whole object's length and ETag, no parts count; HEAD with a
+    // part number reads the part list and answers that part.
+    let head = s3.head_object().bucket(B).key("mp").send().await?;
+    ensure!(
+        (head.content_length(), head.e_tag(), head.parts_count())
+            == (Some(mp.len() as i64), Some(want_etag.as_str()), None),
+        "HEAD of the multipart object: {head:?}"
+    );
+    let head2 = s3
+        .head_object()
+        .bucket(B)
+        .key("mp")
+        .part_number(2)
+        .send()
+        .await?;
+    ensure!(
+        (head2.content_length(), head2.parts_count()) == (Some(MIB as i64), Some(2)),
+        "HEAD partNumber=2: {head2:?}"
+    );
 
     // Conditional Complete on the now existing key: If-None-Match: * and a
     // wrong If-Match are 412 and leave both the object and the upload as

@@ -297,7 +297,7 @@ pub(super) async fn get_object_acl(
         .map_err(meta_error)?;
     let obj = gw
         .meta
-        .get_version(
+        .head_version(
             &input.bucket,
             &input.key,
             input.version_id.as_deref().unwrap_or(""),
@@ -344,20 +344,25 @@ pub(super) async fn put_object_acl(
 ///
 /// `version_id` names the version (`None`: the current one); a delete
 /// marker is answered as S3 does ([`delete_marker_error`]: 404 for the
-/// latest version, 405 when named).
+/// latest version, 405 when named). Unless `whole`, the record comes
+/// without its part list and inline body (`part_count` set), which meta
+/// answers without reading them.
 pub(super) async fn readable_object(
     gw: &Gateway,
     extensions: &http::Extensions,
     bucket: &str,
     key: &str,
     version_id: Option<&str>,
+    whole: bool,
 ) -> S3Result<pb::ObjectRecord> {
     let check = extensions.get::<crate::access::ObjectAclCheck>();
-    let found = match gw
-        .meta
-        .get_version(bucket, key, version_id.unwrap_or(""), true)
-        .await
-    {
+    let version = version_id.unwrap_or("");
+    let read = if whole {
+        gw.meta.get_version(bucket, key, version, true).await
+    } else {
+        gw.meta.head_version(bucket, key, version, true).await
+    };
+    let found = match read {
         Ok(obj) if obj.delete_marker => Err(delete_marker_error(&obj, version_id.is_some())),
         other => other.map_err(meta_error),
     };

@@ -142,6 +142,7 @@ pub(super) async fn get_object_attributes(
         &input.bucket,
         &input.key,
         input.version_id.as_deref(),
+        wanted.object_parts,
     )
     .await?;
     Ok(S3Response::new(GetObjectAttributesOutput {

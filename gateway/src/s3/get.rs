@@ -415,6 +415,7 @@ pub(super) async fn get_object(
         &req.input.bucket,
         &req.input.key,
         req.input.version_id.as_deref(),
+        true,
     )
     .await?;
     let input = req.input;
@@ -459,12 +460,15 @@ pub(super) async fn head_object(
     gw: &Gateway,
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
+    // Only a partNumber HEAD needs the part list (the part's range, count
+    // and checksums); any other reads the record's head alone.
     let obj = super::acl::readable_object(
         gw,
         &req.extensions,
         &req.input.bucket,
         &req.input.key,
         req.input.version_id.as_deref(),
+        req.input.part_number.is_some(),
     )
     .await?;
     let input = req.input;

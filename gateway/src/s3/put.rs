@@ -245,6 +245,9 @@ pub fn single_part_record(
         seq: 0,
         acl: pb::CannedAcl::AclPrivate as i32,
         inline_data: inline.map(|b| b.to_vec()).unwrap_or_default(),
+        // Meta's storage fields: it splits the record when it stores it.
+        part_count: 0,
+        manifest_crc64: 0,
     }
 }
 

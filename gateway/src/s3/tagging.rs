@@ -157,7 +157,7 @@ pub(super) async fn get_object_tagging(
     let input = req.input;
     let obj = gw
         .meta
-        .get_version(
+        .head_version(
             &input.bucket,
             &input.key,
             input.version_id.as_deref().unwrap_or(""),

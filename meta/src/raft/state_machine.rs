@@ -805,8 +805,8 @@ mod tests {
 
         assert_eq!(
             data_rows(kv.as_ref()).len(),
-            243,
-            "bucket, 2 epoch rows, 120 objects and refs"
+            363,
+            "bucket, 2 epoch rows, 120 objects, their manifests and refs"
         );
         let mut builder = sm.get_snapshot_builder().await;
         // Later entries: overwrite, delete and add keys all over the range.

@@ -20,6 +20,7 @@
 //! * [`keys`] — key encodings of the keyspaces.
 //! * [`access`] — access keys (S3 users) and their bucket grants.
 //! * [`versions`] — object versions and delete markers.
+//! * `records` — object records as head and manifest rows.
 
 pub mod access;
 pub mod epochs;
@@ -29,6 +30,7 @@ pub mod lifecycle;
 mod mutate;
 pub mod pending;
 mod read;
+pub mod records;
 pub mod refs;
 pub mod registry;
 pub mod sessions;
@@ -52,7 +54,7 @@ pub use read::{
 };
 pub use refs::{MAX_FILTER_IDS, filter_unreferenced};
 pub use stale::{StalePage, stale_uploads};
-pub use versions::get_version;
+pub use versions::{get_version, get_version_as};
 
 /// Most entries one listing returns (S3's limit); a request for 0 gets this.
 pub const MAX_LIST: u32 = 1000;
@@ -114,6 +116,11 @@ pub enum SmError {
     /// A stored key is not what its space promises (corruption).
     #[error("malformed key in {0:?}")]
     BadKey(Space),
+    /// An object record and its manifest stayed of different writes over
+    /// every retry of a read (see `records`): overwritten faster than read,
+    /// or corrupt.
+    #[error("object record in {0:?} and its manifest are of different writes")]
+    Torn(Space),
 }
 
 /// This node's wall clock in ms since the Unix epoch: the leader stamps

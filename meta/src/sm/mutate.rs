@@ -12,8 +12,8 @@ use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
 
 use super::refs::{part_refs, update_index};
 use super::{
-    Applied, MAX_PART_NUMBER, SmError, access, epochs, get, heal, keys, pending, refuse, registry,
-    require_bucket, sessions, versions,
+    Applied, MAX_PART_NUMBER, SmError, access, epochs, get, heal, keys, pending, records, refuse,
+    registry, require_bucket, sessions, versions,
 };
 use crate::store::{Batch, KvStore, Space};
 use versions::placements;
@@ -359,7 +359,7 @@ fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest, index: u64) -> Outco
     let bucket = require_bucket(kv, &object.bucket)?;
     check_name("key", &object.key)?;
     let key = keys::object(&object.bucket, &object.key);
-    let old: Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")?;
+    let old = records::get(kv, Space::Objects, &key)?;
     check_condition(old.as_ref(), r.condition.as_ref())?;
     let mut object = object.clone();
     let mut b = Batch::new();
@@ -420,7 +420,7 @@ fn expire_objects<K: KvStore>(kv: &K, r: &rpb::ExpireObjects, index: u64, now_ms
         if !seen.insert(key.clone()) {
             continue;
         }
-        let Some(old): Option<pb::ObjectRecord> = get(kv, Space::Objects, &key, "object")? else {
+        let Some(old) = records::get_head(kv, Space::Objects, &key)? else {
             continue;
         };
         // `day_ms` 0: an entry without it (none was ever proposed by a
@@ -488,7 +488,7 @@ fn expire_version<K: KvStore>(
     }
     // A noncurrent version that is no delete marker is never the latest:
     // nothing is promoted.
-    b.delete(Space::Versions, found.key);
+    records::delete(b, Space::Versions, found.key);
     let released: Vec<pb::Placement> = placements(&found.record).cloned().collect();
     update_index(b, &released, []);
     Ok(released)
@@ -523,7 +523,7 @@ fn change_version<K: KvStore>(
     }
     change(&mut found.record);
     let mut b = Batch::new();
-    b.put(found.space, found.key, found.record.encode_to_vec());
+    records::put(&mut b, found.space, found.key, &found.record);
     Ok((b, Applied::Done))
 }
 
@@ -673,7 +673,7 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest, index: u64
     let bucket = require_bucket(kv, &r.bucket)?;
     let upload_key = keys::upload(&r.bucket, &r.key, &r.upload_id);
     let object_key = keys::object(&r.bucket, &r.key);
-    let current: Option<pb::ObjectRecord> = get(kv, Space::Objects, &object_key, "object")?;
+    let current = records::get(kv, Space::Objects, &object_key)?;
     let Some(upload) = get::<pb::UploadRecord, _>(kv, Space::Uploads, &upload_key, "upload")?
     else {
         // Completing an already completed upload with the same list returns

@@ -58,7 +58,7 @@ pub fn get_object<K: KvStore>(
     key: &str,
 ) -> Result<pb::ObjectRecord, SmError> {
     require_bucket(kv, bucket)?;
-    match get(kv, Space::Objects, &keys::object(bucket, key), "object")? {
+    match super::records::get(kv, Space::Objects, &keys::object(bucket, key))? {
         Some(o) => Ok(o),
         None => refuse(ErrorCode::NoSuchKey, format!("no such key: {key}")),
     }
@@ -191,9 +191,7 @@ pub fn list_objects<K: KvStore>(
                 resp.is_truncated = true;
                 break 'scan;
             }
-            let mut object: pb::ObjectRecord = decode("object", &v)?;
-            object.parts.clear();
-            object.inline_data.clear();
+            let object = super::records::as_head(decode("object", &v)?);
             resp.next_marker = key.to_string();
             resp.objects.push(object);
             count += 1;
@@ -551,9 +549,7 @@ pub fn list_versions<K: KvStore>(
             versions.next()
         }
         .expect("peeked above");
-        let mut object: pb::ObjectRecord = decode("object", &value)?;
-        object.parts.clear();
-        object.inline_data.clear();
+        let object = super::records::as_head(decode("object", &value)?);
         let is_latest = if from_objects {
             true
         } else if last_key.as_deref() == Some(key.as_str()) {

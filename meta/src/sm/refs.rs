@@ -32,7 +32,7 @@ use std::ops::Bound;
 use prost::Message;
 use sluice_proto::meta::{self as pb, ErrorCode};
 
-use super::{SmError, decode, get, keys, refuse};
+use super::{SmError, decode, get, keys, records, refuse};
 use crate::store::{Batch, KvStore, Space, as_ref_bound};
 
 /// Most blob ids one [`filter_unreferenced`] call accepts.
@@ -229,7 +229,7 @@ impl PlacementRecords {
         let matches = |o: &pb::ObjectRecord| o.seq == locator.version_seq;
         let current = (Space::Objects, keys::object(&locator.bucket, &locator.key));
         if !self.objects.contains_key(&current)
-            && let Some(o) = get::<pb::ObjectRecord, _>(kv, current.0, &current.1, "object")?
+            && let Some(o) = records::get(kv, current.0, &current.1)?
         {
             self.objects.insert(current.clone(), o);
         }
@@ -243,11 +243,11 @@ impl PlacementRecords {
         if self.objects.contains_key(&version) {
             return Ok(Some(version));
         }
-        if let Some(o) = get::<pb::ObjectRecord, _>(kv, version.0, &version.1, "object version")? {
+        if let Some(o) = records::get(kv, version.0, &version.1)? {
             self.objects.insert(version.clone(), o);
             return Ok(Some(version));
         }
-        match get::<pb::ObjectRecord, _>(kv, current.0, &current.1, "object")? {
+        match records::get(kv, current.0, &current.1)? {
             Some(o) if matches(&o) => {
                 self.objects.insert(current.clone(), o);
                 Ok(Some(current))
@@ -259,7 +259,7 @@ impl PlacementRecords {
     /// Adds to `b` the rewrite of every record read.
     pub(crate) fn write(self, b: &mut Batch) {
         for ((space, k), o) in self.objects {
-            b.put(space, k, o.encode_to_vec());
+            records::put(b, space, k, &o);
         }
         for (k, p) in self.parts {
             b.put(Space::Parts, k, p.encode_to_vec());
@@ -343,10 +343,12 @@ pub fn rebuild_index<K: KvStore>(kv: &K) -> Result<u64, SmError> {
             let n = rows.len();
             let mut b = Batch::new();
             for (k, v) in rows {
-                let object: pb::ObjectRecord = decode("object", &v)?;
-                let refs = object_refs(&object);
-                indexed += refs.len() as u64;
-                update_index(&mut b, &[], refs);
+                let head: pb::ObjectRecord = decode("object", &v)?;
+                if let Some(object) = records::complete(kv, space, &k, head)? {
+                    let refs = object_refs(&object);
+                    indexed += refs.len() as u64;
+                    update_index(&mut b, &[], refs);
+                }
                 from = Bound::Excluded(k);
             }
             kv.apply(b)?;

@@ -1011,6 +1011,7 @@ mod access;
 mod datanodes;
 mod exactly_once;
 mod heal;
+mod records;
 mod refs;
 mod versions;
 

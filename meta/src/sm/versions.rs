@@ -17,11 +17,10 @@
 //! written before versions existed, and become the `null` version when
 //! versioning is enabled).
 
-use prost::Message;
 use sluice_proto::meta::{self as pb, ErrorCode, Versioning};
 
 use super::refs::{object_refs, update_index};
-use super::{SmError, decode, get, keys, refuse};
+use super::{SmError, decode, keys, records, refuse};
 use crate::store::{Batch, KvStore, Space};
 
 /// Rows read per scan while looking for a key's `null` version.
@@ -112,9 +111,11 @@ pub(crate) fn latest_row<K: KvStore>(
     key: &str,
     skip: Option<&[u8]>,
 ) -> Result<Option<(Vec<u8>, pb::ObjectRecord)>, SmError> {
-    for (k, v) in kv.scan_prefix(Space::Versions, &keys::versions_of(bucket, key), 2)? {
+    let rows = kv.scan_prefix(Space::Versions, &keys::versions_of(bucket, key), 2)?;
+    for (k, v) in rows {
         if Some(k.as_slice()) != skip {
-            return Ok(Some((k, decode("object version", &v)?)));
+            let head = decode("object version", &v)?;
+            return Ok(records::complete(kv, Space::Versions, &k, head)?.map(|r| (k, r)));
         }
     }
     Ok(None)
@@ -142,9 +143,9 @@ fn null_row<K: KvStore>(
         )?;
         let n = rows.len();
         for (k, v) in rows {
-            let record: pb::ObjectRecord = decode("object version", &v)?;
-            if record.version_id.is_empty() {
-                return Ok(Some((k, record)));
+            let head: pb::ObjectRecord = decode("object version", &v)?;
+            if head.version_id.is_empty() {
+                return Ok(records::complete(kv, Space::Versions, &k, head)?.map(|r| (k, r)));
             }
             from = std::ops::Bound::Excluded(k);
         }
@@ -154,15 +155,34 @@ fn null_row<K: KvStore>(
     }
 }
 
-/// The version of (bucket, key) that `want` names, current or not.
+/// The version of (bucket, key) that `want` names, current or not, whole.
 pub(crate) fn find<K: KvStore>(
     kv: &K,
     bucket: &str,
     key: &str,
     want: Want,
 ) -> Result<Option<Found>, SmError> {
+    find_as(kv, bucket, key, want, true)
+}
+
+/// [`find`], reading only the head of a record (no part list) unless
+/// `whole`.
+fn find_as<K: KvStore>(
+    kv: &K,
+    bucket: &str,
+    key: &str,
+    want: Want,
+    whole: bool,
+) -> Result<Option<Found>, SmError> {
+    let read = |space, k: &[u8]| {
+        if whole {
+            records::get(kv, space, k)
+        } else {
+            records::get_head(kv, space, k)
+        }
+    };
     let object_key = keys::object(bucket, key);
-    if let Some(current) = get::<pb::ObjectRecord, _>(kv, Space::Objects, &object_key, "object")?
+    if let Some(current) = read(Space::Objects, &object_key)?
         && matches(&current, want)
     {
         return Ok(Some(Found {
@@ -176,7 +196,7 @@ pub(crate) fn find<K: KvStore>(
         Want::Null => null_row(kv, bucket, key)?,
         Want::Seq(s) => {
             let k = keys::version(bucket, key, s);
-            get::<pb::ObjectRecord, _>(kv, Space::Versions, &k, "object version")?
+            read(Space::Versions, &k)?
                 .filter(|r| matches(r, want))
                 .map(|r| (k, r))
         }
@@ -200,14 +220,29 @@ pub fn get_version<K: KvStore>(
     version: &str,
     with_marker: bool,
 ) -> Result<pb::ObjectRecord, SmError> {
+    get_version_as(kv, bucket, key, version, with_marker, true)
+}
+
+/// [`get_version`]; unless `whole`, the answer is the record's head
+/// (`records::as_head`: no parts, no inline body, `part_count` set) and no
+/// part list is read.
+pub fn get_version_as<K: KvStore>(
+    kv: &K,
+    bucket: &str,
+    key: &str,
+    version: &str,
+    with_marker: bool,
+    whole: bool,
+) -> Result<pb::ObjectRecord, SmError> {
     super::require_bucket(kv, bucket)?;
     let want = parse(version)?;
-    match find(kv, bucket, key, want)? {
+    match find_as(kv, bucket, key, want, whole)? {
         Some(found) if found.record.delete_marker && !with_marker => refuse(
             ErrorCode::MethodNotAllowed,
             format!("version {version} of {key} is a delete marker"),
         ),
-        Some(found) => Ok(found.record),
+        Some(found) if whole => Ok(found.record),
+        Some(found) => Ok(records::as_head(found.record)),
         None if want == Want::Current => {
             if with_marker
                 && let Some((_, latest)) = latest_row(kv, bucket, key, None)?
@@ -231,10 +266,11 @@ pub(crate) fn placements(record: &pb::ObjectRecord) -> impl Iterator<Item = &pb:
 
 /// Keeps `record`, until now current, as a noncurrent version.
 fn stash(b: &mut Batch, record: &pb::ObjectRecord) {
-    b.put(
+    records::put(
+        b,
         Space::Versions,
         keys::version(&record.bucket, &record.key, record.seq),
-        record.encode_to_vec(),
+        record,
     );
 }
 
@@ -249,7 +285,7 @@ fn drop_null_row<K: KvStore>(
     let Some((k, record)) = null_row(kv, bucket, key)? else {
         return Ok(Vec::new());
     };
-    b.delete(Space::Versions, k);
+    records::delete(b, Space::Versions, k);
     Ok(placements(&record).cloned().collect())
 }
 
@@ -293,11 +329,7 @@ pub(crate) fn write_current<K: KvStore>(
         new.version_id = String::new();
         old.map(|old| released_by(old, new)).unwrap_or_default()
     };
-    b.put(
-        Space::Objects,
-        keys::object(&new.bucket, &new.key),
-        new.encode_to_vec(),
-    );
+    records::put(b, Space::Objects, keys::object(&new.bucket, &new.key), new);
     update_index(b, &released, object_refs(new));
     Ok(released)
 }
@@ -342,19 +374,19 @@ pub(crate) fn delete<K: KvStore>(
     now_ms: i64,
 ) -> Result<Deleted, SmError> {
     let object_key = keys::object(&bucket.name, key);
-    let current: Option<pb::ObjectRecord> = get(kv, Space::Objects, &object_key, "object")?;
+    let current = records::get(kv, Space::Objects, &object_key)?;
     let versioning = bucket.versioning;
     let mut out = Deleted::default();
     if want == Want::Current && versioning == Versioning::Unversioned as i32 {
         if let Some(c) = &current {
-            b.delete(Space::Objects, object_key);
+            records::delete(b, Space::Objects, object_key);
             out.released = placements(c).cloned().collect();
         }
     } else if want == Want::Current {
         let suspended = versioning == Versioning::Suspended as i32;
         match &current {
             Some(c) => {
-                b.delete(Space::Objects, object_key);
+                records::delete(b, Space::Objects, object_key);
                 if suspended && c.version_id.is_empty() {
                     out.released = placements(c).cloned().collect();
                 } else {
@@ -387,13 +419,13 @@ pub(crate) fn delete<K: KvStore>(
         let latest = found.space == Space::Objects
             || (current.is_none()
                 && latest_row(kv, &bucket.name, key, None)?.is_some_and(|(k, _)| k == found.key));
-        b.delete(found.space, found.key.clone());
+        records::delete(b, found.space, found.key.clone());
         if latest
             && let Some((k, next)) = latest_row(kv, &bucket.name, key, Some(&found.key))?
             && !next.delete_marker
         {
-            b.delete(Space::Versions, k);
-            b.put(Space::Objects, object_key, next.encode_to_vec());
+            records::delete(b, Space::Versions, k);
+            records::put(b, Space::Objects, object_key, &next);
         }
         out.released = placements(&found.record).cloned().collect();
         out.version_id = shown_id(&found.record).to_string();

@@ -41,7 +41,8 @@ pub enum Space {
     PreImages = 5,
     /// Bucket name -> `meta.Bucket`.
     Buckets = 10,
-    /// bucket 0x00 key -> `meta.ObjectRecord`.
+    /// bucket 0x00 key -> `meta.ObjectRecord`, its head: parts and inline
+    /// body are in `Manifests` (see `sm::records`).
     Objects = 11,
     /// bucket 0x00 key 0x00 upload id -> `meta.UploadRecord`.
     Uploads = 12,
@@ -68,8 +69,13 @@ pub enum Space {
     /// missing shards (see `sm::heal`).
     Degraded = 21,
     /// Noncurrent object versions and delete markers: bucket 0x00 key 0x00
-    /// (u64::MAX - seq) BE -> `meta.ObjectRecord` (see `sm::versions`).
+    /// (u64::MAX - seq) BE -> `meta.ObjectRecord` head, as in `Objects`
+    /// (see `sm::versions`).
     Versions = 22,
+    /// Object manifests: the space byte (`Objects` or `Versions`) and key
+    /// of an object record -> `meta.ObjectManifest` (its parts and inline
+    /// body; see `sm::records`).
+    Manifests = 23,
     /// Access keys: access key id -> `meta.AccessKey` (secret and bucket
     /// grants; see `sm::access`).
     AccessKeys = 30,
@@ -81,7 +87,7 @@ impl Space {
     /// written by the install from the snapshot's meta. Sessions, epochs
     /// and pending deletions are data: a node that installs a snapshot
     /// must fence and deduplicate the same way.
-    pub const DATA: [Space; 14] = [
+    pub const DATA: [Space; 15] = [
         Space::Buckets,
         Space::Objects,
         Space::Uploads,
@@ -95,6 +101,7 @@ impl Space {
         Space::HealIntents,
         Space::Degraded,
         Space::Versions,
+        Space::Manifests,
         Space::AccessKeys,
     ];
 
@@ -124,6 +131,7 @@ impl Space {
             Space::HealIntents,
             Space::Degraded,
             Space::Versions,
+            Space::Manifests,
             Space::AccessKeys,
         ]
         .into_iter()

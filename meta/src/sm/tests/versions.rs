@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use super::*;
 use crate::sm::refs::{all_references, current_placement, rebuild_index};
 
-fn set_versioning(kv: &MemStore, b: &str, v: pb::Versioning) {
+pub(super) fn set_versioning(kv: &MemStore, b: &str, v: pb::Versioning) {
     let a = exec(
         kv,
         Command::PutBucketConfig(pb::PutBucketConfigRequest {
@@ -637,22 +637,22 @@ fn paging_by_one_matches_one_page() {
 
 /// The layout invariants (docs/versioning.md) and the reference index
 /// against the records, after every step of a random sequence.
+fn all_rows(kv: &MemStore, space: Space) -> Vec<crate::store::Pair> {
+    let all = std::ops::Bound::Unbounded;
+    kv.scan(space, all, all, 100_000).unwrap()
+}
+
 fn check_invariants(kv: &MemStore, released: &[String]) {
     use std::collections::BTreeMap;
     // Records by key: current and rows.
     let mut blobs = BTreeSet::new();
     let mut by_key: BTreeMap<String, (Option<pb::ObjectRecord>, Vec<pb::ObjectRecord>)> =
         BTreeMap::new();
-    for (_, v) in kv
-        .scan(
-            Space::Objects,
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            100000,
-        )
-        .unwrap()
-    {
-        let o: pb::ObjectRecord = prost::Message::decode(v.as_slice()).unwrap();
+    for (k, v) in all_rows(kv, Space::Objects) {
+        let head: pb::ObjectRecord = prost::Message::decode(v.as_slice()).unwrap();
+        let o = crate::sm::records::complete(kv, Space::Objects, &k, head)
+            .unwrap()
+            .expect("every head has its manifest");
         for p in &o.parts {
             let id = &p.placement.as_ref().unwrap().blob_id;
             assert!(blobs.insert(id.clone()), "blob {id} twice");
@@ -660,22 +660,29 @@ fn check_invariants(kv: &MemStore, released: &[String]) {
         let k = o.key.clone();
         by_key.entry(k).or_default().0 = Some(o);
     }
-    for (_, v) in kv
-        .scan(
-            Space::Versions,
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            100000,
-        )
-        .unwrap()
-    {
-        let o: pb::ObjectRecord = prost::Message::decode(v.as_slice()).unwrap();
+    for (k, v) in all_rows(kv, Space::Versions) {
+        let head: pb::ObjectRecord = prost::Message::decode(v.as_slice()).unwrap();
+        let o = crate::sm::records::complete(kv, Space::Versions, &k, head)
+            .unwrap()
+            .expect("every head has its manifest");
         for p in &o.parts {
             let id = &p.placement.as_ref().unwrap().blob_id;
             assert!(blobs.insert(id.clone()), "blob {id} twice");
         }
         let k = o.key.clone();
         by_key.entry(k).or_default().1.push(o);
+    }
+    // Every manifest belongs to a record that names it.
+    for (mk, _) in all_rows(kv, Space::Manifests) {
+        let space = Space::from_id(mk[0]).expect("a record space");
+        let head: pb::ObjectRecord = prost::Message::decode(
+            kv.get(space, &mk[1..])
+                .unwrap()
+                .expect("orphan manifest")
+                .as_slice(),
+        )
+        .unwrap();
+        assert!(head.part_count > 0, "a manifest for a record without parts");
     }
     let r: BTreeSet<String> = all_references(kv).unwrap().into_iter().collect();
     assert_eq!(r, blobs, "refs vs records");
