@@ -171,6 +171,10 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
+    /// How many writes the batch holds.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
     /// Appends the writes of `other` (applied after this batch's).
     pub fn extend(&mut self, other: Batch) {
         self.ops.extend(other.ops);
