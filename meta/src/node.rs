@@ -13,6 +13,7 @@ use sluice_proto::admin::admin_server::AdminServer;
 use sluice_proto::meta::meta_server::MetaServer;
 use sluice_proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::admin::AdminService;
@@ -210,6 +211,15 @@ pub async fn run(
         loads,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    // tonic sets TCP_NODELAY only on listeners it binds itself: without it
+    // a response of more than one segment (a listing page, an
+    // AppendEntries answer) waited for the peer's delayed ACK, ~40 ms.
+    let incoming = TcpListenerStream::new(listener).map(|conn| {
+        if let Ok(stream) = &conn {
+            let _ = stream.set_nodelay(true);
+        }
+        conn
+    });
     let server = transport
         .server(sluice_auth::policy::META_SERVER)?
         .add_service(
@@ -223,7 +233,7 @@ pub async fn run(
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
         .add_service(AdminServer::new(admin))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+        .serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         });
     let mut server = tokio::spawn(server);
