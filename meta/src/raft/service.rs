@@ -3,7 +3,10 @@
 
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use std::sync::Arc;
+
 use sluice_proto::raft as rpb;
+use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status};
 
 use super::MetaRaft;
@@ -14,12 +17,27 @@ use super::network::fatal_status;
 #[derive(Clone)]
 pub struct RaftService {
     raft: MetaRaft,
+    /// One AppendEntries that carries entries is handed to Raft at a time.
+    /// openraft 0.9's leader gives each AppendEntries `heartbeat_interval`
+    /// (250 ms) and then sends the same entries again, while the one it gave
+    /// up on stays queued in the follower's Raft core (an unbounded
+    /// channel) and is appended anyway: a follower slower than that (a new
+    /// voter catching up, loading a snapshot) queued resend after resend,
+    /// each up to `max_payload_entries` records (64 × ~100 KB), and grew to
+    /// GiBs. A call waiting here is dropped with its payload when the
+    /// leader gives up on it (its stream is reset), before Raft sees it, so
+    /// at most one payload is in Raft and the waiting ones last 250 ms.
+    /// Heartbeats (no entries) pass without waiting.
+    appending: Arc<Semaphore>,
 }
 
 impl RaftService {
     /// Serves RPCs for `raft`.
     pub fn new(raft: MetaRaft) -> Self {
-        RaftService { raft }
+        RaftService {
+            raft,
+            appending: Arc::new(Semaphore::new(1)),
+        }
     }
 }
 
@@ -50,6 +68,16 @@ impl rpb::raft_server::Raft for RaftService {
         request: Request<rpb::AppendEntriesRequest>,
     ) -> Result<Response<rpb::AppendEntriesResponse>, Status> {
         let rpc = AppendEntriesRequest::from_pb(request.into_inner()).map_err(bad_request)?;
+        let _permit = if rpc.entries.is_empty() {
+            None
+        } else {
+            Some(
+                self.appending
+                    .acquire()
+                    .await
+                    .map_err(|_| Status::unavailable("shutting down"))?,
+            )
+        };
         let resp = self.raft.append_entries(rpc).await.map_err(raft_status)?;
         Ok(Response::new(resp.to_pb()))
     }
