@@ -10,8 +10,9 @@
 //!    each into bucket `parts`;
 //! 3. times ListObjects pages of 1,000 keys at the start, middle and end of
 //!    `load`, the same with delimiter `/` (over the common prefixes), a
-//!    page of `parts` (many-part records) and HeadObject (GetObject of the
-//!    record) of random keys, one request at a time;
+//!    page of `parts` (many-part records) and HeadObject (GetObject with
+//!    `head_only`, as the gateway's HEAD asks) of random keys of both
+//!    buckets, one request at a time;
 //! 4. reads the leader's snapshot figures from its `/metrics`, then
 //!    replaces a follower the supported way (RemoveVoter, then a node with
 //!    a new id and an empty directory, `join = true`, added with AddVoter):
@@ -571,13 +572,36 @@ async fn measure_with_epoch(
             |i| {
                 let key = keys[i as usize].clone();
                 async move {
-                    client.get_object("load", &key).await?;
+                    client.head_version("load", &key, "", false).await?;
                     Ok(())
                 }
             },
         )
         .await?,
     );
+    if many > 0 {
+        let keys: Vec<String> = {
+            let mut rng = rand::thread_rng();
+            (0..options.head_requests)
+                .map(|_| format!("m{:09}", rng.gen_range(0..many)))
+                .collect()
+        };
+        timed.push(
+            time_requests(
+                &format!("head of a {}-part object", options.parts),
+                options.head_requests,
+                |i| {
+                    let key = keys[i as usize].clone();
+                    async move {
+                        let head = client.head_version("parts", &key, "", false).await?;
+                        anyhow::ensure!(head.parts.is_empty(), "HEAD answered the part list");
+                        Ok(())
+                    }
+                },
+            )
+            .await?,
+        );
+    }
 
     // Snapshots: the leader's builds so far, then a wiped follower.
     let status = leader(client).await?;
