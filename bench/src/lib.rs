@@ -31,6 +31,11 @@
 //! the start, middle and end of the bucket, snapshot build and a replacement
 //! voter's catch-up (see [`meta_load`]).
 //!
+//! `gc-pass` writes `--shards` (default 1 M) shard files into a real
+//! datanode store and times one pass of the datanode's GC over them, with
+//! an in-memory twin of meta's answer, then checks that exactly the
+//! unreferenced shards are gone (see [`gc_pass`]).
+//!
 //! `placement-sim` runs the gateway's placement and heal-target code over
 //! simulated clusters of up to thousands of datanodes and reports fill
 //! deviation, movement on a node's join or leave, and heal fan-out (see
@@ -40,6 +45,7 @@
 //! * [`multipart`] — the `multipart-put` workload: options, workers, the run.
 //! * [`objects`] — the `put` and `get` workloads and their cleanup.
 //! * [`meta_load`] — the `meta-load` benchmark of the metadata path.
+//! * [`gc_pass`] — the `gc-pass` benchmark of one datanode GC pass.
 //! * [`load`] — the timed load phase they share: counters, the per-second
 //!   sampler, server CPU at both ends, setup and output steps.
 //! * [`s3`] — SDK client setup and the interceptor that counts every error
@@ -62,6 +68,7 @@ pub mod chart;
 pub mod completed;
 pub mod data;
 pub mod error;
+pub mod gc_pass;
 pub mod heal;
 pub mod load;
 pub mod meta_load;

@@ -135,7 +135,16 @@ pub fn ticks_to_seconds(ticks: u64) -> f64 {
 /// The `VmRSS` value of a `/proc/PID/status` text, in bytes (the file
 /// reports kB = KiB). `None` when the line is missing or malformed.
 pub fn parse_vm_rss(status: &str) -> Option<u64> {
-    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    parse_status_kib(status, "VmRSS")
+}
+
+/// The value of a `/proc/PID/status` line `<field>:  <n> kB` (such as
+/// `VmRSS` or `VmHWM`, the peak RSS), in bytes. `None` when the line is
+/// missing or malformed.
+pub fn parse_status_kib(status: &str, field: &str) -> Option<u64> {
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
     let mut fields = line.split_whitespace();
     let value: u64 = fields.next()?.parse().ok()?;
     // The kernel always prints "kB" (meaning KiB) here.
@@ -209,6 +218,9 @@ mod tests {
         assert_eq!(parse_vm_rss("VmHWM:\t 5 kB\nRssAnon:\t 7 kB\n"), None);
         assert_eq!(parse_vm_rss("VmRSS:\t garbage kB\n"), None);
         assert_eq!(parse_vm_rss("VmRSS:\t 12 GB\n"), None);
+        assert_eq!(parse_status_kib(STATUS, "VmHWM"), Some(300_000 * 1024));
+        // A field name that is a prefix of another line's name is not that line.
+        assert_eq!(parse_status_kib("VmHWMx:\t 5 kB\n", "VmHWM"), None);
     }
 
     #[test]
