@@ -56,8 +56,10 @@ pub struct Config {
     /// Leader heartbeat interval. Default 250ms.
     #[serde(with = "humantime_serde")]
     pub heartbeat_interval: Duration,
-    /// Build a snapshot (and purge the log) after this many applied entries
-    /// since the last one. Default 5000.
+    /// Build a snapshot (and purge the log) after at least this many
+    /// applied entries since the last one; a larger snapshot waits for
+    /// proportionally more (its bytes / 4 KiB), so building costs the same
+    /// per entry at any size. Default 5000.
     pub snapshot_logs_since_last: u64,
     /// Log entries kept before the last snapshot for lagging followers.
     /// Default 1000.

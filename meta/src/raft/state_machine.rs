@@ -67,6 +67,9 @@ pub struct StateMachine<K: KvStore> {
     /// replaced and the old file removed: a snapshot being sent never has
     /// its file removed between the two.
     current_lock: Arc<AsyncMutex<()>>,
+    /// Bytes of the current snapshot file (0: none): what the next build
+    /// will cost, read by the node's snapshot schedule.
+    snapshot_bytes: Arc<AtomicU64>,
 }
 
 /// The batch that makes `stored` the current snapshot.
@@ -134,6 +137,10 @@ impl<K: KvStore> StateMachine<K> {
         dir.remove_others(current.as_ref().map(|c| c.file.as_str()), true)
             .map_err(|e| err(&e))?;
         snapshot::clear_pre_images(kv.as_ref(), None).map_err(|e| err(&e))?;
+        let bytes = current
+            .as_ref()
+            .and_then(|c| std::fs::metadata(dir.path_of(&c.file)).ok())
+            .map_or(0, |m| m.len());
         Ok(StateMachine {
             kv,
             dir: Arc::new(dir),
@@ -141,7 +148,14 @@ impl<K: KvStore> StateMachine<K> {
             build_lock: Arc::new(AsyncMutex::new(())),
             snapshot_seq: Arc::new(AtomicU64::new(0)),
             current_lock: Arc::new(AsyncMutex::new(())),
+            snapshot_bytes: Arc::new(AtomicU64::new(bytes)),
         })
+    }
+
+    /// The size in bytes of the current snapshot file, kept up to date by
+    /// builds and installs (0: no snapshot yet).
+    pub fn snapshot_bytes(&self) -> Arc<AtomicU64> {
+        self.snapshot_bytes.clone()
     }
 
     fn read_applied(&self) -> Result<AppliedState, StorageError> {
@@ -208,6 +222,7 @@ pub struct SnapshotBuilder<K: KvStore> {
     /// The build lock, released when the build ends (or is dropped).
     lock: Option<OwnedMutexGuard<()>>,
     current_lock: Arc<AsyncMutex<()>>,
+    snapshot_bytes: Arc<AtomicU64>,
 }
 
 impl<K: KvStore> SnapshotBuilder<K> {
@@ -298,6 +313,7 @@ impl<K: KvStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<K> {
             self.dir
                 .remove_others(Some(&name), false)
                 .map_err(|e| err(&e))?;
+            self.snapshot_bytes.store(written.bytes, Ordering::Relaxed);
         }
         drop(_current);
         self.lock = None;
@@ -375,6 +391,7 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
             capture: self.capture.clone(),
             lock: Some(lock),
             current_lock: self.current_lock.clone(),
+            snapshot_bytes: self.snapshot_bytes.clone(),
         }
     }
 
@@ -444,6 +461,9 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
             .remove_others(Some(&name), false)
             .map_err(|e| err(&e))?;
         drop(current);
+        if let Ok(m) = std::fs::metadata(self.dir.path_of(&name)) {
+            self.snapshot_bytes.store(m.len(), Ordering::Relaxed);
+        }
         let secs = started.elapsed().as_secs_f64();
         metrics::histogram!("sluice_meta_snapshot_install_seconds").record(secs);
         tracing::info!(snapshot = %meta.snapshot_id, records = loaded.records,
@@ -768,6 +788,7 @@ mod tests {
             build_lock: sm.build_lock.clone(),
             snapshot_seq: sm.snapshot_seq.clone(),
             current_lock: sm.current_lock.clone(),
+            snapshot_bytes: sm.snapshot_bytes.clone(),
         }
     }
 
