@@ -58,7 +58,7 @@ pub struct Config {
     pub heartbeat_interval: Duration,
     /// Build a snapshot (and purge the log) after at least this many
     /// applied entries since the last one; a larger snapshot waits for
-    /// proportionally more (its bytes / 4 KiB), so building costs the same
+    /// proportionally more (its bytes / 1 KiB), so building costs the same
     /// per entry at any size. Default 5000.
     pub snapshot_logs_since_last: u64,
     /// Log entries kept before the last snapshot for lagging followers.

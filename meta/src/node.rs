@@ -60,12 +60,13 @@ const STORE_RELEASE_WAIT: Duration = Duration::from_secs(10);
 /// the whole state). With openraft's fixed `LogsSinceLast(5000)`, at
 /// 300,000 objects each node spent 63 % of its time building snapshots (62
 /// builds of ~94 MB in 7.5 minutes) and PutObject fell from 1,590 to 590
-/// ops/s (`sluice-bench meta-load --objects 2000000`). At 4 KiB an entry
-/// of a ~300-byte record pays ~13x its size in snapshot writes, and the
-/// log kept between snapshots (in sled, on disk; replayed at a restart)
-/// grows to snapshot bytes / 4 KiB entries (~25,000 for a 100 MB
-/// snapshot).
-const SNAPSHOT_BYTES_PER_ENTRY: u64 = 4096;
+/// ops/s (`sluice-bench meta-load --objects 2000000`); with 4 KiB a node
+/// still spent ~40 %. At 1 KiB an entry of a ~320-byte record (what the
+/// snapshot holds per object, with its reference and session) pays ~3x its
+/// size in snapshot writes, and the log kept between snapshots (in sled,
+/// on disk; replayed at a restart) grows to snapshot bytes / 1 KiB entries,
+/// about a third of the snapshot's size.
+const SNAPSHOT_BYTES_PER_ENTRY: u64 = 1024;
 /// How often the snapshot schedule looks at the applied index.
 const SNAPSHOT_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -428,9 +429,9 @@ mod tests {
     #[test]
     fn snapshots_wait_longer_as_they_grow() {
         assert_eq!(snapshot_threshold(5000, 0), 5000);
-        assert_eq!(snapshot_threshold(5000, 4096 * 5000), 5000);
-        // A 100 MB snapshot: one build per ~24,400 entries.
-        assert_eq!(snapshot_threshold(5000, 100_000_000), 24_414);
-        assert_eq!(snapshot_threshold(100, 1 << 20), 256);
+        assert_eq!(snapshot_threshold(5000, 1024 * 5000), 5000);
+        // A 100 MB snapshot: one build per ~97,700 entries.
+        assert_eq!(snapshot_threshold(5000, 100_000_000), 97_656);
+        assert_eq!(snapshot_threshold(100, 1 << 20), 1024);
     }
 }
