@@ -64,8 +64,9 @@ const STORE_RELEASE_WAIT: Duration = Duration::from_secs(10);
 /// still spent ~40 %. At 1 KiB an entry of a ~320-byte record (what the
 /// snapshot holds per object, with its reference and session) pays ~3x its
 /// size in snapshot writes, and the log kept between snapshots (in sled,
-/// on disk; replayed at a restart) grows to snapshot bytes / 1 KiB entries,
-/// about a third of the snapshot's size.
+/// on disk; a restart does not replay it, the applied state is in sled
+/// too) grows to snapshot bytes / 1 KiB entries, about a third of the
+/// snapshot's size.
 const SNAPSHOT_BYTES_PER_ENTRY: u64 = 1024;
 /// How often the snapshot schedule looks at the applied index.
 const SNAPSHOT_CHECK_INTERVAL: Duration = Duration::from_millis(500);
