@@ -44,6 +44,7 @@
 pub mod config;
 pub mod credit;
 mod error;
+mod framed;
 pub mod gc;
 mod grants;
 pub mod identity;

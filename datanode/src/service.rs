@@ -145,10 +145,13 @@ impl<S: ShardStore> DatanodeService<S> {
         service
     }
 
-    pub(crate) fn into_server(self) -> DatanodeServer<Self> {
-        DatanodeServer::new(self)
+    /// The gRPC server of this service, with GetShard answered by
+    /// hand-framed responses ([`crate::framed`]).
+    pub(crate) fn into_server(self) -> crate::framed::DatanodeRoutes<S> {
+        let grpc = DatanodeServer::new(self.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        crate::framed::DatanodeRoutes::new(grpc, self)
     }
 
     /// A permit for one more shard stream, or `RESOURCE_EXHAUSTED` when
@@ -164,6 +167,58 @@ impl<S: ShardStore> DatanodeService<S> {
                     self.options.node_id, self.options.max_shard_streams
                 ))
             })
+    }
+
+    /// GetShard: opens the block range and starts a task that reads it
+    /// block by block into a channel of [`GET_SHARD_CHANNEL_DEPTH`]; the
+    /// first bad block is the last item (`DATA_LOSS` for bitrot). The task
+    /// holds a shard-stream permit until it ends.
+    pub(crate) async fn shard_blocks(
+        &self,
+        req: GetShardRequest,
+    ) -> Result<mpsc::Receiver<Result<Block, Status>>, Status> {
+        let stream = self.shard_stream_permit()?;
+        let key = ShardKey::new(req.blob_id, req.shard_index)?;
+        let mut reader = self
+            .store
+            .open(&key, req.first_block, req.block_count)
+            .await
+            .map_err(|e| {
+                let status = Status::from(e);
+                self.log_failure("GetShard", &status);
+                status
+            })?;
+        let (tx, rx) = mpsc::channel(GET_SHARD_CHANNEL_DEPTH);
+        let (cancel, node_label, node_id) = (
+            self.cancel.clone(),
+            self.node_label.clone(),
+            self.options.node_id,
+        );
+        self.tasks.spawn(async move {
+            let _stream = stream;
+            loop {
+                let next = tokio::select! {
+                    () = cancel.cancelled() => Some(Err(Status::from(RequestError::ShuttingDown))),
+                    next = reader.next_block() => next.map(|r| r.map_err(|e| {
+                        if let StoreError::Corrupt { block, .. } = &e {
+                            metrics::add_corrupt_block(&node_label);
+                            tracing::warn!(node = node_id, shard = %key, ?block, "bitrot: stored block failed its checksum");
+                        }
+                        Status::from(e)
+                    })),
+                };
+                let Some(item) = next else { break };
+                let last = item.is_err();
+                tokio::select! {
+                    () = cancel.cancelled() => break,
+                    sent = tx.send(item) => if sent.is_err() { break },
+                }
+                if last {
+                    break;
+                }
+            }
+        });
+        Ok(rx)
     }
 
     /// The credit hub (shared with the heartbeat, which reports its use).
@@ -362,58 +417,26 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
         result.map(Response::new)
     }
 
-    type GetShardStream = ReceiverStream<Result<GetShardResponse, Status>>;
+    type GetShardStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<GetShardResponse, Status>> + Send>,
+    >;
 
+    /// The generated route; the server answers GetShard by hand-framed
+    /// responses instead ([`crate::framed`]), from the same [`Self::shard_blocks`].
     async fn get_shard(
         &self,
         request: Request<GetShardRequest>,
     ) -> Result<Response<Self::GetShardStream>, Status> {
-        let stream = self.shard_stream_permit()?;
-        let req = request.into_inner();
-        let key = ShardKey::new(req.blob_id, req.shard_index)?;
-        let mut reader = self
-            .store
-            .open(&key, req.first_block, req.block_count)
-            .await
-            .map_err(|e| {
-                let status = Status::from(e);
-                self.log_failure("GetShard", &status);
-                status
-            })?;
-        let (tx, rx) = mpsc::channel(GET_SHARD_CHANNEL_DEPTH);
-        let (cancel, node_label, node_id) = (
-            self.cancel.clone(),
-            self.node_label.clone(),
-            self.options.node_id,
-        );
-        self.tasks.spawn(async move {
-            let _stream = stream;
-            loop {
-                let next = tokio::select! {
-                    () = cancel.cancelled() => Some(Err(Status::from(RequestError::ShuttingDown))),
-                    next = reader.next_block() => next.map(|r| r.map_err(|e| {
-                        if let StoreError::Corrupt { block, .. } = &e {
-                            metrics::add_corrupt_block(&node_label);
-                            tracing::warn!(node = node_id, shard = %key, ?block, "bitrot: stored block failed its checksum");
-                        }
-                        Status::from(e)
-                    })),
-                };
-                let Some(item) = next else { break };
-                let last = item.is_err();
-                let item = item.map(|b| GetShardResponse {
-                    block: Some(ShardBlock { data: b.data, crc32c: b.crc32c }),
-                });
-                tokio::select! {
-                    () = cancel.cancelled() => break,
-                    sent = tx.send(item) => if sent.is_err() { break },
-                }
-                if last {
-                    break;
-                }
-            }
-        });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        use tokio_stream::StreamExt as _;
+        let rx = self.shard_blocks(request.into_inner()).await?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|r| {
+            r.map(|b| GetShardResponse {
+                block: Some(ShardBlock {
+                    data: b.data,
+                    crc32c: b.crc32c,
+                }),
+            })
+        }))))
     }
 
     async fn delete_blobs(

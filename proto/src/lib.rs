@@ -9,6 +9,7 @@
 //! * [`error`] — encoding of [`meta::ErrorDetail`] in a `tonic::Status`.
 //! * `redact` — Debug of the messages holding a secret (redacted).
 //! * [`blob_id`] — blob ids and the write epoch they name.
+//! * [`framing`] — shard blocks framed as gRPC messages without copying them.
 
 pub mod meta {
     tonic::include_proto!("sluice.meta");
@@ -26,4 +27,5 @@ pub mod admin {
 }
 pub mod blob_id;
 pub mod error;
+pub mod framing;
 mod redact;

@@ -34,14 +34,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
-use prost::Message as _;
-use prost::encoding::{self, WireType};
 use sluice_proto::datanode::put_shard_request::Msg;
-use sluice_proto::datanode::{
-    PutShardRequest, PutShardResponse, ShardBlock, ShardEnd, ShardHeader,
-};
+use sluice_proto::datanode::{PutShardRequest, PutShardResponse, ShardEnd, ShardHeader};
+use sluice_proto::framing::{PUT_SHARD_REQUEST_BLOCK_FIELD, block_message, grpc_message};
 use sluice_proto::meta::Placement;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -112,52 +109,6 @@ impl AsRef<[u8]> for HeldBlock {
     fn as_ref(&self) -> &[u8] {
         &self.data
     }
-}
-
-/// The 5-byte gRPC message prefix: not compressed, big-endian length
-/// (<https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md>).
-fn grpc_prefix(buf: &mut BytesMut, message_len: usize) {
-    buf.put_u8(0);
-    buf.put_u32(u32::try_from(message_len).expect("message fits a gRPC frame"));
-}
-
-/// A whole length-prefixed gRPC message (for the small ones).
-fn grpc_message(msg: &PutShardRequest) -> Bytes {
-    let len = msg.encoded_len();
-    let mut buf = BytesMut::with_capacity(5 + len);
-    grpc_prefix(&mut buf, len);
-    msg.encode(&mut buf).expect("buffer has room");
-    buf.freeze()
-}
-
-/// The length-prefixed gRPC message `PutShardRequest { Block { data, crc32c } }`
-/// as the bytes before `data` and the bytes after it; the three together
-/// are exactly what prost and tonic would send, without copying `data`.
-fn block_message(data: &Bytes, crc32c: u32) -> (Bytes, Bytes) {
-    let block = ShardBlock {
-        data: data.clone(),
-        crc32c,
-    };
-    let block_len = block.encoded_len();
-    let msg = PutShardRequest {
-        msg: Some(Msg::Block(block)),
-    };
-    if data.is_empty() {
-        // proto3 leaves an empty `bytes` field out entirely.
-        return (grpc_message(&msg), Bytes::new());
-    }
-    let mut head = BytesMut::with_capacity(5 + 2 * 11);
-    grpc_prefix(&mut head, msg.encoded_len());
-    encoding::encode_key(2, WireType::LengthDelimited, &mut head);
-    encoding::encode_varint(block_len as u64, &mut head);
-    encoding::encode_key(1, WireType::LengthDelimited, &mut head);
-    encoding::encode_varint(data.len() as u64, &mut head);
-    let tail = ShardBlock {
-        data: Bytes::new(),
-        crc32c,
-    }
-    .encode_to_vec();
-    (head.freeze(), Bytes::from(tail))
 }
 
 /// The request body of one `PutShard` RPC, as HTTP/2 data frames.
@@ -234,7 +185,7 @@ fn shard_requests(
                 }
                 s.blocks += 1;
                 s.bytes += data.len() as u64;
-                let (head, tail) = block_message(&data, crc32c);
+                let (head, tail) = block_message(PUT_SHARD_REQUEST_BLOCK_FIELD, &data, crc32c);
                 if !data.is_empty() {
                     s.queued.push_back(Bytes::from_owner(HeldBlock {
                         data,
@@ -834,30 +785,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn block_messages_are_the_prost_encoding_split_around_the_block() {
-        for len in [0usize, 1, 127, 128, 16_383, 16_384, 256 * 1024] {
-            for crc32c in [0u32, 1, 0xDEAD_BEEF] {
-                let data = Bytes::from((0..len).map(|i| (i % 251) as u8).collect::<Vec<_>>());
-                let (head, tail) = block_message(&data, crc32c);
-                let mut wire = head.to_vec();
-                wire.extend_from_slice(&data);
-                wire.extend_from_slice(&tail);
-                let theirs = PutShardRequest {
-                    msg: Some(Msg::Block(ShardBlock {
-                        data: data.clone(),
-                        crc32c,
-                    })),
-                };
-                let body = theirs.encode_to_vec();
-                assert_eq!(wire[0], 0, "not compressed");
-                let framed = u32::from_be_bytes(wire[1..5].try_into().unwrap());
-                assert_eq!(framed as usize, body.len(), "len {len} crc {crc32c}");
-                assert_eq!(&wire[5..], &body[..], "len {len} crc {crc32c}");
-            }
-        }
-    }
+    use prost::Message as _;
+    use sluice_proto::datanode::ShardBlock;
 
     #[tokio::test]
     async fn a_blocks_permit_lives_until_the_transport_drops_the_block() {
