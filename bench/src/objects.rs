@@ -60,6 +60,8 @@ use crate::stats::{LatencyStats, mib_per_s, per_second};
 
 /// Largest object a single PutObject may carry (AWS: 5 GiB).
 const MAX_OBJECT_SIZE: u64 = 5 * 1024 * 1024 * 1024;
+/// Smallest part of a multipart upload but the last (AWS: 5 MiB).
+const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
 /// Most objects `get` writes and reads (their ETags are kept: ~100 MiB).
 pub const MAX_OBJECTS: u64 = 1_000_000;
 /// Keys per DeleteObjects request (the S3 maximum).
@@ -145,6 +147,11 @@ pub struct GetOptions {
     /// 1..=1000000.
     #[arg(long)]
     pub objects: Option<u64>,
+    /// Write each object as a multipart upload of parts of this size (the last part holds
+    /// the rest), e.g. 10MiB as `multipart-put`'s seed shape writes them, so the load
+    /// reads multipart objects; 5MiB..=5GiB and below --obj-size. Default: one PutObject.
+    #[arg(long)]
+    pub part_size: Option<ByteSize>,
 }
 
 impl ObjectOptions {
@@ -197,11 +204,12 @@ impl ObjectOptions {
         usize::try_from(self.obj_size.as_u64()).unwrap_or(usize::MAX)
     }
 
-    fn shape(&self, objects: Option<u64>) -> ObjectShape {
+    fn shape(&self, objects: Option<u64>, part_size: Option<u64>) -> ObjectShape {
         ObjectShape {
             concurrent: self.concurrent,
             obj_size_bytes: self.obj_size.as_u64(),
             objects,
+            part_size_bytes: part_size,
             duration_s: self.duration.as_secs_f64(),
             max_attempts: self.max_attempts,
             keep: self.keep,
@@ -223,6 +231,15 @@ impl GetOptions {
             .unwrap_or_else(|| (self.object.concurrent as u64).saturating_mul(2));
         if objects == 0 || objects > MAX_OBJECTS {
             return Err(invalid("objects", "must be in 1..=1000000"));
+        }
+        if let Some(part) = self.part_size {
+            let part = part.as_u64();
+            if !(MIN_PART_SIZE..=MAX_OBJECT_SIZE).contains(&part) {
+                return Err(invalid("part-size", "must be in 5MiB..=5GiB"));
+            }
+            if part >= self.object.obj_size.as_u64() {
+                return Err(invalid("part-size", "must be below --obj-size"));
+            }
         }
         Ok((targets, objects))
     }
@@ -288,6 +305,112 @@ async fn put_object(
         result,
         latency,
         buffer: body.try_into_mut().ok(),
+    }
+}
+
+/// One object of `get` written as a multipart upload (`--part-size`).
+struct MultipartSeed<'a> {
+    client: &'a aws_sdk_s3::Client,
+    bucket: &'a str,
+    key: &'a str,
+    /// The object's seed: part `n` (from 1) holds the bytes of
+    /// `part_seed(seed, 0, 0, n)`.
+    seed: u64,
+}
+
+impl MultipartSeed<'_> {
+    /// Uploads `size` bytes in parts of `part` bytes (the last holds the
+    /// rest) from `buffer` (one part long; allocated and counted in `meter`
+    /// if absent), completes the upload and returns its ETag. An upload that
+    /// fails is aborted (best effort).
+    async fn write(
+        &self,
+        size: u64,
+        part: u64,
+        buffer: &mut Option<BytesMut>,
+        meter: &Meter,
+    ) -> Result<Option<String>, crate::error::BoxError> {
+        let created = self
+            .client
+            .create_multipart_upload()
+            .bucket(self.bucket)
+            .key(self.key)
+            .send()
+            .await?;
+        let upload_id = created.upload_id().unwrap_or_default().to_owned();
+        match self.parts(&upload_id, size, part, buffer, meter).await {
+            Ok(parts) => {
+                let done = self
+                    .client
+                    .complete_multipart_upload()
+                    .bucket(self.bucket)
+                    .key(self.key)
+                    .upload_id(&upload_id)
+                    .multipart_upload(
+                        aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                            .set_parts(Some(parts))
+                            .build(),
+                    )
+                    .send()
+                    .await?;
+                Ok(done.e_tag().map(str::to_owned))
+            }
+            Err(e) => {
+                let _ = self
+                    .client
+                    .abort_multipart_upload()
+                    .bucket(self.bucket)
+                    .key(self.key)
+                    .upload_id(&upload_id)
+                    .send()
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn parts(
+        &self,
+        upload_id: &str,
+        size: u64,
+        part: u64,
+        buffer: &mut Option<BytesMut>,
+        meter: &Meter,
+    ) -> Result<Vec<aws_sdk_s3::types::CompletedPart>, crate::error::BoxError> {
+        let mut parts = Vec::new();
+        let mut offset = 0;
+        let mut number = 1;
+        while offset < size {
+            let len = usize::try_from(part.min(size - offset)).unwrap_or(usize::MAX);
+            let mut buf = buffer.take().unwrap_or_else(|| {
+                meter.buffer_allocated();
+                BytesMut::zeroed(len)
+            });
+            buf.resize(len, 0);
+            fill(crate::data::part_seed(self.seed, 0, 0, number), &mut buf);
+            let body = buf.freeze();
+            let out = self
+                .client
+                .upload_part()
+                .bucket(self.bucket)
+                .key(self.key)
+                .upload_id(upload_id)
+                .part_number(i32::try_from(number).unwrap_or(i32::MAX))
+                .content_length(i64::try_from(len).unwrap_or(i64::MAX))
+                .body(ByteStream::from(body.clone()))
+                .send()
+                .await?;
+            *buffer = body.try_into_mut().ok();
+            parts.push(
+                aws_sdk_s3::types::CompletedPart::builder()
+                    .part_number(i32::try_from(number).unwrap_or(i32::MAX))
+                    .set_e_tag(out.e_tag().map(str::to_owned))
+                    .build(),
+            );
+            offset += len as u64;
+            number += 1;
+        }
+        Ok(parts)
     }
 }
 
@@ -362,7 +485,7 @@ fn finish(
     operation: &'static str,
     options: &ObjectOptions,
     setup: &Setup,
-    objects: Option<u64>,
+    shape: ObjectShape,
     figures: Figures,
     first_byte_latency: Option<crate::stats::LatencySummary>,
     cleanup: Cleanup,
@@ -385,7 +508,7 @@ fn finish(
         endpoint: options.endpoint.clone(),
         bucket: options.bucket.clone(),
         key_prefix: setup.key_prefix.clone(),
-        shape: options.shape(objects),
+        shape,
         elapsed_s: elapsed.as_secs_f64(),
         ops,
         bytes,
@@ -408,11 +531,18 @@ fn finish(
         cleanup,
     };
     write_summary(&options.out_dir, &summary)?;
-    let reading = objects
+    let reading = summary
+        .shape
+        .objects
         .map(|n| format!(", {n} objects read at random"))
         .unwrap_or_default();
+    let parts = summary
+        .shape
+        .part_size_bytes
+        .map(|p| format!(" in {} parts", size_text(p)))
+        .unwrap_or_default();
     let title = format!(
-        "sluice-bench {benchmark}: {} x {} objects{reading}",
+        "sluice-bench {benchmark}: {} x {} objects{parts}{reading}",
         options.concurrent,
         size_text(options.obj_size.as_u64()),
     );
@@ -545,7 +675,7 @@ pub async fn run_put(options: ObjectOptions) -> Result<ObjectSummary, BenchError
         "PutObject",
         &options,
         &setup,
-        None,
+        options.shape(None, None),
         figures,
         None,
         cleanup,
@@ -675,6 +805,7 @@ async fn seed_objects(
     options: &ObjectOptions,
     setup: &Setup,
     count: u64,
+    part_size: Option<u64>,
     written: &Arc<AtomicU64>,
 ) -> Result<Vec<Option<String>>, BenchError> {
     let e_tags = Arc::new(Mutex::new(vec![None; usize::try_from(count).unwrap_or(0)]));
@@ -703,20 +834,33 @@ async fn seed_objects(
                 }
                 let key = get_key(&key_prefix, i);
                 let seed = object_seed(run_seed, SEED_WORKER, i);
-                let put =
-                    put_object(&client, &bucket, &key, seed, size, buffer.take(), &meter).await;
-                buffer = put.buffer;
-                match put.result {
+                let result = match part_size {
+                    None => {
+                        let put =
+                            put_object(&client, &bucket, &key, seed, size, buffer.take(), &meter)
+                                .await;
+                        buffer = put.buffer;
+                        put.result
+                            .map_err(|e| -> crate::error::BoxError { Box::new(e) })
+                    }
+                    Some(part) => {
+                        let upload = MultipartSeed {
+                            client: &client,
+                            bucket: &bucket,
+                            key: &key,
+                            seed,
+                        };
+                        upload.write(size as u64, part, &mut buffer, &meter).await
+                    }
+                };
+                match result {
                     Ok(e_tag) => {
                         e_tags.lock().unwrap_or_else(PoisonError::into_inner)
                             [usize::try_from(i).unwrap_or(usize::MAX)] = e_tag;
                     }
-                    Err(e) => {
+                    Err(source) => {
                         failed.store(true, Ordering::Relaxed);
-                        return Err(BenchError::Seed {
-                            key,
-                            source: Box::new(e),
-                        });
+                        return Err(BenchError::Seed { key, source });
                     }
                 }
             }
@@ -751,16 +895,18 @@ async fn seed_objects(
 /// during the load are counted, not returned.
 pub async fn run_get(options: GetOptions) -> Result<ObjectSummary, BenchError> {
     let (targets, objects) = options.validate()?;
-    let options = options.object;
-    let mut setup = set_up(&options, "get", targets).await?;
+    let mut setup = set_up(&options.object, "get", targets).await?;
     tracing::info!(
         objects,
-        obj_size = %size_text(options.obj_size.as_u64()),
+        obj_size = %size_text(options.object.obj_size.as_u64()),
+        part_size = ?options.part_size,
         key_prefix = setup.key_prefix,
         "writing the objects to read"
     );
     let written = Arc::new(AtomicU64::new(0));
-    let e_tags = match seed_objects(&options, &setup, objects, &written).await {
+    let part_size = options.part_size.map(|p| p.as_u64());
+    let options = options.object;
+    let e_tags = match seed_objects(&options, &setup, objects, part_size, &written).await {
         Ok(e_tags) => e_tags,
         Err(e) => {
             let started = written.load(Ordering::Relaxed).min(objects);
@@ -808,7 +954,7 @@ pub async fn run_get(options: GetOptions) -> Result<ObjectSummary, BenchError> {
         "GetObject",
         &options,
         &setup,
-        Some(objects),
+        options.shape(Some(objects), part_size),
         figures,
         Some(first_byte),
         cleanup,

@@ -389,6 +389,10 @@ pub struct ObjectShape {
     /// `get`: objects written before the load and read at random.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub objects: Option<u64>,
+    /// `get --part-size`: the objects were written as multipart uploads of
+    /// parts of this many bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub part_size_bytes: Option<u64>,
     /// Requested load duration, seconds.
     pub duration_s: f64,
     /// Attempts per request (SDK standard retry mode).
@@ -474,9 +478,13 @@ impl ObjectSummary {
             .objects
             .map(|n| format!(", reading {n} objects at random"))
             .unwrap_or_default();
+        let parts = s
+            .part_size_bytes
+            .map(|p| format!(" (multipart, {} parts)", size_text(p)))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "sluice-bench {}: {} workers x {size} objects{reading}, {:.1} s against {} bucket {}",
+            "sluice-bench {}: {} workers x {size} objects{parts}{reading}, {:.1} s against {} bucket {}",
             self.benchmark, s.concurrent, self.elapsed_s, self.endpoint, self.bucket
         );
         let _ = writeln!(
@@ -724,6 +732,7 @@ mod tests {
             shape: ObjectShape {
                 concurrent: 32,
                 obj_size_bytes: 4096,
+                part_size_bytes: None,
                 objects: get.then_some(64),
                 duration_s: 60.0,
                 max_attempts: 3,

@@ -72,6 +72,13 @@ fn flags_parse_like_warp() {
     assert_eq!(objects, 32, "default: 2 x --concurrent");
     let g = parse_get(&["--concurrent", "16", "--objects", "1"]).expect("get flags");
     assert_eq!(g.validate().expect("valid").1, 1);
+    let g = parse_get(&["--obj-size", "100MiB", "--part-size", "10MiB"]).expect("get flags");
+    assert!(g.validate().is_ok());
+    assert_eq!(g.part_size.map(|p| p.as_u64()), Some(10 * 1024 * 1024));
+    for (obj, part) in [("100MiB", "4MiB"), ("10MiB", "10MiB"), ("10MiB", "20MiB")] {
+        let g = parse_get(&["--obj-size", obj, "--part-size", part]).expect("get flags");
+        assert!(g.validate().is_err(), "--obj-size {obj} --part-size {part}");
+    }
 }
 
 #[test]
