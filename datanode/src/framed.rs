@@ -28,7 +28,7 @@ use http_body_util::{BodyExt as _, Limited, StreamBody};
 use prost::Message as _;
 use sluice_proto::datanode::GetShardRequest;
 use sluice_proto::datanode::datanode_server::DatanodeServer;
-use sluice_proto::framing::{GET_SHARD_RESPONSE_BLOCK_FIELD, block_message};
+use sluice_proto::framing::{GET_SHARD_PATH, GET_SHARD_RESPONSE_BLOCK_FIELD, block_message};
 use tokio::sync::mpsc;
 use tonic::Status;
 use tonic::codegen::{BoxFuture, Service, StdError};
@@ -37,29 +37,16 @@ use tonic::server::NamedService;
 use crate::service::DatanodeService;
 use crate::store::{Block, ShardStore};
 
-/// Path of the `GetShard` method (`proto/datanode.proto`).
-pub const GET_SHARD_PATH: &str = "/sluice.datanode.Datanode/GetShard";
 /// Largest GetShard request body accepted (a blob id, an index and two
 /// counts take well under 1 KiB).
 pub const MAX_GET_SHARD_REQUEST_BYTES: usize = 64 * 1024;
 
 /// The datanode's gRPC routes: GetShard framed by hand, the rest by the
 /// generated server.
+#[derive(Clone)]
 pub(crate) struct DatanodeRoutes<S> {
     grpc: DatanodeServer<DatanodeService<S>>,
     service: DatanodeService<S>,
-}
-
-impl<S> Clone for DatanodeRoutes<S>
-where
-    DatanodeService<S>: Clone,
-{
-    fn clone(&self) -> Self {
-        DatanodeRoutes {
-            grpc: self.grpc.clone(),
-            service: self.service.clone(),
-        }
-    }
 }
 
 impl<S: ShardStore> DatanodeRoutes<S> {

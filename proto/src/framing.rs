@@ -15,6 +15,11 @@ use prost::encoding::{self, WireType};
 
 use crate::datanode::ShardBlock;
 
+/// Path of the `PutShard` method (`proto/datanode.proto`), for bodies framed by hand.
+pub const PUT_SHARD_PATH: &str = "/sluice.datanode.Datanode/PutShard";
+/// Path of the `GetShard` method (`proto/datanode.proto`), answered by hand.
+pub const GET_SHARD_PATH: &str = "/sluice.datanode.Datanode/GetShard";
+
 /// Field of `ShardBlock` in `PutShardRequest` (its `msg` oneof).
 pub const PUT_SHARD_REQUEST_BLOCK_FIELD: u32 = 2;
 /// Field of `ShardBlock` in `GetShardResponse`.

@@ -38,7 +38,9 @@ use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use sluice_proto::datanode::put_shard_request::Msg;
 use sluice_proto::datanode::{PutShardRequest, PutShardResponse, ShardEnd, ShardHeader};
-use sluice_proto::framing::{PUT_SHARD_REQUEST_BLOCK_FIELD, block_message, grpc_message};
+use sluice_proto::framing::{
+    PUT_SHARD_PATH, PUT_SHARD_REQUEST_BLOCK_FIELD, block_message, grpc_message,
+};
 use sluice_proto::meta::Placement;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -91,9 +93,6 @@ impl StreamFailure {
             .clone()
     }
 }
-
-/// Path of the `PutShard` method (`proto/datanode.proto`).
-const PUT_SHARD_PATH: &str = "/sluice.datanode.Datanode/PutShard";
 
 /// A block on its way to the wire: the block's bytes (a slice of its
 /// stripe, or a parity block) and its stripe's buffer permit. Wrapped into
