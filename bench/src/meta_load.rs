@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use rand::Rng;
 use serde::Serialize;
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 use sluice_proto::admin::{self as apb, admin_client::AdminClient};
 use sluice_proto::meta as pb;
 use tokio::process::{Child, Command};

@@ -52,7 +52,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sluice_meta::{MetaClient, MetaError};
+use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::meta::ShardRef;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;

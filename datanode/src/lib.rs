@@ -62,25 +62,9 @@ pub use config::{Config, ConfigError};
 pub use error::Error;
 pub use grants::CREDIT_GRANT_CHANNEL_DEPTH;
 pub use server::{receive_window, run};
-pub use service::{
-    DEFAULT_LIST_LIMIT, GET_SHARD_CHANNEL_DEPTH, MAX_HAS_SHARDS, MAX_LIST_LIMIT, MAX_MESSAGE_BYTES,
-};
+pub use service::{DEFAULT_LIST_LIMIT, GET_SHARD_CHANNEL_DEPTH, MAX_HAS_SHARDS, MAX_LIST_LIMIT};
+pub use sluice_proto::shard::MAX_MESSAGE_BYTES;
 pub use store::MAX_BLOCK_SIZE;
 
-/// CRC32C (Castagnoli, the iSCSI polynomial) of `data`: the checksum of
-/// every shard block, computed by the gateway before sending and verified
-/// by the datanode on receipt and on every read.
-pub fn block_crc32c(data: &[u8]) -> u32 {
-    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
-}
-
-#[cfg(test)]
-mod crc_tests {
-    #[test]
-    fn block_crc32c_is_castagnoli() {
-        // RFC 3720 B.4 check value and 32 bytes of zeros.
-        assert_eq!(super::block_crc32c(b"123456789"), 0xE306_9283);
-        assert_eq!(super::block_crc32c(&[0u8; 32]), 0x8A91_36AA);
-        assert_eq!(super::block_crc32c(b""), 0);
-    }
-}
+/// The block checksum, from the wire contract.
+pub use sluice_proto::shard::block_crc32c;

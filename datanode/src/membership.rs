@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_meta::{MetaClient, MetaError};
+use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::meta::HeartbeatRequest;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -102,7 +102,7 @@ impl<S: ShardStore> Membership<S> {
                     // Load, for `sluice admin status`.
                     req.credit_in_use_bytes = self.credits.in_use();
                     req.write_budget_bytes = self.credits.budget();
-                    req.rss_bytes = sluice_meta::process_rss();
+                    req.rss_bytes = sluice_meta_client::process_rss();
                     req.memory_budget_bytes = self.credits.budget();
                     if req.writable != was_writable {
                         if req.writable {

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
-use sluice_meta::{MetaClient, MetaError};
+use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::meta::ShardRef;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -11,7 +11,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 
 use crate::gc::{self, Collector, MetaOracle};
 use crate::identity::{self, Provenance};

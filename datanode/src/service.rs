@@ -75,9 +75,7 @@ pub const DEFAULT_LIST_LIMIT: u32 = 1000;
 pub const MAX_LIST_LIMIT: u32 = 10_000;
 /// Most shards one HasShards call may ask about.
 pub const MAX_HAS_SHARDS: usize = 1000;
-/// Largest gRPC message accepted or sent, in bytes: one block of at most
-/// [`crate::store::MAX_BLOCK_SIZE`] plus framing.
-pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+use sluice_proto::shard::MAX_MESSAGE_BYTES;
 
 /// The service's settings (from [`crate::Config`]).
 #[derive(Debug, Clone, Copy)]

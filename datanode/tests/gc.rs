@@ -17,7 +17,7 @@ use sluice_datanode::gc::{GcError, GcPass, MetaOracle, collect};
 use sluice_datanode::locks::BlobLocks;
 use sluice_datanode::store::{Block, DiskStore, ShardKey, ShardStore, ShardWriter};
 use sluice_datanode::{Config, block_crc32c};
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 use sluice_proto::blob_id::new_blob_id;
 use sluice_proto::datanode::ListShardsRequest;
 use sluice_proto::datanode::datanode_client::DatanodeClient;

@@ -31,7 +31,7 @@ use s3s::auth::{S3Auth, SecretKey};
 use s3s::dto::{CORSRule, CopyObjectInput, CopySource, DeleteObjectsInput, UploadPartCopyInput};
 use s3s::path::S3Path;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Result};
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 use sluice_proto::meta as pb;
 use sluice_proto::meta::ErrorCode;
 

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use sluice_meta::{MetaClient, MetaError};
+use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::datanode::DeleteBlobsRequest;
 use sluice_proto::meta::Placement;
 use tokio_util::sync::CancellationToken;
@@ -68,8 +68,7 @@ pub const START_DEADLINE: Duration = Duration::from_secs(60);
 /// when a write finds too few live writable datanodes, or a datanode
 /// refused a shard with `RESOURCE_EXHAUSTED`).
 pub const MIN_ON_DEMAND_REFRESH: Duration = Duration::from_millis(500);
-/// Largest shard block size accepted (bytes); the datanode's limit.
-pub const MAX_BLOCK_SIZE: usize = 8 * 1024 * 1024;
+pub use crate::config::{BlobStoreConfig, MAX_BLOCK_SIZE};
 
 /// Errors of the blob data path.
 #[derive(Debug, thiserror::Error)]
@@ -109,106 +108,12 @@ pub enum BlobError {
     DatanodesBusy { waited: std::time::Duration },
 }
 
-/// Erasure layout and data-path tuning of a [`BlobStore`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlobStoreConfig {
-    /// k, data shards per stripe (>= 1).
-    pub data_shards: usize,
-    /// m, parity shards per stripe (>= 1, k + m <= 256).
-    pub parity_shards: usize,
-    /// Bytes per shard block in a full stripe (1..=[`MAX_BLOCK_SIZE`]);
-    /// a stripe carries `k * block_size` payload bytes.
-    pub block_size: usize,
-    /// Shards that must be durable for a write to succeed (k..=k+m).
-    pub write_quorum: usize,
-    /// How often the datanode set is re-read from meta.
-    pub datanode_refresh_interval: Duration,
-    /// Shard blocks queued per shard stream (>= 1).
-    pub shard_channel_depth: usize,
-    /// Bytes of write buffers all writes may hold (>= one stripe,
-    /// `(k + m) * block_size`).
-    pub buffer_budget: u64,
-    /// Bytes of read buffers all reads may hold (>= one stripe).
-    pub read_budget: u64,
-    /// Longest wait for a buffer or for datanode credit.
-    pub stall_timeout: Duration,
-    /// Datanode credit unused this long is returned.
-    pub credit_idle_timeout: Duration,
-    /// How often a new write epoch is opened (see [`crate::epoch`]).
-    pub epoch_rotation: Duration,
-}
-
-impl Default for BlobStoreConfig {
-    fn default() -> Self {
-        BlobStoreConfig {
-            data_shards: 4,
-            parity_shards: 2,
-            block_size: 256 * 1024,
-            write_quorum: 5,
-            datanode_refresh_interval: Duration::from_secs(5),
-            shard_channel_depth: 4,
-            buffer_budget: crate::config::DEFAULT_BUFFER_BUDGET_BYTES,
-            read_budget: crate::config::DEFAULT_READ_BUDGET_BYTES,
-            stall_timeout: Duration::from_secs(30),
-            credit_idle_timeout: Duration::from_secs(2),
-            epoch_rotation: crate::epoch::DEFAULT_EPOCH_ROTATION,
-        }
-    }
-}
-
 impl BlobStoreConfig {
-    /// Checks every field; the error names the first bad one.
+    /// Checks every field ([`BlobStoreConfig::check`]); the error names the
+    /// first bad one, as [`BlobError::InvalidConfig`].
     pub fn validate(&self) -> Result<(), BlobError> {
-        let bad = |s: String| Err(BlobError::InvalidConfig(s));
-        let (k, m) = (self.data_shards, self.parity_shards);
-        if k == 0 || m == 0 || k + m > 256 {
-            return bad(format!(
-                "erasure layout {k}+{m}: need k >= 1, m >= 1, k + m <= 256"
-            ));
-        }
-        if self.block_size == 0 || self.block_size > MAX_BLOCK_SIZE {
-            return bad(format!(
-                "block_size {} is outside 1..={MAX_BLOCK_SIZE}",
-                self.block_size
-            ));
-        }
-        if self.write_quorum < k || self.write_quorum > k + m {
-            return bad(format!(
-                "write_quorum {} is outside {k}..={}",
-                self.write_quorum,
-                k + m
-            ));
-        }
-        if self.datanode_refresh_interval.is_zero() {
-            return bad("datanode_refresh_interval must be positive".into());
-        }
-        if self.shard_channel_depth == 0 {
-            return bad("shard_channel_depth must be at least 1".into());
-        }
-        let stripe = self.stripe_charge();
-        for (name, budget) in [
-            ("buffer_budget", self.buffer_budget),
-            ("read_budget", self.read_budget),
-        ] {
-            if !(stripe..=crate::config::MAX_BUDGET_BYTES).contains(&budget) {
-                return bad(format!(
-                    "{name} {budget} is outside {stripe}..={} (at least one stripe)",
-                    crate::config::MAX_BUDGET_BYTES
-                ));
-            }
-        }
-        if self.stall_timeout.is_zero() || self.credit_idle_timeout.is_zero() {
-            return bad("stall_timeout and credit_idle_timeout must be positive".into());
-        }
-        if self.epoch_rotation.is_zero() {
-            return bad("epoch_rotation must be positive".into());
-        }
-        Ok(())
-    }
-
-    /// Budget bytes a full stripe costs: `(k + m) * block_size`.
-    pub fn stripe_charge(&self) -> u64 {
-        ((self.data_shards + self.parity_shards) as u64).saturating_mul(self.block_size as u64)
+        self.check()
+            .map_err(|e| BlobError::InvalidConfig(e.to_string()))
     }
 
     /// Budget bytes a stripe of `payload` bytes costs: `(k + m) * block_len`.

@@ -16,10 +16,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::blob::MAX_BLOCK_SIZE;
-
 /// Largest `k + m` the Reed–Solomon code over GF(2^8) supports.
-const MAX_TOTAL_SHARDS: u32 = 256;
+pub const MAX_TOTAL_SHARDS: usize = 256;
+/// Largest shard block size accepted (bytes); the wire contract's limit
+/// (`sluice_proto::shard::MAX_BLOCK_SIZE`).
+pub const MAX_BLOCK_SIZE: usize = sluice_proto::shard::MAX_BLOCK_SIZE as usize;
 /// `max_inflight_requests` when not configured.
 pub const DEFAULT_MAX_INFLIGHT_REQUESTS: usize = 256;
 /// Write buffer budget when `buffer_budget_bytes` is unset: 256 MiB.
@@ -306,6 +307,107 @@ impl Default for Config {
     }
 }
 
+/// Erasure layout and data-path tuning of a [`BlobStore`](crate::blob::BlobStore),
+/// derived from [`Config`] by [`Config::blob_store_config`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobStoreConfig {
+    /// k, data shards per stripe (>= 1).
+    pub data_shards: usize,
+    /// m, parity shards per stripe (>= 1, k + m <= 256).
+    pub parity_shards: usize,
+    /// Bytes per shard block in a full stripe (1..=[`MAX_BLOCK_SIZE`]);
+    /// a stripe carries `k * block_size` payload bytes.
+    pub block_size: usize,
+    /// Shards that must be durable for a write to succeed (k..=k+m).
+    pub write_quorum: usize,
+    /// How often the datanode set is re-read from meta.
+    pub datanode_refresh_interval: Duration,
+    /// Shard blocks queued per shard stream (>= 1).
+    pub shard_channel_depth: usize,
+    /// Bytes of write buffers all writes may hold (>= one stripe,
+    /// `(k + m) * block_size`).
+    pub buffer_budget: u64,
+    /// Bytes of read buffers all reads may hold (>= one stripe).
+    pub read_budget: u64,
+    /// Longest wait for a buffer or for datanode credit.
+    pub stall_timeout: Duration,
+    /// Datanode credit unused this long is returned.
+    pub credit_idle_timeout: Duration,
+    /// How often a new write epoch is opened (see [`crate::epoch`]).
+    pub epoch_rotation: Duration,
+}
+
+impl Default for BlobStoreConfig {
+    /// The data path of the gateway's default [`Config`]:
+    /// one default per value, kept in `config.rs`.
+    fn default() -> Self {
+        Config::default().blob_store_config()
+    }
+}
+
+impl BlobStoreConfig {
+    /// The data path's rules, the one place they are written
+    /// ([`Config::validate`] calls this
+    /// on the config it derives): k >= 1, m >= 1, k + m <= 256; block size
+    /// 1..=[`MAX_BLOCK_SIZE`]; write quorum k..=k+m; positive intervals and
+    /// channel depth; each budget between one stripe and
+    /// [`MAX_BUDGET_BYTES`]. Errors name
+    /// the config key.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let as_u32 = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        for (name, value) in [
+            ("data_shards", self.data_shards),
+            ("parity_shards", self.parity_shards),
+            ("block_size", self.block_size),
+            ("shard_channel_depth", self.shard_channel_depth),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        for (name, value) in [
+            ("datanode_refresh_interval", self.datanode_refresh_interval),
+            ("stall_timeout", self.stall_timeout),
+            ("credit_idle_timeout", self.credit_idle_timeout),
+            ("epoch_rotation", self.epoch_rotation),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        if self.block_size > MAX_BLOCK_SIZE {
+            return Err(ConfigError::BlockSize(as_u32(self.block_size)));
+        }
+        let total = self.data_shards.saturating_add(self.parity_shards);
+        if total > MAX_TOTAL_SHARDS {
+            return Err(ConfigError::TooManyShards(as_u32(total)));
+        }
+        if !(self.data_shards..=total).contains(&self.write_quorum) {
+            return Err(ConfigError::WriteQuorum {
+                quorum: as_u32(self.write_quorum),
+                min: as_u32(self.data_shards),
+                max: as_u32(total),
+            });
+        }
+        let min = self.stripe_charge();
+        for (name, budget) in [
+            ("buffer_budget_bytes", self.buffer_budget),
+            ("read_budget_bytes", self.read_budget),
+        ] {
+            if !(min..=MAX_BUDGET_BYTES).contains(&budget) {
+                return Err(ConfigError::Budget { name, budget, min });
+            }
+        }
+        Ok(())
+    }
+
+    /// Budget bytes a full stripe costs: `(k + m) * block_size`.
+    pub fn stripe_charge(&self) -> u64 {
+        (self.data_shards.saturating_add(self.parity_shards) as u64)
+            .saturating_mul(self.block_size as u64)
+    }
+}
+
 /// Why a [`Config`] was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -401,10 +503,6 @@ impl Config {
             return Err(ConfigError::MetaEndpoint(bad.clone()));
         }
         for (name, value) in [
-            ("data_shards", self.data_shards as usize),
-            ("parity_shards", self.parity_shards as usize),
-            ("block_size", self.block_size as usize),
-            ("shard_channel_depth", self.shard_channel_depth),
             ("max_connections", self.max_connections),
             ("max_pending_connections", self.max_pending_connections),
             (
@@ -424,10 +522,6 @@ impl Config {
             }
         }
         for (name, value) in [
-            ("datanode_refresh_interval", self.datanode_refresh_interval),
-            ("stall_timeout", self.stall_timeout),
-            ("credit_idle_timeout", self.credit_idle_timeout),
-            ("epoch_rotation", self.epoch_rotation),
             ("heal_interval", self.heal_interval),
             ("audit_interval", self.audit_interval),
             ("node_down_after", self.node_down_after),
@@ -439,34 +533,12 @@ impl Config {
                 return Err(ConfigError::Zero(name));
             }
         }
-        if self.block_size as usize > MAX_BLOCK_SIZE {
-            return Err(ConfigError::BlockSize(self.block_size));
-        }
         if self.inline_max_bytes > MAX_INLINE_BYTES {
             return Err(ConfigError::InlineMax(self.inline_max_bytes));
         }
-        let total = self.data_shards.saturating_add(self.parity_shards);
-        if total > MAX_TOTAL_SHARDS {
-            return Err(ConfigError::TooManyShards(total));
-        }
-        if let Some(quorum) = self.write_quorum
-            && !(self.data_shards..=total).contains(&quorum)
-        {
-            return Err(ConfigError::WriteQuorum {
-                quorum,
-                min: self.data_shards,
-                max: total,
-            });
-        }
-        let min = self.stripe_charge();
-        for (name, budget) in [
-            ("buffer_budget_bytes", self.buffer_budget()),
-            ("read_budget_bytes", self.read_budget()),
-        ] {
-            if !(min..=MAX_BUDGET_BYTES).contains(&budget) {
-                return Err(ConfigError::Budget { name, budget, min });
-            }
-        }
+        // The data path's rules (shards, block size, quorum, intervals,
+        // budgets) are written once, on the config the gateway derives.
+        self.blob_store_config().check()?;
         sluice_auth::validate_choice(
             self.cluster_tls.as_ref(),
             self.insecure_cluster,
@@ -493,7 +565,26 @@ impl Config {
     /// Bytes one full stripe costs either budget: `(k + m) * block_size`
     /// (the k data blocks plus the m parity blocks encoded from them).
     pub fn stripe_charge(&self) -> u64 {
-        u64::from(self.data_shards.saturating_add(self.parity_shards)) * u64::from(self.block_size)
+        self.blob_store_config().stripe_charge()
+    }
+
+    /// The data path's settings, derived from this config: the only way
+    /// the gateway builds a [`BlobStoreConfig`], so each value has one
+    /// default (here) and one check ([`BlobStoreConfig::check`]).
+    pub fn blob_store_config(&self) -> BlobStoreConfig {
+        BlobStoreConfig {
+            data_shards: self.data_shards as usize,
+            parity_shards: self.parity_shards as usize,
+            block_size: self.block_size as usize,
+            write_quorum: self.effective_write_quorum() as usize,
+            datanode_refresh_interval: self.datanode_refresh_interval,
+            shard_channel_depth: self.shard_channel_depth,
+            buffer_budget: self.buffer_budget(),
+            read_budget: self.read_budget(),
+            stall_timeout: self.stall_timeout,
+            credit_idle_timeout: self.credit_idle_timeout,
+            epoch_rotation: self.epoch_rotation,
+        }
     }
 
     /// The S3 listener's limits.

@@ -1,5 +1,5 @@
 //! Datanode byte credits, the gateway's side of the protocol specified in
-//! `sluice_datanode::credit` (read its module docs for the contract).
+//! [`sluice_proto::credit`] (read its module docs for the contract).
 //!
 //! * One [`NodeCredit`] per datanode written to, created on first use, with
 //!   one long-lived task that keeps a `Credits` stream open (reconnecting

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use sluice_meta::{MetaClient, MetaError};
+use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use tonic::transport::Channel;
 
@@ -29,9 +29,7 @@ pub const STREAM_WINDOW_BYTES: u32 = 256 * 1024;
 /// 32 concurrent reads. Read-ahead is bounded per stream instead:
 /// `STREAM_WINDOW_BYTES × open GetShard streams`.
 pub const CONNECTION_WINDOW_BYTES: u32 = 64 * 1024 * 1024;
-/// Largest gRPC message to or from a datanode (bytes): one shard block of at
-/// most `sluice_datanode::MAX_BLOCK_SIZE` plus framing.
-pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+pub use sluice_proto::shard::MAX_MESSAGE_BYTES;
 /// How long connecting to a datanode may take before the RPC fails.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// HTTP/2 keep-alive ping interval; a connection whose ping is not answered

@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use sluice_meta::{MetaClient, MetaError};
+use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::meta::{ErrorCode, OpenEpochResponse};
 use tokio_util::sync::CancellationToken;
 
@@ -95,8 +95,8 @@ impl EpochService for MetaEpochService {
 
     async fn renew(&self, epoch: u64) -> Result<(), MetaError> {
         let (requests_total, slowdowns_total) = crate::metrics::request_totals();
-        let report = sluice_meta::GatewayReport {
-            rss_bytes: sluice_meta::process_rss(),
+        let report = sluice_meta_client::GatewayReport {
+            rss_bytes: sluice_meta_client::process_rss(),
             memory_budget_bytes: self.memory_budget,
             requests_total,
             slowdowns_total,

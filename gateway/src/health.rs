@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 
 /// Path of the liveness check.
 pub const LIVE_PATH: &str = "/health/live";

@@ -1,6 +1,6 @@
 //! Sluice gateway role: the stateless S3 front end. It authenticates S3
 //! requests (SigV4 via s3s), keeps metadata in the meta cluster through
-//! [`sluice_meta::MetaClient`], and streams every body stripe by stripe,
+//! [`sluice_meta_client::MetaClient`], and streams every body stripe by stripe,
 //! erasure coded, to the datanodes.
 //!
 //! The role is started with [`run`]`(config, listener, shutdown)`.

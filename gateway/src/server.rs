@@ -29,7 +29,7 @@ use hyper_util::server::conn::auto;
 use s3s::config::{S3Config, StaticConfigProvider};
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{HttpError, HttpResponse, S3ErrorCode, StdError};
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
@@ -38,7 +38,7 @@ use tracing::Instrument;
 use crate::access::{AccessKeys, BucketCache, KeyAccess, KeyAuth, OpName};
 use crate::admission::{GatewayStats, InflightGuard, InflightLimiter};
 use crate::aws_chunked::{self, Rechunked};
-use crate::blob::{BlobError, BlobStore, BlobStoreConfig};
+use crate::blob::{BlobError, BlobStore};
 use crate::config::{Config, ConfigError, DEFAULT_MAX_INFLIGHT_REQUESTS};
 use crate::health::{self, GatewayHealth};
 use crate::listener::{
@@ -742,7 +742,7 @@ pub async fn run_with_stats(
 
 /// [`run_with_stats`] with the given `meta` client, used for every meta
 /// call (commits, write epochs, heal): tests and chaos runs pass one built
-/// with [`sluice_meta::client::CallFaults`] to drop or stall responses.
+/// with [`sluice_meta_client::client::CallFaults`] to drop or stall responses.
 pub async fn run_with_meta(
     config: Config,
     listener: TcpListener,
@@ -775,19 +775,7 @@ pub async fn run_with_meta(
     // Meta and the datanodes are dialed with this transport.
     let meta = meta.with_transport(transport);
     metrics::describe();
-    let blob_config = BlobStoreConfig {
-        data_shards: config.data_shards as usize,
-        parity_shards: config.parity_shards as usize,
-        block_size: config.block_size as usize,
-        write_quorum: config.effective_write_quorum() as usize,
-        datanode_refresh_interval: config.datanode_refresh_interval,
-        shard_channel_depth: config.shard_channel_depth,
-        buffer_budget: config.buffer_budget(),
-        read_budget: config.read_budget(),
-        stall_timeout: config.stall_timeout,
-        credit_idle_timeout: config.credit_idle_timeout,
-        epoch_rotation: config.epoch_rotation,
-    };
+    let blob_config = config.blob_store_config();
     tracing::info!(
         max_inflight_requests = config.max_inflight_requests,
         buffer_budget_bytes = config.buffer_budget(),
@@ -1154,7 +1142,8 @@ mod tests {
         // path is touched (anonymous bucket requests are decided by the
         // bucket's ACL and policy: tests/cluster/s3_access.rs).
         let meta = MetaClient::new(vec!["http://127.0.0.1:1".into()]);
-        let blobs = BlobStore::with_static_datanodes(BlobStoreConfig::default(), Vec::new());
+        let blobs =
+            BlobStore::with_static_datanodes(crate::blob::BlobStoreConfig::default(), Vec::new());
         let service = s3_service(Gateway::new(meta, blobs, "us-east-1".into(), 4), "AK", "SK");
         let req = Request::builder()
             .uri("/?max-buckets=5")
@@ -1196,7 +1185,8 @@ mod tests {
     #[tokio::test]
     async fn requests_past_max_inflight_get_slow_down_without_reading_the_body() {
         let meta = MetaClient::new(vec!["http://127.0.0.1:1".into()]);
-        let blobs = BlobStore::with_static_datanodes(BlobStoreConfig::default(), Vec::new());
+        let blobs =
+            BlobStore::with_static_datanodes(crate::blob::BlobStoreConfig::default(), Vec::new());
         let stats = GatewayStats::new();
         let limiter = InflightLimiter::new(1, stats.clone());
         let service = s3_service_with_limiter(

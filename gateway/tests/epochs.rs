@@ -16,7 +16,7 @@ use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
 use sluice_gateway::datanodes::DatanodeEntry;
 use sluice_gateway::epoch::{EpochConfig, EpochService, MAX_LIVE_EPOCHS, WriteEpochs};
 use sluice_gateway::s3::Gateway;
-use sluice_meta::{MetaClient, MetaError};
+use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::blob_id;
 use sluice_proto::meta::{ErrorCode, OpenEpochResponse};
 use tempfile::TempDir;

@@ -20,7 +20,7 @@ use sluice_gateway::heal::rate::{HealGate, TokenBucket, should_yield};
 use sluice_gateway::heal::rebuild::{
     HealError, NodeView, RebuildContext, Skip, choose_targets, healed_placement, rebuild_blob,
 };
-use sluice_meta::MetaError;
+use sluice_meta_client::MetaError;
 use sluice_proto::meta::{
     BeginHealRequest, DatanodeInfo, ErrorCode, ListPlacementsRequest, ListPlacementsResponse,
     PlacedBlob, Placement, ShardRef, UpdatePlacementRequest,

@@ -39,9 +39,7 @@
 //! see [`reclaimer`].
 
 mod admin;
-pub use admin::status::process_rss;
 mod api;
-pub mod client;
 pub mod config;
 pub mod error;
 pub mod lifecycle;
@@ -53,7 +51,9 @@ pub mod sm;
 pub mod store;
 mod sweeper;
 
-pub use client::{GatewayReport, MetaClient, MetaError};
 pub use config::{Config, ConfigError};
 pub use error::Error;
 pub use node::run;
+/// The meta client lives in `sluice-meta-client` (no openraft, no sled);
+/// re-exported here for the `sluice` binary and the tests.
+pub use sluice_meta_client::{GatewayReport, MetaClient, MetaError, client, process_rss};

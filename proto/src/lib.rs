@@ -26,6 +26,8 @@ pub mod admin {
     tonic::include_proto!("sluice.admin");
 }
 pub mod blob_id;
+pub mod credit;
 pub mod error;
 pub mod framing;
 mod redact;
+pub mod shard;

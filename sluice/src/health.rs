@@ -20,7 +20,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use sluice_auth::Transport;
 use sluice_gateway::health::{GatewayHealth, Health};
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 
 /// Longest a readiness probe waits for meta.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
-use sluice_meta::client::new_op_id;
+use sluice_meta_client::new_op_id;
 use sluice_proto::admin::{self as apb, admin_client::AdminClient};
 
 use super::fixtures::{Setup, TestCa, TestCluster, wait_until};

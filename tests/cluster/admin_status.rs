@@ -4,7 +4,7 @@
 //! stopped datanode shows down, loads and memory are reported.
 
 use anyhow::{Result, ensure};
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 use sluice_proto::admin::admin_client::AdminClient;
 use sluice_proto::admin::{StatusRequest, StatusResponse};
 

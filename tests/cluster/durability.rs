@@ -18,7 +18,7 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 use futures::StreamExt;
-use sluice_meta::client::{CallFaults, FaultAction};
+use sluice_meta_client::{CallFaults, FaultAction};
 
 use crate::fixtures::{
     CONVERGE_TIMEOUT, Setup, TestCluster, assert_objects, durable_datanode, durable_gateway,

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use aws_sdk_s3::primitives::ByteStream;
-use sluice_meta::MetaError;
+use sluice_meta_client::MetaError;
 use sluice_proto::admin::admin_client::AdminClient;
 use sluice_proto::admin::{
     DatanodeStatus, DrainDatanodeRequest, ListDatanodesRequest, RemoveDatanodeRequest,

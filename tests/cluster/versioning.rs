@@ -17,7 +17,7 @@ use aws_sdk_s3::types::{
     BucketVersioningStatus, Delete, ObjectIdentifier, VersioningConfiguration,
 };
 use bytes::Bytes;
-use sluice_meta::client::{CallFaults, FaultAction};
+use sluice_meta_client::{CallFaults, FaultAction};
 
 use super::fixtures::{CONVERGE_TIMEOUT, Setup, TestCluster, durable_setup, wait_until};
 use super::{KIB, expect_error, get_all, put, random_bytes, test_seed};

@@ -16,8 +16,8 @@ use crate::block_crc32c;
 
 /// Bytes before the first block.
 pub const HEADER_LEN: u64 = 16;
-/// Largest accepted `block_size`, in bytes (8 MiB).
-pub const MAX_BLOCK_SIZE: u32 = 8 * 1024 * 1024;
+/// Largest accepted `block_size`, in bytes (8 MiB; the wire contract's).
+pub use sluice_proto::shard::MAX_BLOCK_SIZE;
 /// Bytes of the checksum stored after each block.
 pub(crate) const CRC_LEN: u64 = 4;
 

@@ -338,7 +338,7 @@ impl Fetch<'_> {
                 self.block_len
             ));
         }
-        let computed = sluice_datanode::block_crc32c(&block.data);
+        let computed = sluice_proto::shard::block_crc32c(&block.data);
         if computed != block.crc32c {
             return Err(format!(
                 "block {} checksum mismatch: stored {:08x}, computed {computed:08x}",

@@ -533,7 +533,7 @@ impl BlobWriter<'_> {
             if !shard.is_alive() {
                 continue;
             }
-            let crc32c = sluice_datanode::block_crc32c(&block);
+            let crc32c = sluice_proto::shard::block_crc32c(&block);
             let frame = Frame::Block {
                 data: block,
                 crc32c,

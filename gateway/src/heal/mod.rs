@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use sluice_meta::{MetaClient, MetaError};
+use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::meta::{
     BeginHealRequest, DatanodeInfo, ListPlacementsRequest, ListPlacementsResponse, ShardRef,
     UpdatePlacementRequest,

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use sluice_meta::MetaError;
+use sluice_meta_client::MetaError;
 use sluice_proto::datanode::put_shard_request::Msg;
 use sluice_proto::datanode::{
     GetShardRequest, GetShardResponse, PutShardRequest, PutShardResponse, ShardBlock, ShardEnd,
@@ -547,7 +547,7 @@ pub async fn rebuild_onto(
                 .debit(data.len() as u64, cx.credit_stall)
                 .await
                 .map_err(|e| t.write_err(e.to_string()))?;
-            let crc32c = sluice_datanode::block_crc32c(&data);
+            let crc32c = sluice_proto::shard::block_crc32c(&data);
             t.blocks += 1;
             t.bytes += data.len() as u64;
             t.send(
@@ -743,7 +743,7 @@ async fn next_block(
             block.data.len()
         ));
     }
-    let computed = sluice_datanode::block_crc32c(&block.data);
+    let computed = sluice_proto::shard::block_crc32c(&block.data);
     if computed != block.crc32c {
         return Err(format!(
             "block {stripe} checksum mismatch: stored {:08x}, computed {computed:08x}",

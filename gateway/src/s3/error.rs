@@ -7,7 +7,7 @@
 
 use http::StatusCode;
 use s3s::{S3Error, S3ErrorCode};
-use sluice_meta::MetaError;
+use sluice_meta_client::MetaError;
 use sluice_proto::meta::{self as pb, ErrorCode};
 
 use crate::blob::BlobError;
@@ -329,7 +329,7 @@ pub fn delete_marker_error(marker: &pb::ObjectRecord, named: bool) -> S3Error {
         "x-amz-delete-marker",
         http::HeaderValue::from_static("true"),
     );
-    if let Ok(v) = http::HeaderValue::from_str(sluice_meta::sm::versions::shown_id(marker)) {
+    if let Ok(v) = http::HeaderValue::from_str(sluice_meta_client::version_id::shown_id(marker)) {
         headers.insert("x-amz-version-id", v);
     }
     err.set_headers(headers);
@@ -341,7 +341,7 @@ pub fn delete_marker_error(marker: &pb::ObjectRecord, named: bool) -> S3Error {
 /// predate versioning), else its id or `null`.
 pub fn version_header(record: &pb::ObjectRecord) -> Option<String> {
     (record.seq != 0 || !record.version_id.is_empty())
-        .then(|| sluice_meta::sm::versions::shown_id(record).to_string())
+        .then(|| sluice_meta_client::version_id::shown_id(record).to_string())
 }
 
 /// The `x-amz-version-id` of a write or delete from meta's answer ("" when

@@ -14,7 +14,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as TOKEN;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
-use sluice_meta::sm::versions::shown_id;
+use sluice_meta_client::version_id::shown_id;
 use sluice_proto::meta as pb;
 
 use super::checksum::{self, ChecksumAlgorithm};
@@ -247,7 +247,7 @@ pub(super) async fn list_object_versions(
     let key_marker = input.key_marker.unwrap_or_default();
     let version_id_marker = input.version_id_marker.filter(|v| !v.is_empty());
     if let Some(v) = &version_id_marker {
-        if v != "null" && !sluice_meta::sm::versions::is_version_id(v) {
+        if v != "null" && !sluice_meta_client::version_id::is_version_id(v) {
             return Err(invalid_argument("Invalid version id specified"));
         }
         if key_marker.is_empty() {

@@ -53,7 +53,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result};
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 use sluice_proto::meta as pb;
 use tokio::sync::Semaphore;
 

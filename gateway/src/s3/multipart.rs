@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
-use sluice_meta::MetaError;
+use sluice_meta_client::MetaError;
 use sluice_proto::meta as pb;
 
 use super::checksum::{self, ChecksumAlgorithm, Expected};

@@ -12,7 +12,7 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
-use sluice_meta::MetaError;
+use sluice_meta_client::MetaError;
 use sluice_proto::meta as pb;
 
 use super::checksum::{self, BodyDigests, DigestingBody, Expected};

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use openraft::ServerState;
+use sluice_meta_client::process_rss;
 use sluice_proto::admin as apb;
 use sluice_proto::error::not_leader;
 use sluice_proto::meta::meta_client::MetaClient as MetaRpcClient;
@@ -147,19 +148,6 @@ fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
-/// Resident set size of this process (`VmRSS` of `/proc/self/status`), bytes; 0 when unknown.
-pub fn process_rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|text| {
-            let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
-            let mut fields = line["VmRSS:".len()..].split_whitespace();
-            let kib: u64 = fields.next()?.parse().ok()?;
-            (fields.next() == Some("kB")).then_some(kib.saturating_mul(1024))
-        })
         .unwrap_or(0)
 }
 

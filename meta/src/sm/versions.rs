@@ -17,6 +17,7 @@
 //! written before versions existed, and become the `null` version when
 //! versioning is enabled).
 
+pub use sluice_meta_client::version_id::{is_version_id, shown_id};
 use sluice_proto::meta::{self as pb, ErrorCode, Versioning};
 
 use super::refs::{object_refs, update_index};
@@ -40,14 +41,6 @@ pub(crate) enum Want {
 /// The version id of the version written at log index `seq`.
 pub fn version_id(seq: u64) -> String {
     format!("{seq:016x}")
-}
-
-/// Whether `v` is a version id Sluice issues: 16 lowercase hex digits
-/// (ids are case-sensitive, as S3's are).
-pub fn is_version_id(v: &str) -> bool {
-    v.len() == 16
-        && v.bytes()
-            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
 }
 
 /// Parses a request's version id ("" = current, "null", or 16 hex digits);
@@ -83,16 +76,6 @@ pub(crate) fn reported(versioning: i32, record: &pb::ObjectRecord) -> String {
         String::new()
     } else {
         shown_id(record).to_string()
-    }
-}
-
-/// The version id S3 shows for `record`: its id, or "null" for the null
-/// version.
-pub fn shown_id(record: &pb::ObjectRecord) -> &str {
-    if record.version_id.is_empty() {
-        "null"
-    } else {
-        &record.version_id
     }
 }
 

@@ -5,7 +5,7 @@
 //! subcommand prints a human table, or JSON with `--json`.
 
 use clap::{Args, Subcommand};
-use sluice_meta::client::new_op_id;
+use sluice_meta_client::new_op_id;
 use sluice_proto::admin::{self as apb, admin_client::AdminClient};
 
 use super::{AdminConn, connect};
@@ -122,7 +122,11 @@ pub async fn run(conn: &AdminConn, command: KeyCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn grant(meta: &sluice_meta::MetaClient, g: GrantArgs, allow: bool) -> anyhow::Result<()> {
+async fn grant(
+    meta: &sluice_meta_client::MetaClient,
+    g: GrantArgs,
+    allow: bool,
+) -> anyhow::Result<()> {
     anyhow::ensure!(
         !allow || g.read || g.write || g.owner,
         "name at least one of --read, --write, --owner"

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 use sluice_proto::admin as apb;
 use sluice_proto::admin::admin_client::AdminClient;
 

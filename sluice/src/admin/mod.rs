@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 
 /// How `sluice admin` reaches the meta cluster.
 #[derive(Args, Debug, Clone)]

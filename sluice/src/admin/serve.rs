@@ -34,7 +34,7 @@ use std::time::Duration;
 use clap::Args;
 use hyper::{Method, StatusCode};
 use quick_xml::escape::escape;
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 use sluice_proto::admin::{ProcessMemory, StatusResponse};
 
 use super::AdminConn;

@@ -9,7 +9,7 @@
 
 use clap::Args;
 use serde::Serialize;
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 use sluice_proto::admin::admin_client::AdminClient;
 use sluice_proto::admin::{MetaVoterStatus, ProcessMemory, StatusRequest, StatusResponse};
 

@@ -777,7 +777,7 @@ impl MetaClient {
 
     /// The ids of `blob_ids` that no committed part or object record
     /// references (request order), read linearizably on the leader.
-    /// At most [`MAX_FILTER_IDS`](crate::sm::MAX_FILTER_IDS) ids per call:
+    /// At most `MAX_FILTER_IDS` (1000, `sluice_meta::sm::MAX_FILTER_IDS`) ids per call:
     /// more are refused with `InvalidArgument`. A blob still being written
     /// (not yet committed) is unreferenced too, so the datanode GC only
     /// asks about shards older than its grace period.
