@@ -3,6 +3,8 @@
 //! * `sluice meta --config meta.toml` — a meta node (Raft voter).
 //! * `sluice datanode --config datanode.toml` — a datanode.
 //! * `sluice gateway --config gateway.toml` — an S3 gateway.
+//! * `sluice <role> --print-config [toml|json]` — every key the role's
+//!   config accepts, with its default (see [`print_config`]).
 //! * `sluice admin ...` — operate a running cluster (see [`admin`]).
 //! * `sluice health --config role.toml` — exit 0 when the role is ready
 //!   (container and systemd health checks; see [`probe`]).
@@ -27,6 +29,7 @@
 //! * [`telemetry`]: the Prometheus recorder, process gauges, `/metrics`
 //!   and `/health/live|ready`.
 //! * [`health`]: each role's readiness probe.
+//! * [`print_config`] renders `--print-config`.
 
 mod admin;
 mod budget;
@@ -34,6 +37,7 @@ mod dev;
 mod health;
 mod http;
 mod malloc;
+mod print_config;
 mod probe;
 mod telemetry;
 
@@ -79,23 +83,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a meta node (metadata, replicated with Raft).
-    Meta {
-        /// TOML configuration file (see deploy/meta.toml).
-        #[arg(long)]
-        config: PathBuf,
-    },
+    Meta(RoleArgs),
     /// Run a datanode (stores erasure-coded shards).
-    Datanode {
-        /// TOML configuration file (see deploy/datanode.toml).
-        #[arg(long)]
-        config: PathBuf,
-    },
+    Datanode(RoleArgs),
     /// Run an S3 gateway.
-    Gateway {
-        /// TOML configuration file (see deploy/gateway.toml).
-        #[arg(long)]
-        config: PathBuf,
-    },
+    Gateway(RoleArgs),
     /// Run a whole development cluster on this machine.
     Dev(dev::DevArgs),
     /// Ask a running role whether it is ready: exit 0 on 200 from its
@@ -108,6 +100,52 @@ enum Command {
     },
 }
 
+/// What `sluice meta|datanode|gateway` take.
+#[derive(clap::Args)]
+struct RoleArgs {
+    /// TOML configuration file (examples: deploy/meta.toml,
+    /// deploy/datanode.toml, deploy/gateway.toml).
+    #[arg(long, required_unless_present = "print_config")]
+    config: Option<PathBuf>,
+    /// Print every key this role's config accepts, with its default, and
+    /// exit: `toml` (the default; keys without a default commented out) or
+    /// `json` (those as null).
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "toml")]
+    print_config: Option<print_config::ConfigFormat>,
+}
+
+impl RoleArgs {
+    /// The config file; clap requires it unless `--print-config` was given,
+    /// which is handled before this is called.
+    fn config(&self) -> anyhow::Result<&Path> {
+        self.config
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("--config is required"))
+    }
+}
+
+/// Prints the role's defaults (`--print-config`); false when not asked.
+fn print_defaults(command: &Command) -> anyhow::Result<bool> {
+    use print_config::render;
+    let text = match command {
+        Command::Meta(RoleArgs {
+            print_config: Some(f),
+            ..
+        }) => render(&sluice_meta::Config::default(), *f)?,
+        Command::Datanode(RoleArgs {
+            print_config: Some(f),
+            ..
+        }) => render(&sluice_datanode::Config::default(), *f)?,
+        Command::Gateway(RoleArgs {
+            print_config: Some(f),
+            ..
+        }) => render(&sluice_gateway::Config::default(), *f)?,
+        _ => return Ok(false),
+    };
+    print!("{text}");
+    Ok(true)
+}
+
 fn main() -> anyhow::Result<()> {
     // Before any thread exists (see malloc.rs).
     let malloc = malloc::tune();
@@ -117,6 +155,9 @@ fn main() -> anyhow::Result<()> {
         Command::Health(args) => std::process::exit(if probe::run(args)? { 0 } else { 1 }),
         command => command,
     };
+    if print_defaults(&command)? {
+        return Ok(());
+    }
     // `sluice admin` is a command-line tool: warnings only, unless RUST_LOG
     // says otherwise; the roles log at info.
     let default_filter = match command {
@@ -141,8 +182,8 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async move {
         match command {
-            Command::Meta { config } => {
-                let config: sluice_meta::Config = load_config(&config)?;
+            Command::Meta(args) => {
+                let config: sluice_meta::Config = load_config(args.config()?)?;
                 let limit = budget::detect_memory_limit();
                 let budgets = budget::meta_budgets(&config);
                 let ready = health::meta(
@@ -159,8 +200,8 @@ fn main() -> anyhow::Result<()> {
                 let listener = bind(config.listen).await?;
                 sluice_meta::run(config, listener, shutdown_signal()).await?;
             }
-            Command::Datanode { config } => {
-                let mut config: sluice_datanode::Config = load_config(&config)?;
+            Command::Datanode(args) => {
+                let mut config: sluice_datanode::Config = load_config(args.config()?)?;
                 let limit = budget::detect_memory_limit();
                 let budgets =
                     budget::apply_datanode(&mut config, budget::DATANODE_WRITE, limit.bytes);
@@ -178,8 +219,8 @@ fn main() -> anyhow::Result<()> {
                 let listener = bind(config.listen).await?;
                 sluice_datanode::run(config, listener, shutdown_signal()).await?;
             }
-            Command::Gateway { config } => {
-                let mut config: sluice_gateway::Config = load_config(&config)?;
+            Command::Gateway(args) => {
+                let mut config: sluice_gateway::Config = load_config(args.config()?)?;
                 let limit = budget::detect_memory_limit();
                 let budgets =
                     budget::apply_gateway(&mut config, budget::GATEWAY_BUFFER, limit.bytes);

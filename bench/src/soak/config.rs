@@ -3,10 +3,12 @@
 //! Role configs deny unknown fields, and budget and admission keys are
 //! being added to the roles over time. So before writing configs the soak
 //! asks the binary which keys each role accepts ([`probe_accepted_keys`]:
-//! a config with one unknown key makes the binary list every known one in
-//! its parse error). A knob whose key the binary lacks is left out of the
-//! config if it was a soak default (and reported as not applied), and is
-//! an error if it was given on the command line.
+//! `sluice ROLE --print-config json` lists every key; a binary built before
+//! that flag existed is asked with a config holding one unknown key, which
+//! makes it list every known one in its parse error). A knob whose key the
+//! binary lacks is left out of the config if it was a soak default (and
+//! reported as not applied), and is an error if it was given on the command
+//! line.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -86,8 +88,37 @@ pub fn parse_expected_fields(text: &str) -> Option<BTreeSet<String>> {
     (!fields.is_empty()).then_some(fields)
 }
 
-/// Runs `bin ROLE --config PROBE` for every role with a config holding only
-/// an unknown key, in `dir`, and collects the keys each role lists.
+/// The keys of `sluice ROLE --print-config json`'s output: one JSON object
+/// whose keys are every key the role's config accepts.
+pub fn parse_printed_config(stdout: &[u8]) -> Option<BTreeSet<String>> {
+    let value: serde_json::Value = serde_json::from_slice(stdout).ok()?;
+    let keys: BTreeSet<String> = value.as_object()?.keys().cloned().collect();
+    (!keys.is_empty()).then_some(keys)
+}
+
+/// `bin ROLE --print-config json`'s keys; `None` when the binary does not
+/// have the flag (it exits with a usage error) or prints something else.
+async fn printed_keys(bin: &Path, role: Role) -> Result<Option<BTreeSet<String>>, SoakError> {
+    let output = tokio::process::Command::new(bin)
+        .arg(role.as_str())
+        .args(["--print-config", "json"])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(PROBE_TIMEOUT, output).await {
+        Ok(Ok(out)) if out.status.success() => Ok(parse_printed_config(&out.stdout)),
+        Ok(Ok(_)) | Err(_) => Ok(None),
+        Ok(Err(source)) => Err(SoakError::Spawn {
+            name: format!("print-config-{}", role.as_str()),
+            path: bin.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Collects the keys each role of `bin` accepts: `--print-config json`, or
+/// for older binaries `bin ROLE --config PROBE` with a config (written in
+/// `dir`) holding only an unknown key.
 ///
 /// # Errors
 /// [`SoakError::Filesystem`] when the probe config cannot be written,
@@ -103,6 +134,10 @@ pub async fn probe_accepted_keys(bin: &Path, dir: &Path) -> Result<AcceptedKeys,
     })?;
     let mut accepted = AcceptedKeys::default();
     for role in [Role::Meta, Role::Datanode, Role::Gateway] {
+        if let Some(keys) = printed_keys(bin, role).await? {
+            accepted.0.insert(role, Some(keys));
+            continue;
+        }
         let output = tokio::process::Command::new(bin)
             .arg(role.as_str())
             .arg("--config")
@@ -392,6 +427,18 @@ pub fn write_config(role: Role, table: &Table, path: &Path) -> Result<(), SoakEr
 mod tests {
     use super::*;
     use crate::soak::options::Knob;
+
+    #[test]
+    fn printed_config_keys_are_its_object_keys() {
+        let keys = parse_printed_config(br#"{"listen": "127.0.0.1:9000", "write_quorum": null}"#)
+            .expect("keys");
+        assert_eq!(
+            keys.into_iter().collect::<Vec<_>>(),
+            ["listen", "write_quorum"]
+        );
+        assert_eq!(parse_printed_config(b"error: unexpected argument"), None);
+        assert_eq!(parse_printed_config(b"{}"), None);
+    }
 
     const SERDE_ERROR: &str = "Error: parsing config /tmp/p.toml\n\nCaused by:\n    TOML parse error at line 1, column 1\n      |\n    1 | zz = 0\n      | ^^\n    unknown field `zz`, expected one of `node_id`, `listen`, `write_budget_bytes`\n";
 
