@@ -73,7 +73,9 @@ mod tls;
 pub use identity::{DNS_SUFFIX, Identity, MAX_ID_LEN, Role, TRUST_DOMAIN};
 pub use layer::{AuthLayer, AuthService, authorize, caller, peer_identity};
 pub use policy::Policy;
-pub use tls::{ClusterTls, TlsMaterial, Transport, install_crypto_provider, validate_choice};
+pub use tls::{
+    ClusterTls, TlsMaterial, Transport, install_crypto_provider, is_endpoint, validate_choice,
+};
 
 use std::path::PathBuf;
 

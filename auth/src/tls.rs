@@ -273,9 +273,32 @@ impl TlsMaterial {
     }
 }
 
+/// Whether `s` is a cluster endpoint a node can be configured with: an
+/// `http://` (plaintext, `insecure_cluster`) or `https://` (mutual TLS)
+/// URL with a host, which tonic accepts as an endpoint. The one check
+/// every role's config and meta's membership changes use.
+pub fn is_endpoint(s: &str) -> bool {
+    let host = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"));
+    matches!(host, Some(h) if !h.is_empty() && !h.starts_with('/'))
+        && tonic::transport::Endpoint::from_shared(s.to_string()).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoints_are_http_or_https_urls_with_a_host() {
+        assert!(is_endpoint("http://10.0.0.14:7001"));
+        assert!(is_endpoint("https://meta-4:7001"));
+        assert!(!is_endpoint("meta-4:7001"));
+        assert!(!is_endpoint("https://"));
+        assert!(!is_endpoint("http:///path"));
+        assert!(!is_endpoint("ftp://meta-4:7001"));
+        assert!(!is_endpoint("http://[::1"));
+    }
 
     #[test]
     fn exactly_one_of_tls_and_insecure() {

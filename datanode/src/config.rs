@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use sluice_auth::is_endpoint;
 
 /// Largest accepted `shard_channel_depth` (blocks).
 pub const MAX_SHARD_CHANNEL_DEPTH: usize = 1024;
@@ -312,12 +313,6 @@ impl Config {
         self.write_budget_bytes
             .unwrap_or(DEFAULT_WRITE_BUDGET_BYTES)
     }
-}
-
-/// An `http://` or `https://` URL tonic can connect to.
-fn is_endpoint(s: &str) -> bool {
-    (s.starts_with("http://") || s.starts_with("https://"))
-        && tonic::transport::Endpoint::from_shared(s.to_string()).is_ok()
 }
 
 #[cfg(test)]

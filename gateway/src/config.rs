@@ -498,7 +498,7 @@ impl Config {
         if let Some(bad) = self
             .meta_endpoints
             .iter()
-            .find(|e| !(e.starts_with("http://") || e.starts_with("https://")))
+            .find(|e| !sluice_auth::is_endpoint(e))
         {
             return Err(ConfigError::MetaEndpoint(bad.clone()));
         }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use sluice_auth::is_endpoint;
 
 /// Configuration of one meta node. Every field has a default (see
 /// [`Config::default`]); durations are humantime strings ("250ms", "6s"),
@@ -229,17 +230,13 @@ pub enum ConfigError {
     ClusterSecurity(String),
 }
 
-fn is_url(s: &str) -> bool {
-    (s.starts_with("http://") || s.starts_with("https://")) && s.len() > "https://".len()
-}
-
 impl Config {
     /// Checks the fields against each other.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !is_url(&self.advertise_addr) {
+        if !is_endpoint(&self.advertise_addr) {
             return Err(ConfigError::AdvertiseAddr(self.advertise_addr.clone()));
         }
-        if let Some((id, addr)) = self.voters.iter().find(|(_, a)| !is_url(a)) {
+        if let Some((id, addr)) = self.voters.iter().find(|(_, a)| !is_endpoint(a)) {
             return Err(ConfigError::VoterAddr {
                 id: *id,
                 addr: addr.clone(),

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, ServerState};
+use sluice_auth::is_endpoint;
 use sluice_proto::admin as apb;
 use sluice_proto::error::{not_leader, status};
 use sluice_proto::meta::ErrorCode;
@@ -102,10 +103,6 @@ fn raft_error(e: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> MembersErr
         }
         RaftError::Fatal(f) => MembersError::Raft(format!("raft is not running: {f}")),
     }
-}
-
-fn is_url(s: &str) -> bool {
-    (s.starts_with("http://") || s.starts_with("https://")) && s.len() > "https://".len()
 }
 
 /// A snapshot of the membership as the leader's metrics show it.
@@ -297,7 +294,7 @@ impl Members {
                 "meta node id 0 is not allowed".into(),
             ));
         }
-        if !is_url(addr) {
+        if !is_endpoint(addr) {
             return Err(MembersError::InvalidArgument(format!(
                 "address {addr:?} must be an http:// or https:// URL (the node's advertise_addr)"
             )));
@@ -523,9 +520,9 @@ mod tests {
 
     #[test]
     fn addresses_must_be_urls() {
-        assert!(is_url("http://10.0.0.14:7001"));
-        assert!(is_url("https://meta-4:7001"));
-        assert!(!is_url("10.0.0.14:7001"));
-        assert!(!is_url("http://"));
+        assert!(is_endpoint("http://10.0.0.14:7001"));
+        assert!(is_endpoint("https://meta-4:7001"));
+        assert!(!is_endpoint("10.0.0.14:7001"));
+        assert!(!is_endpoint("http://"));
     }
 }
