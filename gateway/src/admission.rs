@@ -83,6 +83,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics;
@@ -389,6 +390,31 @@ impl Drop for Waiting<'_> {
             .waiting
             .fetch_sub(1, Ordering::AcqRel);
         ::metrics::gauge!(kind.waiting_metric()).decrement(1.0);
+    }
+}
+
+/// `data` as a `Bytes` that keeps `permit` (the budget bytes that account
+/// for it) alive until the last slice of it is dropped — by hyper or HTTP/2
+/// once written to the socket, or with a reset stream. The one way the
+/// gateway ties a buffer's lifetime to its budget: a block sent to a
+/// datanode (the stripe's write permit) and a chunk sent to a client (the
+/// stripe's read permit) are never copied and never outlive their permit.
+pub fn held(data: Bytes, permit: &Arc<BufferPermit>) -> Bytes {
+    Bytes::from_owner(Held {
+        data,
+        _permit: Arc::clone(permit),
+    })
+}
+
+/// See [`held`].
+struct Held {
+    data: Bytes,
+    _permit: Arc<BufferPermit>,
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
     }
 }
 

@@ -33,22 +33,9 @@ use tonic::Streaming;
 use std::sync::Arc;
 
 use super::{BlobError, BlobStore, SHARD_STALL_TIMEOUT};
-use crate::admission::BufferPermit;
+use crate::admission::{BufferPermit, held};
 use crate::erasure::Codec;
 use crate::layout::Layout;
-
-/// A decoded data block kept alive by the chunks cut from it, together with
-/// its stripe's read permit.
-struct Held {
-    data: Bytes,
-    _permit: Arc<BufferPermit>,
-}
-
-impl AsRef<[u8]> for Held {
-    fn as_ref(&self) -> &[u8] {
-        &self.data
-    }
-}
 
 /// State of one shard during a read.
 enum Slot {
@@ -166,10 +153,7 @@ impl StripeReader {
                 let b = self.layout.data_block_range(s, i);
                 let (start, end) = (b.start.max(wanted.start), b.end.min(wanted.end));
                 if start < end {
-                    let held = Bytes::from_owner(Held {
-                        data: block,
-                        _permit: Arc::clone(&permit),
-                    });
+                    let held = held(block, &permit);
                     self.out
                         .push_back(held.slice(start - b.start..end - b.start));
                 }

@@ -50,7 +50,7 @@ use tonic::transport::Channel;
 use tower::{Service as _, ServiceExt as _};
 
 use super::{BlobError, BlobStore, SHARD_STALL_TIMEOUT};
-use crate::admission::BufferPermit;
+use crate::admission::{BufferPermit, held};
 use crate::credit::{CreditError, NodeCredit};
 use crate::datanodes::MAX_MESSAGE_BYTES;
 use crate::epoch::EpochGuard;
@@ -94,27 +94,12 @@ impl StreamFailure {
     }
 }
 
-/// A block on its way to the wire: the block's bytes (a slice of its
-/// stripe, or a parity block) and its stripe's buffer permit. Wrapped into
-/// a `Bytes` by `Bytes::from_owner`, so the permit is released exactly when
-/// HTTP/2 has written the block to the socket and dropped it (or the stream
-/// was reset): no block is copied and no block outlives its permit.
-struct HeldBlock {
-    data: Bytes,
-    _stripe: Arc<BufferPermit>,
-}
-
-impl AsRef<[u8]> for HeldBlock {
-    fn as_ref(&self) -> &[u8] {
-        &self.data
-    }
-}
-
 /// The request body of one `PutShard` RPC, as HTTP/2 data frames.
 ///
 /// Takes the channel's frames; before a block it debits the block's length
 /// from the datanode's credit, then yields the block's gRPC message as
-/// three frames (prefix, the block itself as a [`HeldBlock`], suffix). On
+/// three frames (prefix, the block itself, [`held`] with its stripe's
+/// permit, suffix). On
 /// [`Frame::End`] it yields the `ShardEnd` message (the blocks and bytes it
 /// yielded) and ends; never otherwise. If every sender is dropped without
 /// `End`, or credit does not come within `stall`, it stays pending forever
@@ -186,10 +171,7 @@ fn shard_requests(
                 s.bytes += data.len() as u64;
                 let (head, tail) = block_message(PUT_SHARD_REQUEST_BLOCK_FIELD, &data, crc32c);
                 if !data.is_empty() {
-                    s.queued.push_back(Bytes::from_owner(HeldBlock {
-                        data,
-                        _stripe: stripe,
-                    }));
+                    s.queued.push_back(held(data, &stripe));
                 }
                 if !tail.is_empty() {
                     s.queued.push_back(tail);
