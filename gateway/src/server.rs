@@ -13,6 +13,14 @@
 //! response body has been sent; its duration is then recorded under its S3
 //! operation name (`sluice_gateway_request_duration_seconds{op}`), which an
 //! s3s access hook reports back to this layer.
+//!
+//! # Layout
+//!
+//! * `server.rs`: [`run`] and the per-request service ([`SluiceService`]:
+//!   request ids, precheck, admission, the s3s call, response finishing).
+//! * `accept.rs`: the accept loop and connection handling.
+//! * `precheck.rs`: requests refused from their head alone ([`precheck`]).
+//! * `error_body.rs`: the error bodies written or completed here.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,7 +36,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use s3s::config::{S3Config, StaticConfigProvider};
 use s3s::service::{S3Service, S3ServiceBuilder};
-use s3s::{HttpError, HttpResponse, S3ErrorCode, StdError};
+use s3s::{HttpError, HttpResponse, StdError};
 use sluice_meta_client::MetaClient;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
@@ -48,9 +56,17 @@ use crate::metrics::{self, SlowDownReason};
 use crate::s3::Gateway;
 use crate::s3::bucket::BucketNameRules;
 use crate::s3::cors;
-use crate::s3::error::{RETRY_AFTER_SECONDS, standard_message};
 use crate::s3::host::RootDomains;
 use crate::tls::{S3TlsAcceptor, TlsError};
+
+mod accept;
+mod error_body;
+mod precheck;
+
+use accept::serve;
+use error_body::{error_response, finish_response, inflight_slow_down};
+use precheck::has_body;
+pub use precheck::{MAX_PRESIGNED_EXPIRES_SECS, precheck};
 
 /// Largest read buffer of an HTTP/1 client connection (bytes). A request
 /// body arrives in chunks of at most this size, and a chunk handed to the
@@ -478,153 +494,6 @@ impl<G: Unpin> hyper::body::Body for GuardedBody<G> {
     }
 }
 
-/// The `503 SlowDown` of a request refused admission: S3 error XML with
-/// `Code`, `Message`, `Resource` and `RequestId`, and `Retry-After`.
-fn inflight_slow_down<B>(req: &Request<B>, request_id: &str, resource: &str) -> HttpResponse {
-    let mut resp = error_response(
-        req,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "SlowDown",
-        standard_message(&S3ErrorCode::SlowDown).unwrap_or("Please reduce your request rate."),
-        request_id,
-        resource,
-    );
-    resp.headers_mut().insert(
-        http::header::RETRY_AFTER,
-        HeaderValue::from(RETRY_AFTER_SECONDS),
-    );
-    resp
-}
-
-/// An S3 error answered before s3s sees the request: error XML with
-/// `Code`, `Message`, `Resource` and `RequestId`, `x-amz-request-id`, and
-/// for an HTTP/1 request with a body `Connection: close` (its body is not
-/// read).
-fn error_response<B>(
-    req: &Request<B>,
-    status: StatusCode,
-    code: &str,
-    message: &str,
-    request_id: &str,
-    resource: &str,
-) -> HttpResponse {
-    let body = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{}</Code><Message>{}</Message><Resource>{}</Resource><RequestId>{}</RequestId></Error>",
-        xml_escape(code),
-        xml_escape(message),
-        xml_escape(resource),
-        xml_escape(request_id),
-    );
-    let mut resp = HttpResponse::new(s3s::Body::from(body));
-    *resp.status_mut() = status;
-    let headers = resp.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/xml"),
-    );
-    if let Ok(v) = HeaderValue::from_str(request_id) {
-        headers.insert("x-amz-request-id", v);
-    }
-    if has_body(req) && req.version() < http::Version::HTTP_2 {
-        headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    resp
-}
-
-/// Longest validity of a presigned URL, `X-Amz-Expires`, in seconds (7 days).
-pub const MAX_PRESIGNED_EXPIRES_SECS: i64 = 604_800;
-
-/// Seconds since the Unix epoch by this machine's clock.
-fn now_unix_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
-/// Rules s3s does not apply, checked before a request is admitted; the
-/// error (status, code, message) to answer, if `req` breaks one:
-///
-/// * a presigned URL valid for more than 7 days (SigV4 `X-Amz-Expires`
-///   over 604800 or negative, or a SigV2 `Expires` more than 7 days ahead)
-///   -> 403 `AccessDenied`
-///   (<https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-query-string-auth.html>);
-/// * an `OPTIONS` request (a CORS preflight) without `Origin` -> 400
-///   `BadRequest` (<https://docs.aws.amazon.com/AmazonS3/latest/API/RESTOPTIONSobject.html>;
-///   with one, [`SluiceService`] evaluates the bucket's CORS rules);
-/// * a request asking for server-side encryption (any
-///   `x-amz-server-side-encryption*` or
-///   `x-amz-copy-source-server-side-encryption-*` header: SSE-S3, SSE-KMS,
-///   SSE-C) -> 501 `NotImplemented`: Sluice does not encrypt at rest, and
-///   storing the object in the clear while the client believes otherwise
-///   would be worse than refusing.
-pub fn precheck<B>(req: &Request<B>) -> Option<(StatusCode, &'static str, &'static str)> {
-    if req.headers().keys().any(|name| {
-        let name = name.as_str();
-        name.starts_with("x-amz-server-side-encryption")
-            || name.starts_with("x-amz-copy-source-server-side-encryption")
-    }) {
-        return Some((
-            StatusCode::NOT_IMPLEMENTED,
-            "NotImplemented",
-            "Server-side encryption is not supported.",
-        ));
-    }
-    if *req.method() == http::Method::OPTIONS && !req.headers().contains_key(http::header::ORIGIN) {
-        return Some((
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "Insufficient information. Origin request header needed.",
-        ));
-    }
-    let query = req.uri().query()?;
-    let param = |wanted: &str| {
-        query
-            .split('&')
-            .filter_map(|pair| pair.split_once('='))
-            .find(|(name, _)| *name == wanted)
-            .map(|(_, value)| value)
-    };
-    // SigV2 query auth (boto3's default for presigned URLs) names the
-    // expiry as a time, in Unix seconds; s3s refuses it once past.
-    if param("Signature").is_some()
-        && let Some(at) = param("Expires").and_then(|v| v.parse::<i64>().ok())
-        && at - now_unix_secs() > MAX_PRESIGNED_EXPIRES_SECS
-    {
-        return Some((
-            StatusCode::FORBIDDEN,
-            "AccessDenied",
-            "Expires must be less than a week (in seconds) from now",
-        ));
-    }
-    let expires = param("X-Amz-Expires")?;
-    match expires.parse::<i64>() {
-        Ok(secs) if secs < 0 => Some((
-            StatusCode::FORBIDDEN,
-            "AccessDenied",
-            "X-Amz-Expires must be non-negative",
-        )),
-        Ok(secs) if secs > MAX_PRESIGNED_EXPIRES_SECS => Some((
-            StatusCode::FORBIDDEN,
-            "AccessDenied",
-            "X-Amz-Expires must be less than a week (in seconds) that is; 604800",
-        )),
-        // Anything else is s3s's to judge.
-        _ => None,
-    }
-}
-
-/// Whether `req` announces a body: `Transfer-Encoding`, or a
-/// `Content-Length` above zero.
-fn has_body<B>(req: &Request<B>) -> bool {
-    req.headers().contains_key(http::header::TRANSFER_ENCODING)
-        || req
-            .headers()
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|n| n > 0)
-}
-
 impl hyper::service::Service<Request<Incoming>> for SluiceService {
     type Response = HttpResponse;
     type Error = HttpError;
@@ -634,83 +503,6 @@ impl hyper::service::Service<Request<Incoming>> for SluiceService {
         let service = self.clone();
         Box::pin(async move { service.call(req.map(s3s::Body::from)).await })
     }
-}
-
-/// Adds `x-amz-request-id`, completes error bodies with `Resource` and
-/// `RequestId`, and strips the body of a 304.
-fn finish_response(resp: &mut HttpResponse, request_id: &str, resource: &str) {
-    if let Ok(v) = HeaderValue::from_str(request_id) {
-        resp.headers_mut().insert("x-amz-request-id", v);
-    }
-    let status = resp.status();
-    if status == StatusCode::NOT_MODIFIED {
-        *resp.body_mut() = s3s::Body::empty();
-        resp.headers_mut().remove(http::header::CONTENT_TYPE);
-        return;
-    }
-    if !(status.is_client_error() || status.is_server_error()) {
-        return;
-    }
-    let Some(body) = resp.body_mut().take_bytes() else {
-        return;
-    };
-    let body = complete_error_body(&body, request_id, resource).unwrap_or(body);
-    *resp.body_mut() = s3s::Body::from(body);
-}
-
-/// Inserts `<Resource>` and `<RequestId>` before `</Error>` of an S3 error
-/// body that lacks them, and S3's standard `<Message>` after `</Code>` when
-/// there is none; `None` when `body` is not such a body.
-fn complete_error_body(body: &[u8], request_id: &str, resource: &str) -> Option<Bytes> {
-    let text = std::str::from_utf8(body).ok()?;
-    let mut at = text.rfind("</Error>")?;
-    if !text.contains("<Error>") {
-        return None;
-    }
-    let mut text = text.to_string();
-    if !text.contains("<Message>")
-        && let (Some(start), Some(end)) = (text.find("<Code>"), text.find("</Code>"))
-        && let Some(code) = text.get(start + "<Code>".len()..end)
-        && let Some(message) = standard_message(
-            &code
-                .parse::<S3ErrorCode>()
-                .unwrap_or(S3ErrorCode::InternalError),
-        )
-    {
-        let element = format!("<Message>{}</Message>", xml_escape(message));
-        text.insert_str(end + "</Code>".len(), &element);
-        at += element.len();
-    }
-    let mut extra = String::new();
-    if !text.contains("<Resource>") {
-        extra.push_str(&format!("<Resource>{}</Resource>", xml_escape(resource)));
-    }
-    if !text.contains("<RequestId>") {
-        extra.push_str(&format!(
-            "<RequestId>{}</RequestId>",
-            xml_escape(request_id)
-        ));
-    }
-    let mut out = String::with_capacity(text.len() + extra.len());
-    out.push_str(&text[..at]);
-    out.push_str(&extra);
-    out.push_str(&text[at..]);
-    Some(Bytes::from(out))
-}
-
-fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Runs a gateway on `listener` until `shutdown` resolves: connects to meta,
@@ -870,224 +662,10 @@ pub async fn run_with_meta(
     Ok(())
 }
 
-/// Serves one accepted S3 connection (plain or TLS, wrapped in a
-/// [`WatchedIo`] that reports reads to `activity`) until it ends, its head
-/// or idle timeout passes, or `stop` asks for a graceful shutdown.
-async fn serve_connection<S>(
-    builder: &auto::Builder<TokioExecutor>,
-    io: WatchedIo<S>,
-    service: SluiceService,
-    activity: Arc<ConnActivity>,
-    mut stop: watch::Receiver<bool>,
-    peer: std::net::SocketAddr,
-    limits: ListenerLimits,
-) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let io = TokioIo::new(io);
-    let conn = builder.serve_connection(
-        io,
-        ConnService {
-            inner: service,
-            activity: Arc::clone(&activity),
-        },
-    );
-    tokio::pin!(conn);
-    let mut stopping = false;
-    loop {
-        let deadline = activity
-            .deadline(limits.header_read_timeout, limits.idle_timeout)
-            .unwrap_or_else(|| {
-                Instant::now() + limits.header_read_timeout.min(limits.idle_timeout)
-            });
-        tokio::select! {
-            result = conn.as_mut() => {
-                if let Err(e) = result {
-                    tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
-                }
-                break;
-            }
-            _ = stop.wait_for(|s| *s), if !stopping => {
-                stopping = true;
-                conn.as_mut().graceful_shutdown();
-            }
-            () = tokio::time::sleep_until(deadline.into()) => {
-                let expired = activity
-                    .deadline(limits.header_read_timeout, limits.idle_timeout)
-                    .is_some_and(|d| d <= Instant::now());
-                if expired {
-                    tracing::debug!(%peer, "S3 connection idle or its request head too slow; closed");
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// The service of one client connection: [`SluiceService`], counting
-/// requests in progress for the connection's header and idle timeouts.
-#[derive(Clone)]
-struct ConnService {
-    inner: SluiceService,
-    activity: Arc<ConnActivity>,
-}
-
-impl hyper::service::Service<Request<Incoming>> for ConnService {
-    type Response = HttpResponse;
-    type Error = HttpError;
-    type Future = BoxFuture<'static, Result<HttpResponse, HttpError>>;
-
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let service = self.inner.clone();
-        let active = self.activity.request_started();
-        Box::pin(async move {
-            let mut resp = service.call(req.map(s3s::Body::from)).await?;
-            let body = std::mem::take(resp.body_mut());
-            *resp.body_mut() = s3s::Body::http_body(GuardedBody {
-                inner: body,
-                _guard: active,
-            });
-            Ok(resp)
-        })
-    }
-}
-
-/// Accepts connections until `shutdown` within `limits` (see
-/// [`crate::listener`]), then shuts every connection down gracefully,
-/// aborting those still open after `grace`.
-///
-/// Over TLS when `tls` is set: the handshake runs in the connection's task
-/// once the connection has sent its first byte and holds a slot, within
-/// [`crate::tls::HANDSHAKE_TIMEOUT`].
-///
-/// Bounds: at most `max_pending_connections` connections wait for their
-/// first byte and at most `max_connections` are served; the task set holds
-/// one task per open connection, so at most the sum of both.
-async fn serve(
-    listener: TcpListener,
-    service: SluiceService,
-    tls: Option<Arc<S3TlsAcceptor>>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-    limits: ListenerLimits,
-    grace: Duration,
-) {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        // Head and idle timeouts are the connection task's (hyper's header
-        // timer would also cut idle keep-alive connections).
-        .header_read_timeout(None)
-        .max_buf_size(HTTP1_MAX_BUF_BYTES);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .initial_stream_window_size(HTTP2_STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(HTTP2_CONNECTION_WINDOW_BYTES);
-    let builder = Arc::new(if limits.http2 {
-        builder
-    } else {
-        builder.http1_only()
-    });
-    let pending = Arc::new(Semaphore::new(limits.max_pending_connections.max(1)));
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut connections: JoinSet<()> = JoinSet::new();
-    tokio::pin!(shutdown);
-
-    loop {
-        while connections.try_join_next().is_some() {}
-        let waiting = tokio::select! {
-            () = &mut shutdown => break,
-            permit = pending.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-        };
-        let (stream, peer) = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting an S3 connection failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
-        };
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(error = %e, "setting TCP_NODELAY");
-        }
-        if let Some(idle) = limits.tcp_keepalive
-            && let Err(e) = listener::set_tcp_keepalive(&stream, idle)
-        {
-            tracing::debug!(error = %e, "setting TCP keepalive");
-        }
-        let mut stop = stop_rx.clone();
-        let (builder, slots, service) = (Arc::clone(&builder), Arc::clone(&slots), service.clone());
-        let tls = tls.clone();
-        connections.spawn(async move {
-            // Pending: the first byte must come within the header timeout.
-            let alive = tokio::select! {
-                alive = tokio::time::timeout(limits.header_read_timeout, listener::first_byte(&stream)) => alive,
-                _ = stop.wait_for(|s| *s) => return,
-            };
-            match alive {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(_) => {
-                    metrics::count_silent_connection();
-                    tracing::debug!(%peer, "S3 connection sent nothing within the header timeout; closed");
-                    return;
-                }
-            }
-            let _slot = tokio::select! {
-                slot = slots.acquire_owned() => match slot {
-                    Ok(slot) => slot,
-                    Err(_) => return,
-                },
-                _ = stop.wait_for(|s| *s) => return,
-            };
-            drop(waiting);
-            let activity = ConnActivity::new_with_head();
-            match tls {
-                None => {
-                    let io = WatchedIo::new(stream, Arc::clone(&activity));
-                    serve_connection(&builder, io, service, activity, stop, peer, limits).await;
-                }
-                Some(tls) => match tls.accept(stream).await {
-                    Ok(stream) => {
-                        let io = WatchedIo::new(stream, Arc::clone(&activity));
-                        serve_connection(&builder, io, service, activity, stop, peer, limits).await;
-                    }
-                    Err(e) => tracing::debug!(%peer, error = %e, "S3 TLS handshake failed"),
-                },
-            }
-        });
-    }
-
-    drop(listener);
-    let _ = stop_tx.send(true);
-    let open = connections.len();
-    if open > 0 {
-        tracing::info!(open, "waiting for S3 connections to finish");
-    }
-    let drained = tokio::time::timeout(grace, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(
-            open = connections.len(),
-            "aborting S3 connections still open after the grace period"
-        );
-        connections.abort_all();
-        while connections.join_next().await.is_some() {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::error_body::*;
+    use super::precheck::*;
     use super::*;
 
     #[test]
