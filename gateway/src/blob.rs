@@ -30,6 +30,7 @@
 
 mod heal_access;
 mod read;
+mod shard_failure;
 mod write;
 
 use std::collections::BTreeMap;

@@ -32,6 +32,7 @@ use tonic::Streaming;
 
 use std::sync::Arc;
 
+use super::shard_failure::ShardFailure;
 use super::{BlobError, BlobStore, SHARD_STALL_TIMEOUT};
 use crate::admission::{BufferPermit, held};
 use crate::erasure::Codec;
@@ -279,55 +280,47 @@ fn read_preference(n: usize, missing: &[u32], nodes: &[u64], live: &[u64]) -> Ve
 impl Fetch<'_> {
     /// Reads block `stripe` of the shard, opening its stream at that block
     /// if needed. `Err` carries why the shard must not be used any more.
-    async fn next_block(&self, slot: &mut Slot) -> Result<Bytes, String> {
+    async fn next_block(&self, slot: &mut Slot) -> Result<Bytes, ShardFailure> {
         if matches!(slot, Slot::Idle) {
-            let mut client = self
-                .store
-                .inner
-                .pool
-                .client(self.node)
-                .map_err(|e| e.to_string())?;
+            let mut client = self.store.inner.pool.client(self.node)?;
             let req = GetShardRequest {
                 blob_id: self.blob_id.to_string(),
                 shard_index: self.shard as u32,
                 first_block: self.stripe,
                 block_count: self.end_stripe - self.stripe,
             };
-            let stream = match tokio::time::timeout(SHARD_STALL_TIMEOUT, client.get_shard(req))
-                .await
-            {
-                Ok(Ok(r)) => r.into_inner(),
-                Ok(Err(status)) => return Err(format!("{}: {}", status.code(), status.message())),
-                Err(_) => return Err(format!("no answer within {SHARD_STALL_TIMEOUT:?}")),
-            };
+            let stream =
+                match tokio::time::timeout(SHARD_STALL_TIMEOUT, client.get_shard(req)).await {
+                    Ok(Ok(r)) => r.into_inner(),
+                    Ok(Err(status)) => return Err((&status).into()),
+                    Err(_) => return Err(ShardFailure::NoAnswer(SHARD_STALL_TIMEOUT)),
+                };
             *slot = Slot::Open(Box::new(stream));
         }
         let Slot::Open(stream) = slot else {
-            return Err("shard already failed".into());
+            return Err(ShardFailure::AlreadyFailed);
         };
         let message = match tokio::time::timeout(SHARD_STALL_TIMEOUT, stream.message()).await {
             Ok(Ok(Some(m))) => m,
-            Ok(Ok(None)) => return Err(format!("stream ended before block {}", self.stripe)),
-            Ok(Err(status)) => return Err(format!("{}: {}", status.code(), status.message())),
-            Err(_) => return Err(format!("no block within {SHARD_STALL_TIMEOUT:?}")),
+            Ok(Ok(None)) => return Err(ShardFailure::EndedEarly(self.stripe)),
+            Ok(Err(status)) => return Err((&status).into()),
+            Err(_) => return Err(ShardFailure::NoBlock(SHARD_STALL_TIMEOUT)),
         };
-        let block = message
-            .block
-            .ok_or_else(|| "response without a block".to_string())?;
+        let block = message.block.ok_or(ShardFailure::NoBlockInResponse)?;
         if block.data.len() != self.block_len {
-            return Err(format!(
-                "block {} has {} bytes, expected {}",
-                self.stripe,
-                block.data.len(),
-                self.block_len
-            ));
+            return Err(ShardFailure::BlockLength {
+                block: self.stripe,
+                got: block.data.len(),
+                want: self.block_len,
+            });
         }
         let computed = sluice_proto::shard::block_crc32c(&block.data);
         if computed != block.crc32c {
-            return Err(format!(
-                "block {} checksum mismatch: stored {:08x}, computed {computed:08x}",
-                self.stripe, block.crc32c
-            ));
+            return Err(ShardFailure::Checksum {
+                block: self.stripe,
+                stored: block.crc32c,
+                computed,
+            });
         }
         Ok(block.data)
     }

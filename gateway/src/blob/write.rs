@@ -49,6 +49,7 @@ use tonic::codec::Codec as _;
 use tonic::transport::Channel;
 use tower::{Service as _, ServiceExt as _};
 
+use super::shard_failure::ShardFailure;
 use super::{BlobError, BlobStore, SHARD_STALL_TIMEOUT};
 use crate::admission::{BufferPermit, held};
 use crate::credit::{CreditError, NodeCredit};
@@ -278,9 +279,9 @@ impl Drop for ShardWriter {
 impl ShardWriter {
     /// Sends one frame, waiting for channel space; `Err` (with the reason)
     /// if the RPC ended or the channel stayed full past the send timeout.
-    async fn send(&mut self, frame: Frame) -> Result<(), String> {
+    async fn send(&mut self, frame: Frame) -> Result<(), ShardFailure> {
         let Some(tx) = &self.tx else {
-            return Err("shard already failed".into());
+            return Err(ShardFailure::AlreadyFailed);
         };
         let stalled = tokio::select! {
             sent = tx.send(frame) => match sent {
@@ -292,7 +293,7 @@ impl ShardWriter {
             () = tokio::time::sleep(self.send_timeout) => true,
         };
         if stalled {
-            Err(format!("no progress for {:?}", self.send_timeout))
+            Err(ShardFailure::NoProgress(self.send_timeout))
         } else {
             Err(self.rpc_error().await)
         }
@@ -300,19 +301,19 @@ impl ShardWriter {
 
     /// The error of an RPC that ended early (waits at most the stall
     /// timeout for the task to report it).
-    async fn rpc_error(&mut self) -> String {
+    async fn rpc_error(&mut self) -> ShardFailure {
         let Some(mut task) = self.task.take() else {
-            return "shard task already finished".into();
+            return ShardFailure::TaskFinished;
         };
         match tokio::time::timeout(SHARD_STALL_TIMEOUT, &mut task).await {
             Err(_) => {
                 task.abort();
-                "shard stream closed".into()
+                ShardFailure::StreamClosed
             }
             Ok(result) => match result {
-                Ok(Ok(_)) => "datanode answered before the shard was complete".into(),
+                Ok(Ok(_)) => ShardFailure::EarlyAnswer,
                 Ok(Err(status)) => self.status_error(&status),
-                Err(e) => format!("shard task failed: {e}"),
+                Err(e) => ShardFailure::Task(e),
             },
         }
     }
@@ -320,20 +321,21 @@ impl ShardWriter {
     /// The reason of a failed RPC; notes a datanode's `RESOURCE_EXHAUSTED`
     /// (not our own credit wait giving up, which fails the task with the
     /// same code but sets `failure`).
-    fn status_error(&mut self, status: &tonic::Status) -> String {
-        if status.code() == tonic::Code::ResourceExhausted && self.failure.get().is_none() {
+    fn status_error(&mut self, status: &tonic::Status) -> ShardFailure {
+        let failure = ShardFailure::from(status);
+        if failure.is_resource_exhausted() && self.failure.get().is_none() {
             self.full = true;
         }
-        format!("{}: {}", status.code(), status.message())
+        failure
     }
 
     /// Marks the shard failed: aborts its RPC (resetting the stream).
-    fn fail(&mut self, reason: &str, blob_id: &str) {
+    fn fail(&mut self, reason: &ShardFailure, blob_id: &str) {
         tracing::warn!(
             blob_id,
             shard = self.index,
             node = self.node,
-            error = reason,
+            error = %reason,
             "shard write failed"
         );
         self.tx = None;
@@ -442,7 +444,7 @@ impl BlobWriter<'_> {
             let reason = shard
                 .failure
                 .get()
-                .map_or_else(|| "no credit".to_string(), |e| e.to_string());
+                .map_or(ShardFailure::NoCredit, ShardFailure::Credit);
             shard.fail(&reason, &self.blob_id);
             failed += 1;
         }
@@ -499,7 +501,7 @@ impl BlobWriter<'_> {
                         shard.fail(&reason, &self.blob_id);
                     }
                 }
-                Err(e) => shard.fail(&e.to_string(), &self.blob_id),
+                Err(e) => shard.fail(&ShardFailure::from(e), &self.blob_id),
             }
             self.shards.push(shard);
         }
@@ -544,16 +546,18 @@ impl BlobWriter<'_> {
                 Ok(Ok(Ok(r))) if r.blocks == blocks && r.bytes_written == bytes => {
                     return Some(shard.index);
                 }
-                Ok(Ok(Ok(r))) => format!(
-                    "datanode stored {} blocks / {} bytes, expected {blocks} / {bytes}",
-                    r.blocks, r.bytes_written
-                ),
+                Ok(Ok(Ok(r))) => ShardFailure::WrongShape {
+                    blocks: r.blocks,
+                    bytes: r.bytes_written,
+                    want_blocks: blocks,
+                    want_bytes: bytes,
+                },
                 Ok(Ok(Err(status))) => shard.status_error(&status),
-                Ok(Err(e)) => format!("shard task failed: {e}"),
+                Ok(Err(e)) => ShardFailure::Task(e),
                 Err(_) => {
                     // Reset the stream: the shard must not turn up later.
                     task.abort();
-                    format!("no acknowledgement within {SHARD_STALL_TIMEOUT:?}")
+                    ShardFailure::NoAck(SHARD_STALL_TIMEOUT)
                 }
             };
             shard.fail(&outcome, blob_id);
