@@ -692,6 +692,22 @@ mod tests {
     }
 
     #[test]
+    fn completed_error_bodies_keep_what_s3s_wrote() {
+        // Escaped text, elements we do not know and their order stay as
+        // written; only the missing elements are added.
+        let body = br#"<Error><Code>InvalidArgument</Code><Message>a &amp; b &lt;c&gt;</Message><ArgumentName>x-amz-acl</ArgumentName></Error>"#;
+        let out = complete_error_body(body, "id", "/b").unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "<Error><Code>InvalidArgument</Code><Message>a &amp; b &lt;c&gt;</Message><ArgumentName>x-amz-acl</ArgumentName><Resource>/b</Resource><RequestId>id</RequestId></Error>"
+        );
+        // Not an S3 error document: left alone.
+        assert!(complete_error_body(b"<ListBucketResult/>", "id", "/").is_none());
+        assert!(complete_error_body(b"<Error><Code>X</Code>", "id", "/").is_none());
+        assert!(complete_error_body(b"<Other><Error/></Other>", "id", "/").is_none());
+    }
+
+    #[test]
     fn responses_carry_request_ids_and_304s_have_no_body() {
         let mut resp = HttpResponse::new(s3s::Body::from(Bytes::from_static(
             b"<Error><Code>NotModified</Code></Error>",

@@ -5,6 +5,8 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, StatusCode};
+use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
+use quick_xml::{Reader, Writer};
 use s3s::{HttpResponse, S3ErrorCode};
 
 use super::precheck::has_body;
@@ -44,13 +46,12 @@ pub(super) fn error_response<B>(
     request_id: &str,
     resource: &str,
 ) -> HttpResponse {
-    let body = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{}</Code><Message>{}</Message><Resource>{}</Resource><RequestId>{}</RequestId></Error>",
-        xml_escape(code),
-        xml_escape(message),
-        xml_escape(resource),
-        xml_escape(request_id),
-    );
+    let body = error_xml(&[
+        ("Code", code),
+        ("Message", message),
+        ("Resource", resource),
+        ("RequestId", request_id),
+    ]);
     let mut resp = HttpResponse::new(s3s::Body::from(body));
     *resp.status_mut() = status;
     let headers = resp.headers_mut();
@@ -89,57 +90,116 @@ pub(super) fn finish_response(resp: &mut HttpResponse, request_id: &str, resourc
     *resp.body_mut() = s3s::Body::from(body);
 }
 
-/// Inserts `<Resource>` and `<RequestId>` before `</Error>` of an S3 error
-/// body that lacks them, and S3's standard `<Message>` after `</Code>` when
-/// there is none; `None` when `body` is not such a body.
+/// Inserts `<Resource>` and `<RequestId>` at the end of an S3 error body
+/// that lacks them, and S3's standard `<Message>` after `<Code>` when there
+/// is none; `None` when `body` is not such a body (not XML, or its root is
+/// not `Error`). The elements already there are kept as written.
 pub(super) fn complete_error_body(body: &[u8], request_id: &str, resource: &str) -> Option<Bytes> {
     let text = std::str::from_utf8(body).ok()?;
-    let mut at = text.rfind("</Error>")?;
-    if !text.contains("<Error>") {
-        return None;
-    }
-    let mut text = text.to_string();
-    if !text.contains("<Message>")
-        && let (Some(start), Some(end)) = (text.find("<Code>"), text.find("</Code>"))
-        && let Some(code) = text.get(start + "<Code>".len()..end)
-        && let Some(message) = standard_message(
-            &code
-                .parse::<S3ErrorCode>()
-                .unwrap_or(S3ErrorCode::InternalError),
-        )
-    {
-        let element = format!("<Message>{}</Message>", xml_escape(message));
-        text.insert_str(end + "</Code>".len(), &element);
-        at += element.len();
-    }
-    let mut extra = String::new();
-    if !text.contains("<Resource>") {
-        extra.push_str(&format!("<Resource>{}</Resource>", xml_escape(resource)));
-    }
-    if !text.contains("<RequestId>") {
-        extra.push_str(&format!(
-            "<RequestId>{}</RequestId>",
-            xml_escape(request_id)
-        ));
-    }
-    let mut out = String::with_capacity(text.len() + extra.len());
-    out.push_str(&text[..at]);
-    out.push_str(&extra);
-    out.push_str(&text[at..]);
-    Some(Bytes::from(out))
+    let (declared, children) = error_children(text)?;
+    let has = |name: &str| children.iter().any(|(n, _)| n == name);
+    let mut writer = Writer::new(Vec::with_capacity(body.len() + 128));
+    let mut write = || -> std::io::Result<()> {
+        if declared {
+            writer.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
+        }
+        writer.write_event(Event::Start(BytesStart::new("Error")))?;
+        for (name, raw) in &children {
+            writer
+                .create_element(name.as_str())
+                .write_text_content(BytesText::from_escaped(*raw))?;
+            if name == "Code"
+                && !has("Message")
+                && let Some(message) = quick_xml::escape::unescape(raw).ok().and_then(|code| {
+                    standard_message(
+                        &code
+                            .parse::<S3ErrorCode>()
+                            .unwrap_or(S3ErrorCode::InternalError),
+                    )
+                })
+            {
+                writer
+                    .create_element("Message")
+                    .write_text_content(BytesText::new(message))?;
+            }
+        }
+        for (name, value) in [("Resource", resource), ("RequestId", request_id)] {
+            if !has(name) {
+                writer
+                    .create_element(name)
+                    .write_text_content(BytesText::new(value))?;
+            }
+        }
+        writer.write_event(Event::End(BytesEnd::new("Error")))
+    };
+    write().ok()?;
+    Some(Bytes::from(writer.into_inner()))
 }
 
-pub(super) fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
+/// An S3 error document: `<Error>` with `elements` (name, unescaped text)
+/// in order, after the XML declaration.
+fn error_xml(elements: &[(&str, &str)]) -> String {
+    let mut writer = Writer::new(Vec::with_capacity(256));
+    let mut write = || -> std::io::Result<()> {
+        writer.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
+        writer.write_event(Event::Start(BytesStart::new("Error")))?;
+        for (name, value) in elements {
+            writer
+                .create_element(*name)
+                .write_text_content(BytesText::new(value))?;
+        }
+        writer.write_event(Event::End(BytesEnd::new("Error")))
+    };
+    write().expect("writing XML into a Vec cannot fail");
+    String::from_utf8(writer.into_inner()).expect("quick-xml writes UTF-8 from &str")
+}
+
+/// Whether `text` has an XML declaration, and the child elements of its
+/// `<Error>` root as (name, raw escaped text); `None` when `text` is not
+/// well-formed XML with an `Error` root. A child's content is kept as
+/// written (nested markup included).
+fn error_children(text: &str) -> Option<(bool, Vec<(String, &str)>)> {
+    let mut reader = Reader::from_str(text);
+    let mut depth = 0usize;
+    let mut root = false;
+    let mut declared = false;
+    let mut open: Option<(String, usize)> = None;
+    let mut children = Vec::new();
+    loop {
+        let before = usize::try_from(reader.buffer_position()).ok()?;
+        match reader.read_event().ok()? {
+            Event::Start(e) => {
+                depth += 1;
+                let name = std::str::from_utf8(e.name().as_ref()).ok()?.to_string();
+                if depth == 1 {
+                    if name != "Error" {
+                        return None;
+                    }
+                    root = true;
+                } else if depth == 2 {
+                    open = Some((name, usize::try_from(reader.buffer_position()).ok()?));
+                }
+            }
+            Event::End(_) => {
+                if depth == 2 {
+                    let (name, start) = open.take()?;
+                    children.push((name, text.get(start..before)?));
+                }
+                depth = depth.checked_sub(1)?;
+            }
+            Event::Empty(e) => {
+                if depth == 0 {
+                    return None;
+                }
+                if depth == 1 {
+                    let name = std::str::from_utf8(e.name().as_ref()).ok()?.to_string();
+                    children.push((name, ""));
+                }
+            }
+            Event::Decl(_) => declared = true,
+            Event::Eof => break,
+            _ => {}
         }
     }
-    out
+    (root && depth == 0).then_some((declared, children))
 }
