@@ -3,7 +3,7 @@
 //! unreachable: the node must serve while registration keeps retrying.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use sluice_datanode::store::list_position;
@@ -178,10 +178,8 @@ fn temp_files(dir: &Path) -> usize {
 }
 
 async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    if let Err(e) = sluice_test_support::eventually(what, WAIT, || Ok(cond())).await {
+        panic!("{e}");
     }
 }
 

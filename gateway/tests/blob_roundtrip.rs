@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
 use futures::StreamExt;
 use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
@@ -259,17 +259,8 @@ async fn check_reads(store: &BlobStore, p: &Placement, data: &[u8]) -> Result<()
 }
 
 /// Waits up to 10 s for `cond`.
-async fn eventually(what: &str, mut cond: impl FnMut() -> Result<bool>) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if cond()? {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+async fn eventually(what: &str, cond: impl FnMut() -> Result<bool>) -> Result<()> {
+    sluice_test_support::eventually(what, Duration::from_secs(10), cond).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -352,16 +352,7 @@ async fn read_all(store: &BlobStore, p: &sluice_proto::meta::Placement) -> Resul
 }
 
 async fn eventually(what: &str, mut cond: impl FnMut() -> Result<(), String>) -> Result<()> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match cond() {
-            Ok(()) => return Ok(()),
-            Err(state) if Instant::now() >= deadline => {
-                bail!("timed out waiting for {what}: {state}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
+    sluice_test_support::wait_until(what, WAIT, || std::future::ready(cond())).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

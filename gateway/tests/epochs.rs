@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use bytes::Bytes;
 use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
 use sluice_gateway::datanodes::DatanodeEntry;
@@ -194,17 +194,8 @@ fn body(
     futures::stream::iter(vec![Ok(Bytes::from(data))])
 }
 
-async fn eventually(what: &str, mut cond: impl FnMut() -> Result<bool>) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if cond()? {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+async fn eventually(what: &str, cond: impl FnMut() -> Result<bool>) -> Result<()> {
+    sluice_test_support::eventually(what, Duration::from_secs(10), cond).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use sluice_meta::{Config, MetaClient, MetaError};
@@ -26,21 +26,12 @@ fn init_tracing() {
 }
 
 /// Polls `check` until it yields a value or `WAIT` passes.
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> Result<T>
+async fn wait_for<T, F, Fut>(what: &str, check: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    sluice_test_support::wait_for_some(what, WAIT, check).await
 }
 
 /// A started node: its stop signal and its `run` task.

@@ -17,21 +17,12 @@ use tokio::task::JoinHandle;
 const WAIT: Duration = Duration::from_secs(30);
 
 /// Polls `check` until it yields a value or `WAIT` passes.
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> Result<T>
+async fn wait_for<T, F, Fut>(what: &str, check: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    sluice_test_support::wait_for_some(what, WAIT, check).await
 }
 
 /// A running single-voter meta node.

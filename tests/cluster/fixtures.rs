@@ -15,7 +15,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use aws_sdk_s3::config::timeout::TimeoutConfig;
@@ -49,23 +49,12 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// Polls `probe` until it returns `Ok(value)`; `Err(state)` describes why the
 /// condition does not hold yet. Fails after `timeout` with the last state.
-pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T>
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = std::result::Result<T, String>>,
 {
-    let started = Instant::now();
-    loop {
-        match probe().await {
-            Ok(v) => return Ok(v),
-            Err(state) => {
-                if started.elapsed() >= timeout {
-                    bail!("timed out after {timeout:?} waiting for {what}; last state: {state}");
-                }
-            }
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    sluice_test_support::wait_until_every(what, timeout, POLL, probe).await
 }
 
 /// A role whose `run(config, listener, shutdown)` can be spawned.

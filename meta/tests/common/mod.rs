@@ -5,9 +5,9 @@
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use sluice_meta::client::{CallFaults, FaultAction};
 use sluice_meta::{Config, MetaClient};
 use sluice_proto::meta as pb;
@@ -17,21 +17,12 @@ use tokio::task::JoinHandle;
 
 pub const WAIT: Duration = Duration::from_secs(30);
 
-pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> Result<T>
+pub async fn wait_for<T, F, Fut>(what: &str, check: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sluice_test_support::wait_for_some(what, WAIT, check).await
 }
 
 pub struct Node {
