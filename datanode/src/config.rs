@@ -10,7 +10,10 @@ use sluice_auth::is_endpoint;
 
 /// Largest accepted `shard_channel_depth` (blocks).
 pub const MAX_SHARD_CHANNEL_DEPTH: usize = 1024;
-/// Write budget when `write_budget_bytes` is unset: 64 MiB.
+/// Write budget when `write_budget_bytes` is unset: 64 MiB. This is the
+/// library's default (tests, embedding); the `sluice` binary fills an unset
+/// budget from the process's memory limit before the config gets here
+/// (`sluice/src/budget.rs`, `DATANODE_WRITE` and `DEV_DATANODE_WRITE`).
 pub const DEFAULT_WRITE_BUDGET_BYTES: u64 = 64 * 1024 * 1024;
 /// Default `credit_fsync_bytes`: 1 MiB.
 pub const DEFAULT_CREDIT_FSYNC_BYTES: u64 = 1024 * 1024;

@@ -23,9 +23,15 @@ pub const MAX_TOTAL_SHARDS: usize = 256;
 pub const MAX_BLOCK_SIZE: usize = sluice_proto::shard::MAX_BLOCK_SIZE as usize;
 /// `max_inflight_requests` when not configured.
 pub const DEFAULT_MAX_INFLIGHT_REQUESTS: usize = 256;
-/// Write buffer budget when `buffer_budget_bytes` is unset: 256 MiB.
+/// Write buffer budget when `buffer_budget_bytes` is unset: 256 MiB. This is
+/// the library's default (tests, embedding); the `sluice` binary fills an
+/// unset budget from the process's memory limit before the config gets
+/// here (`sluice/src/budget.rs`, `GATEWAY_BUFFER` and `DEV_GATEWAY_BUFFER`),
+/// so a deployed gateway uses this value only if set explicitly.
 pub const DEFAULT_BUFFER_BUDGET_BYTES: u64 = 256 * 1024 * 1024;
-/// Read buffer budget when `read_budget_bytes` is unset: 128 MiB.
+/// Read buffer budget when `read_budget_bytes` is unset: 128 MiB (the
+/// library's default; the binary derives it as half the buffer budget, see
+/// [`DEFAULT_BUFFER_BUDGET_BYTES`]).
 pub const DEFAULT_READ_BUDGET_BYTES: u64 = 128 * 1024 * 1024;
 /// Largest accepted budget (bytes): what a `tokio::sync::Semaphore` can count.
 pub const MAX_BUDGET_BYTES: u64 = (tokio::sync::Semaphore::MAX_PERMITS as u64) >> 1;
