@@ -354,13 +354,46 @@ impl ShardWriter {
     }
 }
 
+/// The write-quorum decision, apart from the shard streams: a write
+/// goes on while at least `needed` shards are alive, and is acknowledged
+/// only with `needed` shards durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Quorum {
+    /// Shards that must be durable (`write_quorum`, k..=k+m).
+    needed: usize,
+    /// How long a shard waited for credit before it was given up.
+    stall_timeout: Duration,
+}
+
+impl Quorum {
+    /// `Ok` while `alive` shards can still make the quorum. Otherwise why
+    /// not: `DatanodesBusy` (503 SlowDown) when a shard was lost for want of
+    /// datanode credit (`starved`: the datanodes are saturated, a retry
+    /// later succeeds), else `QuorumNotReached` (503: too few datanodes
+    /// took the shards).
+    fn check(&self, alive: usize, starved: bool) -> Result<(), BlobError> {
+        if alive >= self.needed {
+            Ok(())
+        } else if starved {
+            Err(BlobError::DatanodesBusy {
+                waited: self.stall_timeout,
+            })
+        } else {
+            Err(BlobError::QuorumNotReached {
+                durable: alive,
+                needed: self.needed,
+            })
+        }
+    }
+}
+
 /// Everything one write holds.
 struct BlobWriter<'a> {
     store: &'a BlobStore,
     blob_id: String,
     nodes: Vec<u64>,
     shards: Vec<ShardWriter>,
-    write_quorum: usize,
+    quorum: Quorum,
 }
 
 impl BlobWriter<'_> {
@@ -368,30 +401,14 @@ impl BlobWriter<'_> {
         self.shards.iter().filter(|s| s.is_alive()).count()
     }
 
-    /// Fails once too few shards are left: `DatanodesBusy` when a shard was
-    /// lost for want of credit, else `QuorumNotReached`.
+    /// Fails once too few shards are left ([`Quorum::check`]).
     fn check_quorum(&self) -> Result<(), BlobError> {
-        let alive = self.alive();
-        if alive < self.write_quorum {
-            return Err(self.quorum_lost(alive));
-        }
-        Ok(())
+        self.quorum.check(self.alive(), self.any_starved())
     }
 
-    /// Why the write failed with only `durable` shards left:
-    /// `DatanodesBusy` when a shard was lost for want of credit, else
-    /// `QuorumNotReached`.
-    fn quorum_lost(&self, durable: usize) -> BlobError {
-        if self.shards.iter().any(ShardWriter::starved) {
-            BlobError::DatanodesBusy {
-                waited: self.store.inner.config.stall_timeout,
-            }
-        } else {
-            BlobError::QuorumNotReached {
-                durable,
-                needed: self.write_quorum,
-            }
-        }
+    /// Whether a shard was lost for want of datanode credit.
+    fn any_starved(&self) -> bool {
+        self.shards.iter().any(ShardWriter::starved)
     }
 
     /// The buffer permit of the next stripe (of `payload` bytes).
@@ -648,7 +665,10 @@ where
         blob_id: sluice_proto::blob_id::new_blob_id(epoch.epoch(), rand::random::<u128>()),
         nodes: nodes.clone(),
         shards: Vec::with_capacity(nodes.len()),
-        write_quorum: config.write_quorum,
+        quorum: Quorum {
+            needed: config.write_quorum,
+            stall_timeout: config.stall_timeout,
+        },
     };
     let result = write_stripes(&mut writer, body, len, first).await;
     writer.note_full();
@@ -746,10 +766,9 @@ where
     let layout = Layout::new(size, k, block_size);
     let missing = writer.finish(&layout).await;
     let durable = nodes.len() - missing.len();
-    if durable < writer.write_quorum {
-        let needed = writer.write_quorum;
+    if let Err(err) = writer.quorum.check(durable, writer.any_starved()) {
+        let needed = writer.quorum.needed;
         tracing::warn!(blob_id = %writer.blob_id, durable, needed, "write quorum not reached, discarding blob");
-        let err = writer.quorum_lost(durable);
         writer.discard().await;
         return Err(err);
     }
@@ -827,6 +846,30 @@ mod tests {
             1024,
             "released when the block is dropped"
         );
+    }
+
+    #[test]
+    fn the_quorum_names_why_a_write_failed() {
+        let quorum = Quorum {
+            needed: 5,
+            stall_timeout: Duration::from_secs(30),
+        };
+        assert!(quorum.check(6, false).is_ok());
+        assert!(
+            quorum.check(5, true).is_ok(),
+            "a starved shard beyond the quorum costs nothing"
+        );
+        assert!(matches!(
+            quorum.check(4, false),
+            Err(BlobError::QuorumNotReached {
+                durable: 4,
+                needed: 5
+            })
+        ));
+        assert!(matches!(
+            quorum.check(4, true),
+            Err(BlobError::DatanodesBusy { waited }) if waited == Duration::from_secs(30)
+        ));
     }
 
     #[test]
