@@ -14,10 +14,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
 use sluice_proto::meta::Placement;
+use sluice_test_support::{RoleTask, payload};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 const K: usize = 4;
 const M: usize = 2;
@@ -29,8 +28,7 @@ struct Datanode {
     id: u64,
     addr: String,
     dir: TempDir,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), sluice_datanode::Error>>>,
+    task: RoleTask<sluice_datanode::Error>,
 }
 
 impl Datanode {
@@ -54,29 +52,17 @@ impl Datanode {
             scrub_bandwidth_bytes_per_sec: 0,
             ..Default::default()
         };
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(sluice_datanode::run(config, listener, async move {
-            let _ = stopped.await;
-        }));
+        let task = RoleTask::spawn(|stop| sluice_datanode::run(config, listener, stop));
         Ok(Datanode {
             id,
             addr,
             dir,
-            stop: Some(stop),
-            task: Some(task),
+            task,
         })
     }
 
     async fn shut_down(&mut self) -> Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(10), task)
-                .await
-                .context("datanode did not stop")???;
-        }
-        Ok(())
+        self.task.stop().await
     }
 
     /// Committed shard files and temp files under this node's data dir.
@@ -109,13 +95,7 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Result<Cluster> {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-            )
-            .with_test_writer()
-            .try_init();
+        sluice_test_support::init_tracing();
         let mut nodes = Vec::new();
         for id in 1..=6 {
             nodes.push(Datanode::start(id).await?);
@@ -172,19 +152,6 @@ fn file_name(p: &Path) -> String {
     p.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
-}
-
-/// Deterministic pseudo-random payload (xorshift64).
-fn payload(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// `data` as a body of uneven chunks: small ones, ones spanning several

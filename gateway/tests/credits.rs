@@ -20,10 +20,9 @@ use metrics::{
 use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::{CreditReport, CreditStreamRequest};
+use sluice_test_support::RoleTask;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 const K: usize = 4;
 const M: usize = 2;
@@ -143,13 +142,7 @@ fn recorder() -> &'static MaxRecorder {
 }
 
 fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_test_writer()
-        .try_init();
+    sluice_test_support::init_tracing();
 }
 
 // ---- datanodes ----
@@ -158,8 +151,7 @@ struct Datanode {
     id: u64,
     addr: std::net::SocketAddr,
     dir: TempDir,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), sluice_datanode::Error>>>,
+    task: RoleTask<sluice_datanode::Error>,
 }
 
 impl Datanode {
@@ -170,8 +162,7 @@ impl Datanode {
             id,
             addr: listener.local_addr()?,
             dir,
-            stop: None,
-            task: None,
+            task: RoleTask::default(),
         };
         node.run(listener);
         Ok(node)
@@ -196,27 +187,11 @@ impl Datanode {
             insecure_cluster: true,
             ..Default::default()
         };
-        let (stop, stopped) = oneshot::channel::<()>();
-        self.stop = Some(stop);
-        self.task = Some(tokio::spawn(sluice_datanode::run(
-            config,
-            listener,
-            async move {
-                let _ = stopped.await;
-            },
-        )));
+        self.task = RoleTask::spawn(|stop| sluice_datanode::run(config, listener, stop));
     }
 
     async fn shut_down(&mut self) -> Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(10), task)
-                .await
-                .context("datanode did not stop")???;
-        }
-        Ok(())
+        self.task.stop().await
     }
 
     /// Starts the stopped node again on the same address and directory.
@@ -319,16 +294,7 @@ impl Cluster {
 
 /// Deterministic pseudo-random payload (xorshift64).
 fn payload(len: usize, seed: u64) -> Bytes {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect::<Vec<u8>>()
-        .into()
+    sluice_test_support::payload(len, seed).into()
 }
 
 /// `data` as a body of 100 KiB chunks.

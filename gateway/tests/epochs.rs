@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use bytes::Bytes;
 use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
 use sluice_gateway::datanodes::DatanodeEntry;
@@ -19,10 +19,9 @@ use sluice_gateway::s3::Gateway;
 use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::blob_id;
 use sluice_proto::meta::{ErrorCode, OpenEpochResponse};
+use sluice_test_support::RoleTask;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 const K: usize = 4;
 const M: usize = 2;
@@ -34,8 +33,7 @@ struct Datanode {
     id: u64,
     addr: String,
     dir: TempDir,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), sluice_datanode::Error>>>,
+    task: RoleTask<sluice_datanode::Error>,
 }
 
 impl Datanode {
@@ -55,29 +53,17 @@ impl Datanode {
             insecure_cluster: true,
             ..Default::default()
         };
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(sluice_datanode::run(config, listener, async move {
-            let _ = stopped.await;
-        }));
+        let task = RoleTask::spawn(|stop| sluice_datanode::run(config, listener, stop));
         Ok(Datanode {
             id,
             addr,
             dir,
-            stop: Some(stop),
-            task: Some(task),
+            task,
         })
     }
 
     async fn shut_down(&mut self) -> Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(10), task)
-                .await
-                .context("datanode did not stop")???;
-        }
-        Ok(())
+        self.task.stop().await
     }
 
     /// Committed shard file names (no temp files) under the data dir.
@@ -114,13 +100,7 @@ struct Cluster {
 
 impl Cluster {
     async fn start(epochs: WriteEpochs) -> Result<Cluster> {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-            )
-            .with_test_writer()
-            .try_init();
+        sluice_test_support::init_tracing();
         let mut nodes = Vec::new();
         for id in 1..=NODES {
             nodes.push(Datanode::start(id).await?);

@@ -25,10 +25,9 @@ use sluice_proto::meta::{
     BeginHealRequest, DatanodeInfo, ErrorCode, ListPlacementsRequest, ListPlacementsResponse,
     PlacedBlob, Placement, ShardRef, UpdatePlacementRequest,
 };
+use sluice_test_support::{RoleTask, payload};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 const K: usize = 4;
 const M: usize = 2;
@@ -379,8 +378,7 @@ struct Datanode {
     id: u64,
     addr: String,
     dir: TempDir,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), sluice_datanode::Error>>>,
+    task: RoleTask<sluice_datanode::Error>,
 }
 
 impl Datanode {
@@ -404,29 +402,17 @@ impl Datanode {
             scrub_bandwidth_bytes_per_sec: 0,
             ..Default::default()
         };
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(sluice_datanode::run(config, listener, async move {
-            let _ = stopped.await;
-        }));
+        let task = RoleTask::spawn(|stop| sluice_datanode::run(config, listener, stop));
         Ok(Datanode {
             id,
             addr,
             dir,
-            stop: Some(stop),
-            task: Some(task),
+            task,
         })
     }
 
     async fn shut_down(&mut self) -> Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(10), task)
-                .await
-                .context("datanode did not stop")???;
-        }
-        Ok(())
+        self.task.stop().await
     }
 
     /// The committed file of shard `index` of `blob_id`, if any.
@@ -455,26 +441,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-fn payload(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 async fn cluster(count: u64) -> Result<(Vec<Datanode>, BlobStore)> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_test_writer()
-        .try_init();
+    sluice_test_support::init_tracing();
     let mut nodes = Vec::new();
     for id in 1..=count {
         nodes.push(Datanode::start(id).await?);
