@@ -64,8 +64,12 @@
 //! put the CA certificate (or chain) in `ca_file`. Note every certificate
 //! that CA issues with such a URI is trusted as that identity.
 
+// Tests: `net::MemNet` runs the roles' real servers and clients without
+// sockets, and `faults` fails, delays or drops chosen calls on them.
+pub mod faults;
 mod identity;
 mod layer;
+pub mod net;
 pub mod pki;
 pub mod policy;
 mod tls;

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Once};
 
 use serde::{Deserialize, Serialize};
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, ServerTlsConfig};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, ServerTlsConfig};
+use tower::layer::util::Stack;
 
 use crate::{AuthError, Identity, Role};
 
@@ -132,6 +133,10 @@ pub enum Transport {
     Tls(Arc<TlsMaterial>),
     /// Plaintext, every caller allowed (no identity).
     Insecure,
+    /// An in-process [`crate::net::MemNet`] (tests): plaintext and open
+    /// like [`Transport::Insecure`], dialing the net's listeners instead
+    /// of sockets; servers apply the net's [`crate::faults::Faults`].
+    Memory(crate::net::MemNet),
 }
 
 impl Transport {
@@ -165,6 +170,20 @@ impl Transport {
         }
     }
 
+    /// The transport of a node serving on `listener`: the listener's
+    /// memory net ([`Transport::Memory`]), else [`Transport::from_config`].
+    pub fn for_listener(
+        listener: &crate::net::Listener,
+        tls: Option<&ClusterTls>,
+        insecure: bool,
+        role: Role,
+    ) -> Result<Self, AuthError> {
+        match listener.mem_net() {
+            Some(net) => Ok(Transport::Memory(net.clone())),
+            None => Self::from_config(tls, insecure, role),
+        }
+    }
+
     /// Logs the plaintext warning (call once at start).
     pub fn warn_if_insecure(&self, what: &str) {
         if matches!(self, Transport::Insecure) {
@@ -178,7 +197,7 @@ impl Transport {
     pub fn identity(&self) -> Option<&Identity> {
         match self {
             Transport::Tls(m) => Some(&m.identity),
-            Transport::Insecure => None,
+            Transport::Insecure | Transport::Memory(_) => None,
         }
     }
 
@@ -198,7 +217,7 @@ impl Transport {
             .unwrap_or(addr);
         match self {
             Transport::Tls(_) => format!("https://{rest}"),
-            Transport::Insecure => format!("http://{rest}"),
+            Transport::Insecure | Transport::Memory(_) => format!("http://{rest}"),
         }
     }
 
@@ -210,22 +229,43 @@ impl Transport {
         let endpoint = Endpoint::from_shared(uri.clone())
             .map_err(|e| AuthError::Config(format!("bad address {addr}: {e}")))?;
         match self {
-            Transport::Insecure => Ok(endpoint),
+            Transport::Insecure | Transport::Memory(_) => Ok(endpoint),
             Transport::Tls(m) => endpoint
                 .tls_config(m.client_config(server_role))
                 .map_err(|e| AuthError::Config(format!("TLS for {uri}: {e}"))),
         }
     }
 
-    /// A gRPC server builder for `policy`: TLS (under TLS) and the
-    /// [`crate::AuthLayer`] in front of every service. The one place a
-    /// cluster server is built.
+    /// Opens the channel `endpoint` describes (made by
+    /// [`Transport::endpoint`]), lazily: the first call connects and a
+    /// failed connection is retried by the next call. Must be called
+    /// inside a tokio runtime. The one way a cluster client dials.
+    pub fn dial(&self, endpoint: Endpoint) -> Channel {
+        match self {
+            Transport::Memory(net) => endpoint.connect_with_connector_lazy(net.connector()),
+            Transport::Tls(_) | Transport::Insecure => endpoint.connect_lazy(),
+        }
+    }
+
+    /// Like [`Transport::dial`], connecting now.
+    pub async fn connect(&self, endpoint: Endpoint) -> Result<Channel, tonic::transport::Error> {
+        match self {
+            Transport::Memory(net) => endpoint.connect_with_connector(net.connector()).await,
+            Transport::Tls(_) | Transport::Insecure => endpoint.connect().await,
+        }
+    }
+
+    /// A gRPC server builder for `policy`: TLS (under TLS), the
+    /// [`crate::AuthLayer`] in front of every service, and on a memory net
+    /// its [`crate::faults::FaultLayer`]. The one place a cluster server
+    /// is built.
+    #[allow(clippy::type_complexity)]
     pub fn server(
         &self,
         policy: crate::Policy,
     ) -> Result<
         tonic::transport::Server<
-            tower::layer::util::Stack<crate::AuthLayer, tower::layer::util::Identity>,
+            Stack<crate::faults::FaultLayer, Stack<crate::AuthLayer, tower::layer::util::Identity>>,
         >,
         AuthError,
     > {
@@ -235,14 +275,20 @@ impl Transport {
                 .tls_config(tls)
                 .map_err(|e| AuthError::Config(format!("server TLS: {e}")))?;
         }
-        Ok(builder.layer(crate::AuthLayer::new(policy, self)))
+        let faults = match self {
+            Transport::Memory(net) => crate::faults::FaultLayer::new(Arc::clone(net.faults())),
+            Transport::Tls(_) | Transport::Insecure => crate::faults::FaultLayer::none(),
+        };
+        Ok(builder
+            .layer(crate::AuthLayer::new(policy, self))
+            .layer(faults))
     }
 
     /// The server TLS config (`None` in plaintext).
     pub fn server_tls(&self) -> Option<ServerTlsConfig> {
         match self {
             Transport::Tls(m) => Some(m.server_config()),
-            Transport::Insecure => None,
+            Transport::Insecure | Transport::Memory(_) => None,
         }
     }
 }

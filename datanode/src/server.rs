@@ -5,9 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
+use sluice_auth::net::Listener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -66,11 +64,13 @@ const GC_META_RPC_TIMEOUT: Duration = Duration::from_secs(10);
 /// (cannot open the data dir), [`Error::Serve`].
 pub async fn run(
     config: Config,
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     config.validate()?;
-    let transport = sluice_auth::Transport::from_config(
+    let listener = listener.into();
+    let transport = sluice_auth::Transport::for_listener(
+        &listener,
         config.cluster_tls.as_ref(),
         config.insecure_cluster,
         sluice_auth::Role::Datanode,
@@ -163,19 +163,15 @@ pub async fn run(
 
     tracing::info!(
         node = config.node_id,
-        listen = ?listener.local_addr().ok(),
+        listen = ?listener.local_addr(),
         advertise = %config.advertise_addr,
         data_dir = %config.data_dir.display(),
         write_budget_bytes = options.write_budget,
         "datanode serving"
     );
-    let incoming = TcpListenerStream::new(listener).map(|conn| {
-        if let Ok(stream) = &conn {
-            // Small responses (acks, status) should not wait for Nagle.
-            let _ = stream.set_nodelay(true);
-        }
-        conn
-    });
+    // With TCP_NODELAY: small responses (acks, status) should not wait
+    // for Nagle.
+    let incoming = listener.incoming();
     let server = transport
         .server(sluice_auth::policy::DATANODE_SERVER)?
         .initial_stream_window_size(receive_window(options.write_budget))

@@ -253,10 +253,11 @@ impl Datanodes {
             return Ok(c.clone());
         }
         // The one place the gateway builds a datanode endpoint.
-        let endpoint = self
+        let transport = self
             .transport
             .as_ref()
-            .unwrap_or(&sluice_auth::Transport::Insecure)
+            .unwrap_or(&sluice_auth::Transport::Insecure);
+        let endpoint = transport
             .endpoint(&node.addr, sluice_auth::Role::Datanode)
             .map_err(|source| PoolError::BadAddress {
                 id,
@@ -269,7 +270,7 @@ impl Datanodes {
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
             .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
             .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-        let channel = endpoint.connect_lazy();
+        let channel = transport.dial(endpoint);
         node.channel = Some(channel.clone());
         Ok(channel)
     }

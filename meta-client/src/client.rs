@@ -198,7 +198,7 @@ impl MetaClient {
             .map_err(|e| MetaError::Unavailable(format!("bad meta address {addr}: {e}")))?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true);
-        let channel = endpoint.connect_lazy();
+        let channel = self.inner.transport.dial(endpoint);
         channels.insert(addr.to_string(), channel.clone());
         Ok(channel)
     }

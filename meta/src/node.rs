@@ -10,12 +10,10 @@ use std::time::{Duration, Instant};
 
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
+use sluice_auth::net::Listener;
 use sluice_proto::admin::admin_server::AdminServer;
 use sluice_proto::meta::meta_server::MetaServer;
 use sluice_proto::raft::raft_server::RaftServer;
-use tokio::net::TcpListener;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::admin::AdminService;
 use crate::api::MetaService;
@@ -88,11 +86,13 @@ fn ms(d: Duration) -> u64 {
 /// or initialize, or the gRPC server fails.
 pub async fn run(
     config: Config,
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     config.validate()?;
-    let transport = sluice_auth::Transport::from_config(
+    let listener = listener.into();
+    let transport = sluice_auth::Transport::for_listener(
+        &listener,
         config.cluster_tls.as_ref(),
         config.insecure_cluster,
         sluice_auth::Role::Meta,
@@ -237,15 +237,10 @@ pub async fn run(
         loads,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    // tonic sets TCP_NODELAY only on listeners it binds itself: without it
-    // a response of more than one segment (a listing page, an
-    // AppendEntries answer) waited for the peer's delayed ACK, ~40 ms.
-    let incoming = TcpListenerStream::new(listener).map(|conn| {
-        if let Ok(stream) = &conn {
-            let _ = stream.set_nodelay(true);
-        }
-        conn
-    });
+    // With TCP_NODELAY (see Listener::incoming): without it a response of
+    // more than one segment (a listing page, an AppendEntries answer)
+    // waited for the peer's delayed ACK, ~40 ms.
+    let incoming = listener.incoming();
     let server = transport
         .server(sluice_auth::policy::META_SERVER)?
         .add_service(

@@ -110,7 +110,7 @@ impl GrpcDeleter {
             })?
             .connect_timeout(self.timeout)
             .timeout(self.timeout);
-        let channel = endpoint.connect_lazy();
+        let channel = self.transport.dial(endpoint);
         if channels.len() >= MAX_CHANNELS {
             channels.clear();
         }

@@ -194,9 +194,8 @@ async fn ask_voter(
 ) -> Option<pb::ClusterStatusResponse> {
     let endpoint = transport.endpoint(&addr, sluice_auth::Role::Meta).ok()?;
     let call = async {
-        let channel = endpoint
-            .connect_timeout(VOTER_TIMEOUT)
-            .connect()
+        let channel = transport
+            .connect(endpoint.connect_timeout(VOTER_TIMEOUT))
             .await
             .ok()?;
         MetaRpcClient::new(channel)

@@ -100,7 +100,7 @@ impl PeerClient {
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true);
-        let client = RaftClient::new(endpoint.connect_lazy())
+        let client = RaftClient::new(self.transport.dial(endpoint))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         self.client = Some(client.clone());
