@@ -61,11 +61,9 @@ mod small_objects;
 mod tiny_budgets;
 mod versioning;
 
-use std::fmt::Debug;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use bytes::Bytes;
@@ -134,29 +132,7 @@ pub fn assert_same_bytes(what: &str, got: &[u8], want: &[u8]) -> Result<()> {
     )
 }
 
-/// Reads a whole object.
-pub async fn get_all(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<Bytes> {
-    let out = s3
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .send()
-        .await
-        .with_context(|| format!("GET {bucket}/{key}"))?;
-    let len = out.content_length();
-    let body = out
-        .body
-        .collect()
-        .await
-        .with_context(|| format!("read body of {bucket}/{key}"))?
-        .into_bytes();
-    ensure!(
-        len == Some(body.len() as i64),
-        "GET {bucket}/{key}: Content-Length {len:?} but {} body bytes",
-        body.len()
-    );
-    Ok(body)
-}
+pub use sluice_tests::s3::get_all;
 
 /// Reads a whole object and checks it against `want` (bytes and SHA-256).
 pub async fn assert_object(
@@ -361,31 +337,7 @@ pub async fn put(s3: &aws_sdk_s3::Client, bucket: &str, key: &str, data: &Bytes)
     Ok(want)
 }
 
-/// Fails unless `res` is an S3 error with HTTP `status` and, when given,
-/// error `code`. Returns the error for further checks.
-pub fn expect_error<T: Debug, E>(
-    what: &str,
-    res: std::result::Result<T, SdkError<E>>,
-    status: u16,
-    code: Option<&str>,
-) -> Result<SdkError<E>>
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    let err = match res {
-        Ok(v) => bail!("{what}: succeeded with {v:?}, want HTTP {status} {code:?}"),
-        Err(e) => e,
-    };
-    let got_status = err.raw_response().map(|r| r.status().as_u16());
-    let got_code = err.code().map(str::to_string);
-    if got_status != Some(status) || (code.is_some() && got_code.as_deref() != code) {
-        bail!(
-            "{what}: got HTTP {got_status:?} code {got_code:?}, want HTTP {status} {code:?}; error: {}",
-            aws_sdk_s3::error::DisplayErrorContext(&err)
-        );
-    }
-    Ok(err)
-}
+pub use sluice_tests::s3::expect_error;
 
 /// The answer to [`raw_request`]: header names lowercase.
 pub struct RawResponse {
