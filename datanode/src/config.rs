@@ -64,10 +64,12 @@ pub struct Config {
     /// release derives the default from the cgroup memory limit). A gateway
     /// needs credit for a whole block, so keep it at least
     /// `gateways × block size`; see [`Config::write_budget`].
+    #[serde(with = "sluice_auth::byte_size::optional")]
     pub write_budget_bytes: Option<u64>,
     /// For PutShard streams that use credits: fsync the shard's temp file
     /// after every this many bytes written, and re-grant them (bytes,
     /// 1..=write budget).
+    #[serde(with = "sluice_auth::byte_size")]
     pub credit_fsync_bytes: u64,
     /// For PutShard streams that use credits: fsync what is written when no
     /// block has arrived for this long, so a sender waiting for credit does
@@ -95,9 +97,11 @@ pub struct Config {
     /// Free bytes the data dir's filesystem keeps: below it the node
     /// heartbeats `writable = false` and PutShard refuses new shards with
     /// `RESOURCE_EXHAUSTED` (bytes; default 1 GiB; 0 = no reserve).
+    #[serde(with = "sluice_auth::byte_size")]
     pub reserved_free_bytes: u64,
     /// Read rate of scrub (bytes per second; default 10 MiB/s; 0 disables
     /// scrub). See [`crate::scrub`].
+    #[serde(with = "sluice_auth::byte_size")]
     pub scrub_bandwidth_bytes_per_sec: u64,
     /// From the start of one scrub pass to the start of the next (default
     /// 7 days; any positive humantime, "100ms" in tests).
@@ -384,6 +388,16 @@ mod tests {
         insecure(&c)
             .validate()
             .expect("a zero reserve and disabled scrub are valid");
+
+        // Byte counts also read as bytesize strings, as in every role.
+        let c: Config = toml::from_str(
+            "write_budget_bytes = \"128 MiB\"\ncredit_fsync_bytes = \"2 MiB\"\nreserved_free_bytes = \"5 GiB\"\nscrub_bandwidth_bytes_per_sec = \"20 MiB\"",
+        )
+        .expect("parse bytesize strings");
+        assert_eq!(c.write_budget_bytes, Some(128 << 20));
+        assert_eq!(c.credit_fsync_bytes, 2 << 20);
+        assert_eq!(c.reserved_free_bytes, 5 << 30);
+        assert_eq!(c.scrub_bandwidth_bytes_per_sec, 20 << 20);
 
         let c: Config =
             toml::from_str("gc_interval = \"100ms\"\ngc_grace = \"2s\"\ngc_max_ops_per_sec = 50")

@@ -71,7 +71,7 @@ pub struct Config {
     pub parity_shards: u32,
     /// Bytes per shard block in a full stripe, at most 8 MiB (default 262144,
     /// so a 4+2 stripe holds 1 MiB of payload).
-    #[serde(with = "byte_size_u32")]
+    #[serde(with = "sluice_auth::byte_size::as_u32")]
     pub block_size: u32,
     /// Shards that must be durable before a blob is committed, in `k..=k+m`.
     /// `None` (the default) means `k + 1`.
@@ -107,7 +107,7 @@ pub struct Config {
     #[serde(with = "humantime_serde")]
     pub body_timeout: Duration,
     /// See `body_timeout` (integer or bytesize string, default 16 KiB).
-    #[serde(with = "byte_size_u64")]
+    #[serde(with = "sluice_auth::byte_size")]
     pub body_min_bytes: u64,
     /// Idle time of an S3 connection before TCP keepalive probes start
     /// (default 60 s); `"0s"` turns TCP keepalive off.
@@ -120,7 +120,7 @@ pub struct Config {
     /// Largest signed `aws-chunked` chunk accepted (default 16 MiB). s3s
     /// holds a signed chunk whole to check its signature; a larger one is
     /// refused with `400 InvalidRequest` before its data is read.
-    #[serde(with = "byte_size_u64")]
+    #[serde(with = "sluice_auth::byte_size")]
     pub max_aws_chunk_bytes: u64,
     /// Largest object body stored inline in its metadata record instead of
     /// erasure-coded shards (default 4 KiB; integer or bytesize string; 0
@@ -130,7 +130,7 @@ pub struct Config {
     /// while it is read (at most this per request in flight) and is kept,
     /// replicated, in meta's store. MinIO inlines up to 128 KiB in xl.meta,
     /// Garage up to 3 KiB in its object table.
-    #[serde(with = "byte_size_u64")]
+    #[serde(with = "sluice_auth::byte_size")]
     pub inline_max_bytes: u64,
     /// Most background deletions in flight of blobs this gateway wrote but
     /// whose commit meta refused (released blobs are deleted by meta, not
@@ -154,12 +154,12 @@ pub struct Config {
     /// (one stripe costs `(k + m) * block_size`); a request waits, FIFO,
     /// for its next stripe's share and stops reading its socket meanwhile.
     /// Unset = [`DEFAULT_BUFFER_BUDGET_BYTES`]; see [`Config::buffer_budget`].
-    #[serde(with = "byte_size_opt_u64")]
+    #[serde(with = "sluice_auth::byte_size::optional")]
     pub buffer_budget_bytes: Option<u64>,
     /// Bytes of decoded stripes all GETs together may hold (the read-side
     /// twin of `buffer_budget_bytes`). Unset = [`DEFAULT_READ_BUDGET_BYTES`];
     /// see [`Config::read_budget`].
-    #[serde(with = "byte_size_opt_u64")]
+    #[serde(with = "sluice_auth::byte_size::optional")]
     pub read_budget_bytes: Option<u64>,
     /// Longest a request waits for a stripe buffer, and a shard block for
     /// datanode credit, before the request ends with `503 SlowDown`
@@ -180,7 +180,7 @@ pub struct Config {
     pub heal_enabled: bool,
     /// Shard bytes per second the heal worker may write (integer or
     /// bytesize string, default 32 MiB); 0 disables heal.
-    #[serde(with = "byte_size_u64")]
+    #[serde(with = "sluice_auth::byte_size")]
     pub heal_bandwidth_bytes_per_sec: u64,
     /// How often the degraded list is polled (default 10 s).
     #[serde(with = "humantime_serde")]
@@ -199,7 +199,7 @@ pub struct Config {
     /// existing shards, one per blob per pass, toward the placement the
     /// current datanode set gives (e.g. onto a new datanode); see
     /// `crate::heal::mover`. Draining nodes are emptied at the heal rate.
-    #[serde(with = "byte_size_u64")]
+    #[serde(with = "sluice_auth::byte_size")]
     pub rebalance_bandwidth_bytes_per_sec: u64,
     /// `[cluster_tls]`: this gateway's certificate (role `gateway`; each
     /// gateway process needs its own id, which the datanodes use for its
@@ -632,54 +632,6 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<
         OneOrMany::One(s) => vec![s],
         OneOrMany::Many(v) => v,
     })
-}
-
-/// Serde for a `u32` byte count written as an integer or a bytesize string.
-mod byte_size_u32 {
-    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
-
-    pub fn serialize<S: Serializer>(value: &u32, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_u32(*value)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
-        let size = bytesize::ByteSize::deserialize(deserializer)?;
-        u32::try_from(size.as_u64()).map_err(|_| {
-            D::Error::custom(format!("{} bytes does not fit in 32 bits", size.as_u64()))
-        })
-    }
-}
-
-/// Serde for a `u64` byte count written as an integer or a bytesize string.
-mod byte_size_u64 {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_u64(*value)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
-        Ok(bytesize::ByteSize::deserialize(deserializer)?.as_u64())
-    }
-}
-
-/// Serde for an optional `u64` byte count written as an integer or a
-/// bytesize string; absent = `None`.
-mod byte_size_opt_u64 {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(value: &Option<u64>, serializer: S) -> Result<S::Ok, S::Error> {
-        match value {
-            Some(v) => serializer.serialize_some(v),
-            None => serializer.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<u64>, D::Error> {
-        Ok(Option::<bytesize::ByteSize>::deserialize(deserializer)?.map(|s| s.as_u64()))
-    }
 }
 
 #[cfg(test)]

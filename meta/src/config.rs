@@ -47,7 +47,7 @@ pub struct Config {
     /// `join = false` and no `voters` would initialize a cluster of its own.
     pub join: bool,
     /// sled page cache size in bytes. Default 64 MiB.
-    #[serde(with = "byte_size")]
+    #[serde(with = "sluice_auth::byte_size")]
     pub sled_cache_bytes: u64,
     /// Raft election timeout range. Defaults 1s and 2s.
     #[serde(with = "humantime_serde")]
@@ -343,32 +343,6 @@ mod voter_map {
                     .map_err(|_| D::Error::custom(format!("voter id {s:?} is not an integer"))),
             })
             .collect()
-    }
-}
-
-/// A byte count as an integer or a bytesize string ("64 MiB").
-mod byte_size {
-    use serde::{Deserialize, Deserializer, Serializer, de::Error};
-
-    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(*v)
-    }
-
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Int(u64),
-        Str(String),
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-        match Raw::deserialize(d)? {
-            Raw::Int(n) => Ok(n),
-            Raw::Str(s) => s
-                .parse::<bytesize::ByteSize>()
-                .map(|b| b.as_u64())
-                .map_err(|e| D::Error::custom(format!("invalid size {s:?}: {e}"))),
-        }
     }
 }
 
