@@ -197,3 +197,39 @@ async fn a_lost_put_object_answer_is_retried_to_its_first_outcome() -> Result<()
     );
     c.shut_down().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_replace_shards_whose_get_shard_fails_until_fewer_than_k_remain() -> Result<()> {
+    let c = MemCluster::start().await?;
+    let faults = c.faults();
+    let data = payload(300_000, 13);
+    let size = data.len() as u64;
+    let p = c.blobs.write("b/read", body(&data), Some(size)).await?;
+    ensure!(p.missing.is_empty(), "missing shards: {:?}", p.missing);
+
+    // The datanodes of data shards 0 and 1 fail GetShard: both parity
+    // shards stand in (reconstruction), the bytes are the same.
+    for shard in [0, 1] {
+        let addr = sluice_tests::mem_cluster::datanode_addr(p.nodes[shard]);
+        faults.add(Rule::new("GetShard", Action::Fail(tonic::Code::Unavailable)).on(&addr));
+    }
+    ensure!(
+        read_all(&c.blobs, &p, size).await? == data,
+        "read with two shards failing differs"
+    );
+
+    // A third shard's datanode fails too: k = 4 of 6 cannot be met.
+    let addr = sluice_tests::mem_cluster::datanode_addr(p.nodes[2]);
+    faults.add(Rule::new("GetShard", Action::Fail(tonic::Code::Unavailable)).on(&addr));
+    match read_all(&c.blobs, &p, size).await {
+        Err(e) => match e.downcast_ref::<BlobError>() {
+            Some(BlobError::Unreadable { reason, .. }) => ensure!(
+                reason.contains("3 of 4 shards readable"),
+                "reason: {reason}"
+            ),
+            _ => anyhow::bail!("expected Unreadable, got {e:#}"),
+        },
+        Ok(_) => anyhow::bail!("a read with three shards failing succeeded"),
+    }
+    c.shut_down().await
+}

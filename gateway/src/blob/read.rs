@@ -58,8 +58,8 @@ struct StripeReader {
     /// Next stripe to read and the end of the stripes needed.
     next_stripe: u64,
     end_stripe: u64,
-    /// Shard indices in the order they are tried.
-    preference: Vec<usize>,
+    /// Which shards are tried, in what order, and which have failed.
+    plan: ReadPlan,
     slots: Vec<Slot>,
     /// Decoded bytes of the current stripe not yet yielded.
     out: VecDeque<Bytes>,
@@ -120,7 +120,7 @@ impl StripeReader {
         };
         let layout = Layout::new(p.size, k, p.block_size as usize);
         let stripes = layout.stripes_for(&range);
-        let preference = read_preference(k + m, &p.missing, &p.nodes, &store.inner.pool.live_ids());
+        let plan = ReadPlan::new(k, &p.missing, &p.nodes, &store.inner.pool.live_ids());
         Ok(StripeReader {
             store: store.clone(),
             codec,
@@ -130,7 +130,7 @@ impl StripeReader {
             range,
             next_stripe: stripes.start,
             end_stripe: stripes.end,
-            preference,
+            plan,
             slots: (0..k + m).map(|_| Slot::Idle).collect(),
             out: VecDeque::new(),
         })
@@ -175,31 +175,24 @@ impl StripeReader {
         let mut got: Vec<Option<Bytes>> = vec![None; n];
         let mut failures: Vec<String> = Vec::new();
         loop {
-            let have = got.iter().filter(|b| b.is_some()).count();
-            if have >= k {
-                break;
-            }
-            let want: Vec<usize> = self
-                .preference
-                .iter()
-                .copied()
-                .filter(|&i| got[i].is_none() && !matches!(self.slots[i], Slot::Failed))
-                .take(k - have)
-                .collect();
-            if want.len() < k - have {
-                return Err(BlobError::Unreadable {
-                    blob_id: self.blob_id.clone(),
-                    reason: format!(
-                        "stripe {s}: {} of {k} shards readable ({})",
-                        have + want.len(),
-                        if failures.is_empty() {
-                            "others missing at write".into()
-                        } else {
-                            failures.join("; ")
-                        }
-                    ),
-                });
-            }
+            let read: Vec<bool> = got.iter().map(Option::is_some).collect();
+            let want = match self.plan.next(&read) {
+                Next::Done => break,
+                Next::Fetch(want) => want,
+                Next::Short { readable } => {
+                    return Err(BlobError::Unreadable {
+                        blob_id: self.blob_id.clone(),
+                        reason: format!(
+                            "stripe {s}: {readable} of {k} shards readable ({})",
+                            if failures.is_empty() {
+                                "others missing at write".into()
+                            } else {
+                                failures.join("; ")
+                            }
+                        ),
+                    });
+                }
+            };
             let fetches = self
                 .slots
                 .iter_mut()
@@ -226,6 +219,7 @@ impl StripeReader {
                             "shard unreadable, reading another shard instead"
                         );
                         failures.push(format!("shard {i} on node {}: {reason}", self.nodes[i]));
+                        self.plan.fail(i);
                         self.slots[i] = Slot::Failed;
                     }
                 }
@@ -269,12 +263,78 @@ struct Fetch<'a> {
     block_len: usize,
 }
 
-/// The order shards are tried in: `0..n` without the placement's missing
-/// shards, those on datanodes not in `live` moved (stably) to the end.
-fn read_preference(n: usize, missing: &[u32], nodes: &[u64], live: &[u64]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).filter(|i| !missing.contains(&(*i as u32))).collect();
-    order.sort_by_key(|&i| nodes.get(i).is_none_or(|node| !live.contains(node)));
-    order
+/// Which shards a read uses: k of the n = `nodes.len()` shards, tried in
+/// preference order — `0..n` (data shards first, so no decoding is needed
+/// while they answer) without the placement's missing shards, those on
+/// datanodes not in `live` moved (stably) to the end — skipping shards that
+/// failed earlier in the read (they are not retried: a shard that failed
+/// once is likely to fail again, and another is available or the read is
+/// lost anyway).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ReadPlan {
+    k: usize,
+    preference: Vec<usize>,
+    failed: Vec<bool>,
+}
+
+/// What a stripe's read does next ([`ReadPlan::next`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Next {
+    /// k shards are read: decode.
+    Done,
+    /// Fetch these shards' blocks (as many as are still needed).
+    Fetch(Vec<usize>),
+    /// Fewer than k shards can be read: the stripe is lost; `readable`
+    /// counts those read plus those left to try.
+    Short { readable: usize },
+}
+
+impl ReadPlan {
+    pub(super) fn new(k: usize, missing: &[u32], nodes: &[u64], live: &[u64]) -> Self {
+        let n = nodes.len();
+        let mut preference: Vec<usize> =
+            (0..n).filter(|i| !missing.contains(&(*i as u32))).collect();
+        preference.sort_by_key(|&i| !live.contains(&nodes[i]));
+        ReadPlan {
+            k,
+            preference,
+            failed: vec![false; n],
+        }
+    }
+
+    /// The shard indices in the order they are tried.
+    #[cfg(test)]
+    pub(super) fn preference(&self) -> &[usize] {
+        &self.preference
+    }
+
+    /// The next step for a stripe of which the shards with `read[i]` are
+    /// already read.
+    pub(super) fn next(&self, read: &[bool]) -> Next {
+        let have = read.iter().filter(|r| **r).count();
+        if have >= self.k {
+            return Next::Done;
+        }
+        let want: Vec<usize> = self
+            .preference
+            .iter()
+            .copied()
+            .filter(|&i| !read[i] && !self.failed[i])
+            .take(self.k - have)
+            .collect();
+        if want.len() < self.k - have {
+            Next::Short {
+                readable: have + want.len(),
+            }
+        } else {
+            Next::Fetch(want)
+        }
+    }
+
+    /// Shard `i` failed: never tried again in this read.
+    pub(super) fn fail(&mut self, i: usize) {
+        self.failed[i] = true;
+    }
 }
 
 impl Fetch<'_> {
@@ -328,27 +388,58 @@ impl Fetch<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::read_preference;
+    use super::{Next, ReadPlan};
+
+    fn preference(missing: &[u32], live: &[u64]) -> Vec<usize> {
+        ReadPlan::new(3, missing, &[11, 12, 13, 14, 15], live)
+            .preference()
+            .to_vec()
+    }
 
     #[test]
     fn shards_on_down_datanodes_are_tried_last() {
-        let nodes = [11, 12, 13, 14, 15];
         // Every datanode live: data shards first, then parity.
-        assert_eq!(
-            read_preference(5, &[], &nodes, &[11, 12, 13, 14, 15]),
-            vec![0, 1, 2, 3, 4]
-        );
+        assert_eq!(preference(&[], &[11, 12, 13, 14, 15]), vec![0, 1, 2, 3, 4]);
         // Datanodes 11 and 12 down: parity before their data shards.
-        assert_eq!(
-            read_preference(5, &[], &nodes, &[13, 14, 15]),
-            vec![2, 3, 4, 0, 1]
-        );
+        assert_eq!(preference(&[], &[13, 14, 15]), vec![2, 3, 4, 0, 1]);
         // Missing shards are never tried.
-        assert_eq!(
-            read_preference(5, &[3], &nodes, &[13, 14, 15]),
-            vec![2, 4, 0, 1]
-        );
+        assert_eq!(preference(&[3], &[13, 14, 15]), vec![2, 4, 0, 1]);
         // No live set known (not refreshed yet): the plain order.
-        assert_eq!(read_preference(5, &[], &nodes, &[]), vec![0, 1, 2, 3, 4]);
+        assert_eq!(preference(&[], &[]), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_stripe_reads_the_first_k_and_replaces_failed_shards_in_order() {
+        // 3+2, all live.
+        let mut plan = ReadPlan::new(3, &[], &[11, 12, 13, 14, 15], &[11, 12, 13, 14, 15]);
+        let none = [false; 5];
+        assert_eq!(plan.next(&none), Next::Fetch(vec![0, 1, 2]));
+        // Shard 1 failed, 0 and 2 read: the first parity shard replaces it.
+        plan.fail(1);
+        let read = [true, false, true, false, false];
+        assert_eq!(plan.next(&read), Next::Fetch(vec![3]));
+        assert_eq!(plan.next(&[true, false, true, true, false]), Next::Done);
+        // The next stripe starts without the failed shard.
+        assert_eq!(plan.next(&none), Next::Fetch(vec![0, 2, 3]));
+        // Two failed of five: still k = 3 left; a third failure loses it.
+        plan.fail(3);
+        assert_eq!(plan.next(&none), Next::Fetch(vec![0, 2, 4]));
+        plan.fail(4);
+        assert_eq!(
+            plan.next(&[true, false, false, false, false]),
+            Next::Short { readable: 2 }
+        );
+    }
+
+    #[test]
+    fn missing_shards_count_against_the_read() {
+        // Shards 0 and 4 missing at write: exactly k left, no spare.
+        let mut plan = ReadPlan::new(3, &[0, 4], &[11, 12, 13, 14, 15], &[]);
+        assert_eq!(plan.next(&[false; 5]), Next::Fetch(vec![1, 2, 3]));
+        plan.fail(2);
+        assert_eq!(
+            plan.next(&[false, true, false, true, false]),
+            Next::Short { readable: 2 }
+        );
     }
 }
