@@ -29,6 +29,7 @@
 //! (see [`crate::datanodes`]).
 
 mod heal_access;
+mod put_shard;
 mod read;
 mod shard_failure;
 mod write;
