@@ -3,78 +3,15 @@
 //! (the datanodes' shard GC asks it), and the stale multipart upload
 //! sweeper.
 
-use std::future::Future;
-use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result, bail};
-use sluice_meta::{Config, MetaClient, MetaError};
+use anyhow::{Result, bail};
+use sluice_meta::{MetaClient, MetaError};
 use sluice_proto::meta::{self as pb, ErrorCode};
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
-const WAIT: Duration = Duration::from_secs(30);
-
-/// Polls `check` until it yields a value or `WAIT` passes.
-async fn wait_for<T, F, Fut>(what: &str, check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    sluice_test_support::wait_for_some(what, WAIT, check).await
-}
-
-/// A running single-voter meta node.
-struct Node {
-    config: Config,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), sluice_meta::Error>>,
-}
-
-impl Node {
-    /// Starts a single voter in `dir` on `listener` with `tune` applied to
-    /// a test config.
-    fn start(dir: &Path, listener: TcpListener, tune: impl FnOnce(&mut Config)) -> Result<Node> {
-        let addr = listener.local_addr()?;
-        let mut config = Config {
-            node_id: 1,
-            listen: addr,
-            advertise_addr: format!("http://{addr}"),
-            data_dir: dir.to_path_buf(),
-            sled_cache_bytes: 4 << 20,
-            heartbeat_interval: Duration::from_millis(100),
-            election_timeout_min: Duration::from_millis(400),
-            election_timeout_max: Duration::from_millis(800),
-            insecure_cluster: true,
-            ..Config::default()
-        };
-        tune(&mut config);
-        let (stop, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(sluice_meta::run(config.clone(), listener, async {
-            let _ = rx.await;
-        }));
-        Ok(Node { config, stop, task })
-    }
-
-    fn client(&self) -> MetaClient {
-        MetaClient::with_timeouts(
-            vec![self.config.advertise_addr.clone()],
-            Duration::from_secs(20),
-            Duration::from_secs(5),
-        )
-    }
-
-    /// Stops the node and returns its config (to restart it on the same
-    /// directory and port).
-    async fn stop(self) -> Result<Config> {
-        let _ = self.stop.send(());
-        tokio::time::timeout(WAIT, self.task)
-            .await
-            .context("node did not stop")???;
-        Ok(self.config)
-    }
-}
+mod common;
+use common::{Node, wait_for};
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -157,7 +94,7 @@ fn strings(names: &[&str]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filter_unreferenced_follows_commits_and_restarts() -> Result<()> {
     let tmp = tempfile::tempdir()?;
-    let node = Node::start(tmp.path(), TcpListener::bind("127.0.0.1:0").await?, |_| {})?;
+    let node = Node::start_on(tmp.path(), TcpListener::bind("127.0.0.1:0").await?, |_| {})?;
     let client = node.client();
     let all = strings(&["obj1", "obj2", "p1", "p2", "never"]);
     let unreferenced = |ids: Vec<String>| {
@@ -220,8 +157,8 @@ async fn filter_unreferenced_follows_commits_and_restarts() -> Result<()> {
     assert_eq!(client.filter_unreferenced(max).await?.len(), 1000);
 
     // The index is persistent state: a restart on the same directory keeps it.
-    let config = node.stop().await?;
-    let node = Node::start(
+    let config = node.shut_down().await?;
+    let node = Node::start_on(
         &config.data_dir,
         TcpListener::bind(config.listen).await?,
         |_| {},
@@ -234,14 +171,14 @@ async fn filter_unreferenced_follows_commits_and_restarts() -> Result<()> {
     client.delete_object("b", "k").await?;
     client.delete_object("b", "m").await?;
     assert_eq!(client.filter_unreferenced(all.clone()).await?, all);
-    node.stop().await?;
+    node.shut_down().await?;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sweeper_aborts_stale_uploads_only() -> Result<()> {
     let tmp = tempfile::tempdir()?;
-    let node = Node::start(tmp.path(), TcpListener::bind("127.0.0.1:0").await?, |c| {
+    let node = Node::start_on(tmp.path(), TcpListener::bind("127.0.0.1:0").await?, |c| {
         c.stale_upload_check_interval = Duration::from_millis(200);
         c.stale_upload_expiry = Duration::from_secs(2);
     })?;
@@ -325,6 +262,6 @@ async fn sweeper_aborts_stale_uploads_only() -> Result<()> {
         })
         .await?;
     assert_eq!(parts.parts, vec![part("u-fresh", 1, "blob-fresh")]);
-    node.stop().await?;
+    node.shut_down().await?;
     Ok(())
 }

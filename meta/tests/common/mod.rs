@@ -7,13 +7,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sluice_meta::client::{CallFaults, FaultAction};
 use sluice_meta::{Config, MetaClient};
 use sluice_proto::meta as pb;
+use sluice_test_support::RoleTask;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::Notify;
 
 pub const WAIT: Duration = Duration::from_secs(30);
 
@@ -27,13 +27,23 @@ where
 
 pub struct Node {
     pub config: Config,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), sluice_meta::Error>>,
+    task: RoleTask<sluice_meta::Error>,
 }
 
 impl Node {
+    /// A single voter in `dir` on a fresh port, `tune` applied to a test
+    /// config.
     pub async fn start(dir: &Path, tune: impl FnOnce(&mut Config)) -> Result<Node> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Self::start_on(dir, TcpListener::bind("127.0.0.1:0").await?, tune)
+    }
+
+    /// Like [`Node::start`] on `listener` (a restart rebinds the address
+    /// it had).
+    pub fn start_on(
+        dir: &Path,
+        listener: TcpListener,
+        tune: impl FnOnce(&mut Config),
+    ) -> Result<Node> {
         let addr = listener.local_addr()?;
         let mut config = Config {
             node_id: 1,
@@ -48,11 +58,9 @@ impl Node {
             ..Config::default()
         };
         tune(&mut config);
-        let (stop, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(sluice_meta::run(config.clone(), listener, async {
-            let _ = rx.await;
-        }));
-        Ok(Node { config, stop, task })
+        let run_config = config.clone();
+        let task = RoleTask::spawn(|stop| sluice_meta::run(run_config, listener, stop));
+        Ok(Node { config, task })
     }
 
     pub fn client(&self) -> MetaClient {
@@ -63,14 +71,18 @@ impl Node {
         )
     }
 
+    /// Stops the node; its config restarts it on the same directory and
+    /// port.
+    pub async fn shut_down(mut self) -> Result<Config> {
+        self.task.stop().await?;
+        Ok(self.config)
+    }
+
     /// Stops the node and opens its store read-only for inspection.
     pub async fn stop(self) -> Result<sluice_meta::store::SledStore> {
-        let _ = self.stop.send(());
-        tokio::time::timeout(WAIT, self.task)
-            .await
-            .context("node did not stop")???;
+        let config = self.shut_down().await?;
         Ok(sluice_meta::store::SledStore::open(
-            &self.config.data_dir,
+            &config.data_dir,
             1 << 20,
         )?)
     }
