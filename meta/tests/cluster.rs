@@ -17,14 +17,6 @@ use tokio::task::JoinHandle;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Logs to the test output when `RUST_LOG` is set.
-fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
 /// Polls `check` until it yields a value or `WAIT` passes.
 async fn wait_for<T, F, Fut>(what: &str, check: F) -> Result<T>
 where
@@ -204,7 +196,7 @@ async fn three_voters_with_bucket_b(dir: &Path) -> Result<(Vec<Node>, MetaClient
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_voters_fail_over_catch_up_and_restart() -> Result<()> {
-    init_tracing();
+    sluice_test_support::init_tracing();
     let tmp = tempfile::tempdir()?;
     let (mut nodes, client, leader) = three_voters_with_bucket_b(tmp.path()).await?;
     assert!((1..=3).contains(&leader));
@@ -354,7 +346,7 @@ fn inline_object(key: &str, size: usize, fill: u8) -> pb::ObjectRecord {
 async fn a_replaced_voter_catches_up_by_snapshot_under_write_load() -> Result<()> {
     use sluice_meta::store::{KvStore, SledStore, Space};
     use sluice_proto::admin::{self as apb, admin_client::AdminClient};
-    init_tracing();
+    sluice_test_support::init_tracing();
     let tmp = tempfile::tempdir()?;
     let (mut nodes, client, leader) = three_voters_with_bucket_b(tmp.path()).await?;
     // About 8 MiB of records: the snapshot is sent in several chunks.
@@ -470,7 +462,7 @@ async fn a_replaced_voter_catches_up_by_snapshot_under_write_load() -> Result<()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_voter_restart_keeps_everything() -> Result<()> {
-    init_tracing();
+    sluice_test_support::init_tracing();
     let tmp = tempfile::tempdir()?;
     let (mut nodes, listeners) = cluster(tmp.path(), 1).await?;
     let node = &mut nodes[0];

@@ -86,12 +86,15 @@ pub async fn eventually(
 }
 
 /// Logs of the code under test to the test's output, at `RUST_LOG`'s
-/// levels (`warn` when unset); once per process, later calls are no-ops.
+/// levels (when unset: warnings, without openraft's election chatter and
+/// s3s's log of every error answer, which tests provoke on purpose); once
+/// per process, later calls are no-ops.
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,openraft=error,s3s=off")
+            }),
         )
         .with_test_writer()
         .try_init();

@@ -665,7 +665,7 @@ impl TestCluster {
         datanodes: usize,
         setup: Setup,
     ) -> Result<TestCluster> {
-        init_tracing();
+        sluice_test_support::init_tracing();
         let root = tempfile::Builder::new()
             .prefix("sluice-cluster-")
             .tempdir()?;
@@ -1044,17 +1044,6 @@ impl TestCluster {
         self.metas.push(node);
         Ok(self.metas.len() - 1)
     }
-}
-
-fn init_tracing() {
-    use tracing_subscriber::EnvFilter;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("warn,openraft=error,s3s=off")),
-        )
-        .with_test_writer()
-        .try_init();
 }
 
 // ---------------------------------------------------------------------------
