@@ -74,13 +74,14 @@ pub fn load_server_config(
         key: key_file.to_owned(),
         source,
     };
-    let mut config =
-        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(rustls_err)?
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .map_err(rustls_err)?;
+    let mut config = ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+    .map_err(rustls_err)?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(rustls_err)?;
     config.alpn_protocols = if http2 {
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]
     } else {
