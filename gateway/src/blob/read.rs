@@ -40,12 +40,10 @@ use crate::layout::Layout;
 
 /// State of one shard during a read.
 enum Slot {
-    /// Not opened yet.
+    /// Not opened (yet, or again: a failed shard's stream is dropped).
     Idle,
     /// Streaming blocks from the stripe being read onwards.
     Open(Box<Streaming<GetShardResponse>>),
-    /// Failed; not used again in this read.
-    Failed,
 }
 
 struct StripeReader {
@@ -219,8 +217,9 @@ impl StripeReader {
                             "shard unreadable, reading another shard instead"
                         );
                         failures.push(format!("shard {i} on node {}: {reason}", self.nodes[i]));
+                        // The plan never picks it again; drop its stream.
                         self.plan.fail(i);
-                        self.slots[i] = Slot::Failed;
+                        self.slots[i] = Slot::Idle;
                     }
                 }
             }
