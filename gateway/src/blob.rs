@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::{BudgetKind, BufferBudget, BufferError, BufferPermit, GatewayStats};
 use crate::credit::{CreditClient, CreditConfig, NodeCreditStats, new_gateway_id};
-use crate::datanodes::{DatanodeEntry, Datanodes};
+use crate::datanodes::{DatanodeDirectory, DatanodeEntry, Datanodes};
 use crate::epoch::{EpochConfig, EpochGuard, MetaEpochService, WriteEpochs};
 use crate::erasure::Codec;
 use crate::layout::Layout;
@@ -135,8 +135,8 @@ struct Inner {
     config: BlobStoreConfig,
     codec: Codec,
     pool: Datanodes,
-    /// `None` for a fixed datanode set (tests).
-    meta: Option<MetaClient>,
+    /// Where the datanode set is read from: meta, or a fixed set.
+    directory: Arc<dyn DatanodeDirectory>,
     /// When the datanode set was last read from meta; also serializes
     /// on-demand refreshes.
     last_refresh: tokio::sync::Mutex<Instant>,
@@ -160,9 +160,12 @@ impl Drop for Inner {
 }
 
 impl BlobStore {
-    fn new(
+    /// Builds the store over `pool` (already filled from `directory`) and
+    /// spawns the refresh task.
+    fn assemble(
         config: BlobStoreConfig,
-        meta: Option<MetaClient>,
+        directory: Arc<dyn DatanodeDirectory>,
+        pool: Datanodes,
         stats: GatewayStats,
         gateway_id: String,
         epochs: WriteEpochs,
@@ -175,7 +178,7 @@ impl BlobStore {
             idle_timeout: config.credit_idle_timeout,
             prefetch_bytes: 2 * config.block_size as u64,
         });
-        Ok(BlobStore {
+        let store = BlobStore {
             inner: Arc::new(Inner {
                 write_budget: BufferBudget::new(
                     BudgetKind::Write,
@@ -185,18 +188,21 @@ impl BlobStore {
                 read_budget: BufferBudget::new(BudgetKind::Read, config.read_budget, stats.clone()),
                 config,
                 codec,
-                pool: match &meta {
-                    Some(m) => Datanodes::with_transport(m.transport().clone()),
-                    None => Datanodes::new(),
-                },
-                meta,
+                pool,
+                directory,
                 last_refresh: tokio::sync::Mutex::new(Instant::now()),
                 stop: CancellationToken::new(),
                 credits,
                 epochs,
                 stats,
             }),
-        })
+        };
+        tokio::spawn(refresh_loop(
+            Arc::downgrade(&store.inner),
+            store.inner.stop.clone(),
+            store.inner.config.datanode_refresh_interval,
+        ));
+        Ok(store)
     }
 
     /// Fetches the datanode set once (retrying until meta answers or
@@ -218,21 +224,7 @@ impl BlobStore {
         let gateway_id = new_gateway_id();
         let started = Instant::now();
         let pool = Datanodes::with_transport(meta.transport().clone());
-        loop {
-            match pool.refresh(&meta).await {
-                Ok(live) => {
-                    tracing::info!(
-                        live,
-                        known = pool.entries().len(),
-                        "read datanode set from meta"
-                    );
-                    break;
-                }
-                Err(e @ MetaError::Refused { .. }) => return Err(BlobError::Meta(e)),
-                Err(e) if started.elapsed() >= START_DEADLINE => return Err(BlobError::Meta(e)),
-                Err(e) => tracing::warn!(error = %e, "reading datanode set from meta, retrying"),
-            }
-        }
+        first_refresh(&pool, &meta, started).await?;
         let epochs = WriteEpochs::start(
             Arc::new(
                 MetaEpochService::new(meta.clone(), gateway_id.clone())
@@ -245,58 +237,50 @@ impl BlobStore {
         )
         .await
         .map_err(BlobError::Meta)?;
-        let store = BlobStore::new(config, Some(meta), stats, gateway_id, epochs)?;
-        store.inner.pool.replace(pool.entries());
-        *store.inner.last_refresh.lock().await = Instant::now();
-        tokio::spawn(refresh_loop(
-            Arc::downgrade(&store.inner),
-            store.inner.stop.clone(),
-            store.inner.config.datanode_refresh_interval,
-        ));
-        Ok(store)
+        Self::assemble(config, Arc::new(meta), pool, stats, gateway_id, epochs)
     }
 
-    /// A store over a fixed datanode set `(id, gRPC address)`, all live
-    /// and writable, never refreshed, writing under the fixed epoch
-    /// [`FIXED_TEST_EPOCH`]. For tests that run datanodes without meta.
+    /// A store that reads the datanode set from `directory` (once now,
+    /// retrying as [`BlobStore::start`] does, then every
+    /// `datanode_refresh_interval`) and names `epochs` in its blob ids
+    /// (e.g. [`WriteEpochs::fixed`]): datanodes without meta, as tests run
+    /// them with [`crate::datanodes::FixedDatanodes`].
     ///
-    /// Panics if `config` is invalid.
-    #[doc(hidden)]
-    pub fn with_static_datanodes(
+    /// Errors: [`BlobError::InvalidConfig`], [`BlobError::Meta`].
+    pub async fn start_with_directory(
         config: BlobStoreConfig,
-        datanodes: Vec<(u64, String)>,
-    ) -> BlobStore {
-        Self::with_static_datanodes_and_epochs(
+        directory: Arc<dyn DatanodeDirectory>,
+        epochs: WriteEpochs,
+    ) -> Result<BlobStore, BlobError> {
+        config.validate()?;
+        let pool = Datanodes::with_transport(directory.transport().clone());
+        first_refresh(&pool, &*directory, Instant::now()).await?;
+        Self::assemble(
             config,
-            datanodes,
-            WriteEpochs::fixed(FIXED_TEST_EPOCH),
+            directory,
+            pool,
+            GatewayStats::new(),
+            new_gateway_id(),
+            epochs,
         )
     }
 
-    /// [`with_static_datanodes`](Self::with_static_datanodes) writing under
-    /// `epochs` (e.g. [`WriteEpochs::fixed`]).
+    /// Re-reads the datanode set from its directory now (not rate-limited:
+    /// for an operator's or a test's explicit request). Returns how many
+    /// datanodes are live.
     ///
-    /// Panics if `config` is invalid.
-    #[doc(hidden)]
-    pub fn with_static_datanodes_and_epochs(
-        config: BlobStoreConfig,
-        datanodes: Vec<(u64, String)>,
-        epochs: WriteEpochs,
-    ) -> BlobStore {
-        let store = BlobStore::new(config, None, GatewayStats::new(), new_gateway_id(), epochs)
-            .expect("valid BlobStoreConfig");
-        store.inner.pool.replace(
-            datanodes
-                .into_iter()
-                .map(|(id, addr)| DatanodeEntry::up(id, addr)),
-        );
-        store
-    }
-
-    /// Replaces the datanode set by hand (tests: mark nodes down or up).
-    #[doc(hidden)]
-    pub fn set_datanodes(&self, datanodes: Vec<DatanodeEntry>) {
-        self.inner.pool.replace(datanodes);
+    /// Errors: [`BlobError::Meta`] when the directory cannot be read; the
+    /// set last read stays in use.
+    pub async fn refresh_datanodes(&self) -> Result<usize, BlobError> {
+        let mut last = self.inner.last_refresh.lock().await;
+        let live = self
+            .inner
+            .pool
+            .refresh(&*self.inner.directory)
+            .await
+            .map_err(BlobError::Meta)?;
+        *last = Instant::now();
+        Ok(live)
     }
 
     /// Stops the refresh task and the credit streams (also stops when the
@@ -496,14 +480,11 @@ impl BlobStore {
     /// Re-reads the datanode set from meta now, unless another refresh
     /// was attempted within [`MIN_ON_DEMAND_REFRESH`] (attempts, not
     /// successes, are rate-limited: while meta is down, concurrent writers
-    /// must not queue up behind one timeout each). No-op without meta.
+    /// must not queue up behind one timeout each).
     pub(crate) async fn refresh_on_demand(&self) {
-        let Some(meta) = &self.inner.meta else {
-            return;
-        };
         let mut last = self.inner.last_refresh.lock().await;
         if last.elapsed() >= MIN_ON_DEMAND_REFRESH {
-            if let Err(e) = self.inner.pool.refresh(meta).await {
+            if let Err(e) = self.inner.pool.refresh(&*self.inner.directory).await {
                 tracing::warn!(error = %e, "refreshing datanode set");
             }
             *last = Instant::now();
@@ -515,10 +496,8 @@ impl BlobStore {
     /// which happens now in the background (rate-limited).
     pub(crate) fn datanode_full(&self, node: u64) {
         self.inner.pool.mark_unwritable(node);
-        if self.inner.meta.is_some() {
-            let store = self.clone();
-            tokio::spawn(async move { store.refresh_on_demand().await });
-        }
+        let store = self.clone();
+        tokio::spawn(async move { store.refresh_on_demand().await });
     }
 
     /// Picks k+m distinct datanodes for `key`: the ones accepting shards
@@ -594,8 +573,25 @@ impl BlobStore {
     }
 }
 
-/// The fixed write epoch of [`BlobStore::with_static_datanodes`].
-pub const FIXED_TEST_EPOCH: u64 = 1;
+/// Reads the datanode set from `directory` into `pool`, retrying until it
+/// answers or [`START_DEADLINE`] (counted from `started`) passes.
+async fn first_refresh(
+    pool: &Datanodes,
+    directory: &dyn DatanodeDirectory,
+    started: Instant,
+) -> Result<(), BlobError> {
+    loop {
+        match pool.refresh(directory).await {
+            Ok(live) => {
+                tracing::info!(live, known = pool.entries().len(), "read datanode set");
+                return Ok(());
+            }
+            Err(e @ MetaError::Refused { .. }) => return Err(BlobError::Meta(e)),
+            Err(e) if started.elapsed() >= START_DEADLINE => return Err(BlobError::Meta(e)),
+            Err(e) => tracing::warn!(error = %e, "reading datanode set, retrying"),
+        }
+    }
+}
 
 /// Re-reads the datanode set every `interval` until `stop` is cancelled or
 /// the store is dropped.
@@ -609,12 +605,10 @@ async fn refresh_loop(store: Weak<Inner>, stop: CancellationToken, interval: Dur
             _ = ticker.tick() => {}
         }
         let Some(inner) = store.upgrade() else { break };
-        let Some(meta) = inner.meta.clone() else {
-            break;
-        };
+        let directory = Arc::clone(&inner.directory);
         let refreshed = tokio::select! {
             () = stop.cancelled() => break,
-            r = inner.pool.refresh(&meta) => r,
+            r = inner.pool.refresh(&*directory) => r,
         };
         match refreshed {
             Ok(live) => {
@@ -633,6 +627,23 @@ async fn refresh_loop(store: Weak<Inner>, stop: CancellationToken, interval: Dur
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::datanodes::FixedDatanodes;
+
+    /// A store over a fixed datanode set, writing under epoch 1.
+    async fn fixed_store(entries: Vec<DatanodeEntry>) -> (BlobStore, Arc<FixedDatanodes>) {
+        let directory = Arc::new(FixedDatanodes::new(
+            entries,
+            sluice_auth::Transport::Insecure,
+        ));
+        let store = BlobStore::start_with_directory(
+            BlobStoreConfig::default(),
+            directory.clone(),
+            WriteEpochs::fixed(1),
+        )
+        .await
+        .expect("valid config, fixed set");
+        (store, directory)
+    }
 
     #[test]
     fn config_validation() {
@@ -705,9 +716,9 @@ mod tests {
 
     #[tokio::test]
     async fn places_on_down_nodes_only_while_the_write_quorum_is_live() {
-        let store = BlobStore::with_static_datanodes(BlobStoreConfig::default(), Vec::new());
-        let set = |live: &[u64]| {
-            store.set_datanodes(
+        let (store, directory) = fixed_store(Vec::new()).await;
+        let set = async |live: &[u64]| {
+            directory.set(
                 (1..=6)
                     .map(|id| DatanodeEntry {
                         id,
@@ -718,16 +729,17 @@ mod tests {
                         ..DatanodeEntry::up(id, "")
                     })
                     .collect(),
-            )
+            );
+            store.refresh_datanodes().await.expect("fixed set");
         };
-        set(&[1, 2, 3, 4, 5]);
+        set(&[1, 2, 3, 4, 5]).await;
         let nodes = store.place("b/k").await.expect("5 live >= quorum 5");
         assert_eq!(nodes.len(), 6);
         assert_eq!(nodes[5], 6, "the down node takes the last (parity) shard");
         let distinct: std::collections::BTreeSet<u64> = nodes.iter().copied().collect();
         assert_eq!(distinct.len(), 6);
 
-        set(&[1, 2, 3, 4]);
+        set(&[1, 2, 3, 4]).await;
         let err = store.place("b/k").await.expect_err("4 live < quorum 5");
         assert!(
             matches!(err, BlobError::NotEnoughDatanodes { live: 4, needed: 5 }),
@@ -737,9 +749,9 @@ mod tests {
 
     #[tokio::test]
     async fn full_nodes_take_no_shards_while_enough_are_writable() {
-        let store = BlobStore::with_static_datanodes(BlobStoreConfig::default(), Vec::new());
-        let set = |n: u64, full: &[u64], down: &[u64]| {
-            store.set_datanodes(
+        let (store, directory) = fixed_store(Vec::new()).await;
+        let set = async |n: u64, full: &[u64], down: &[u64]| {
+            directory.set(
                 (1..=n)
                     .map(|id| DatanodeEntry {
                         id,
@@ -750,10 +762,11 @@ mod tests {
                         ..DatanodeEntry::up(id, "")
                     })
                     .collect(),
-            )
+            );
+            store.refresh_datanodes().await.expect("fixed set");
         };
         // 7 nodes, one full: the 6 writable ones hold every shard.
-        set(7, &[3], &[]);
+        set(7, &[3], &[]).await;
         for i in 0..50 {
             let nodes = store.place(&format!("b/k{i}")).await.expect("6 writable");
             assert_eq!(nodes.len(), 6);
@@ -761,15 +774,15 @@ mod tests {
         }
         // 6 nodes, one full: it takes the last shard (which fails and is
         // recorded missing), the write quorum of 5 is writable.
-        set(6, &[4], &[]);
+        set(6, &[4], &[]).await;
         let nodes = store.place("b/k").await.expect("5 writable >= quorum");
         assert_eq!(nodes[5], 4, "the full node takes the last shard");
         // A full node goes before a down one.
-        set(8, &[4], &[7, 8]);
+        set(8, &[4], &[7, 8]).await;
         let nodes = store.place("b/k").await.expect("5 writable >= quorum");
         assert_eq!(nodes[5], 4);
         // Two full: 4 writable < quorum 5, although 6 are live.
-        set(6, &[2, 4], &[]);
+        set(6, &[2, 4], &[]).await;
         let err = store.place("b/k").await.expect_err("4 writable < quorum 5");
         assert!(
             matches!(
@@ -786,7 +799,7 @@ mod tests {
             "not enough writable datanodes: 4 writable, 5 needed (datanodes full or below their free-space reserve)"
         );
         // A node that refused a shard as full is skipped until the next refresh.
-        set(7, &[], &[]);
+        set(7, &[], &[]).await;
         let before = store.place("b/x").await.expect("7 writable");
         store.datanode_full(before[0]);
         let after = store.place("b/x").await.expect("6 writable");
@@ -795,12 +808,12 @@ mod tests {
 
     #[tokio::test]
     async fn too_few_live_datanodes() {
-        let store = BlobStore::with_static_datanodes(
-            BlobStoreConfig::default(),
+        let (store, _) = fixed_store(
             (1..=5)
-                .map(|i| (i, format!("http://127.0.0.1:{}", 1000 + i)))
+                .map(|i| DatanodeEntry::up(i, format!("http://127.0.0.1:{}", 1000 + i)))
                 .collect(),
-        );
+        )
+        .await;
         let body = futures::stream::iter(vec![Ok(Bytes::from_static(b"x"))]);
         let err = store
             .write("b/k", body, None)
@@ -812,10 +825,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn write_and_read_futures_are_send() {
+    #[tokio::test]
+    async fn write_and_read_futures_are_send() {
         fn is_send<T: Send>(_: &T) {}
-        let store = BlobStore::with_static_datanodes(BlobStoreConfig::default(), vec![]);
+        let (store, _) = fixed_store(vec![]).await;
         let write = store.write(
             "k",
             futures::stream::empty::<Result<Bytes, std::io::Error>>(),
@@ -828,7 +841,7 @@ mod tests {
 
     #[tokio::test]
     async fn empty_range_reads_nothing() {
-        let store = BlobStore::with_static_datanodes(BlobStoreConfig::default(), vec![]);
+        let (store, _) = fixed_store(vec![]).await;
         let placement = Placement {
             blob_id: "x".into(),
             size: 10,
@@ -840,7 +853,7 @@ mod tests {
 
     #[tokio::test]
     async fn malformed_placement_is_unreadable() {
-        let store = BlobStore::with_static_datanodes(BlobStoreConfig::default(), vec![]);
+        let (store, _) = fixed_store(vec![]).await;
         let placement = Placement {
             blob_id: "x".into(),
             size: 10,

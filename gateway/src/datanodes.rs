@@ -8,6 +8,8 @@
 //! datanode connection can hold in the gateway.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -114,6 +116,85 @@ impl From<sluice_proto::meta::DatanodeInfo> for DatanodeEntry {
     }
 }
 
+/// What [`DatanodeDirectory::list`] returns.
+pub type ListFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<DatanodeEntry>, MetaError>> + Send + 'a>>;
+
+/// Where the gateway's data path learns the datanode set: the one part of
+/// the metadata API that [`crate::blob::BlobStore`] reads on its own (at
+/// start, every `datanode_refresh_interval`, and when a placement finds
+/// too few writable nodes). [`MetaClient`] in a cluster (meta's
+/// `ListDatanodes`, liveness from heartbeats); [`FixedDatanodes`] where
+/// the set is chosen by hand: tests that run datanodes without meta, or
+/// that mark nodes down or full without waiting for heartbeats.
+pub trait DatanodeDirectory: Send + Sync + 'static {
+    /// Every registered datanode with its liveness, space and labels.
+    fn list(&self) -> ListFuture<'_>;
+    /// How the datanodes are dialed (mutual TLS, plaintext, or an
+    /// in-process network).
+    fn transport(&self) -> &sluice_auth::Transport;
+}
+
+impl DatanodeDirectory for MetaClient {
+    fn list(&self) -> ListFuture<'_> {
+        Box::pin(async move {
+            let infos = self.list_datanodes().await?;
+            Ok(infos.into_iter().map(DatanodeEntry::from).collect())
+        })
+    }
+
+    fn transport(&self) -> &sluice_auth::Transport {
+        MetaClient::transport(self)
+    }
+}
+
+/// A datanode set chosen by hand: [`FixedDatanodes::set`] replaces it,
+/// and the store sees the change at its next refresh
+/// ([`crate::blob::BlobStore::refresh_datanodes`] forces one). Holds the
+/// entries given, so it is bounded by what the caller passes.
+pub struct FixedDatanodes {
+    entries: Mutex<Vec<DatanodeEntry>>,
+    transport: sluice_auth::Transport,
+}
+
+impl FixedDatanodes {
+    /// Datanodes `(id, gRPC address)`, all live and writable, dialed in
+    /// plaintext.
+    pub fn up(datanodes: impl IntoIterator<Item = (u64, String)>) -> Self {
+        Self::new(
+            datanodes
+                .into_iter()
+                .map(|(id, addr)| DatanodeEntry::up(id, addr))
+                .collect(),
+            sluice_auth::Transport::Insecure,
+        )
+    }
+
+    /// `entries`, dialed with `transport`.
+    pub fn new(entries: Vec<DatanodeEntry>, transport: sluice_auth::Transport) -> Self {
+        FixedDatanodes {
+            entries: Mutex::new(entries),
+            transport,
+        }
+    }
+
+    /// Replaces the set the next [`DatanodeDirectory::list`] returns.
+    pub fn set(&self, entries: Vec<DatanodeEntry>) {
+        *self.entries.lock().expect("fixed datanodes lock") = entries;
+    }
+}
+
+impl DatanodeDirectory for FixedDatanodes {
+    fn list(&self) -> ListFuture<'_> {
+        let entries = self.entries.lock().expect("fixed datanodes lock").clone();
+        Box::pin(std::future::ready(Ok(entries)))
+    }
+
+    fn transport(&self) -> &sluice_auth::Transport {
+        &self.transport
+    }
+}
+
 struct Node {
     addr: String,
     live: bool,
@@ -180,10 +261,10 @@ impl Datanodes {
 
     /// Reads the datanode set from meta and installs it; returns how many
     /// datanodes are live.
-    pub async fn refresh(&self, meta: &MetaClient) -> Result<usize, MetaError> {
-        let infos = meta.list_datanodes().await?;
-        let live = infos.iter().filter(|d| d.live).count();
-        self.replace(infos.into_iter().map(DatanodeEntry::from));
+    pub async fn refresh(&self, directory: &dyn DatanodeDirectory) -> Result<usize, MetaError> {
+        let entries = directory.list().await?;
+        let live = entries.iter().filter(|d| d.live).count();
+        self.replace(entries);
         Ok(live)
     }
 

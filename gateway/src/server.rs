@@ -730,14 +730,24 @@ mod tests {
         );
     }
 
+    /// A data path with no datanodes: these tests end before it is used.
+    async fn no_datanodes() -> BlobStore {
+        BlobStore::start_with_directory(
+            crate::blob::BlobStoreConfig::default(),
+            Arc::new(crate::datanodes::FixedDatanodes::up([])),
+            crate::epoch::WriteEpochs::fixed(1),
+        )
+        .await
+        .expect("empty fixed set")
+    }
+
     #[tokio::test]
     async fn anonymous_requests_are_denied_with_a_complete_error_body() {
         // ListBuckets is never anonymous: refused before meta or the data
         // path is touched (anonymous bucket requests are decided by the
         // bucket's ACL and policy: tests/cluster/s3_access.rs).
         let meta = MetaClient::new(vec!["http://127.0.0.1:1".into()]);
-        let blobs =
-            BlobStore::with_static_datanodes(crate::blob::BlobStoreConfig::default(), Vec::new());
+        let blobs = no_datanodes().await;
         let service = s3_service(Gateway::new(meta, blobs, "us-east-1".into(), 4), "AK", "SK");
         let req = Request::builder()
             .uri("/?max-buckets=5")
@@ -779,8 +789,7 @@ mod tests {
     #[tokio::test]
     async fn requests_past_max_inflight_get_slow_down_without_reading_the_body() {
         let meta = MetaClient::new(vec!["http://127.0.0.1:1".into()]);
-        let blobs =
-            BlobStore::with_static_datanodes(crate::blob::BlobStoreConfig::default(), Vec::new());
+        let blobs = no_datanodes().await;
         let stats = GatewayStats::new();
         let limiter = InflightLimiter::new(1, stats.clone());
         let service = s3_service_with_limiter(

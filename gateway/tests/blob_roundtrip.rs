@@ -7,12 +7,15 @@
 //! fixed datanode list.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
 use futures::StreamExt;
 use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
+use sluice_gateway::datanodes::FixedDatanodes;
+use sluice_gateway::epoch::WriteEpochs;
 use sluice_proto::meta::Placement;
 use sluice_test_support::{RoleTask, payload};
 use tempfile::TempDir;
@@ -23,6 +26,8 @@ const M: usize = 2;
 /// Small blocks so a few hundred KiB span many stripes.
 const BLOCK: usize = 4096;
 const STRIPE: u64 = (K * BLOCK) as u64;
+/// The write epoch the blob ids name.
+const EPOCH: u64 = 1;
 
 struct Datanode {
     id: u64,
@@ -109,10 +114,14 @@ impl Cluster {
             shard_channel_depth: 4,
             ..Default::default()
         };
-        let store = BlobStore::with_static_datanodes(
+        let store = BlobStore::start_with_directory(
             config,
-            nodes.iter().map(|n| (n.id, n.addr.clone())).collect(),
-        );
+            Arc::new(FixedDatanodes::up(
+                nodes.iter().map(|n| (n.id, n.addr.clone())),
+            )),
+            WriteEpochs::fixed(EPOCH),
+        )
+        .await?;
         Ok(Cluster { nodes, store })
     }
 
@@ -244,10 +253,7 @@ async fn write_then_read_ranges() -> Result<()> {
         (K as u32, M as u32, BLOCK as u32)
     );
     // `e<epoch>.<32 hex>` under the store's fixed epoch.
-    assert_eq!(
-        sluice_proto::blob_id::epoch_of(&p.blob_id),
-        sluice_gateway::blob::FIXED_TEST_EPOCH
-    );
+    assert_eq!(sluice_proto::blob_id::epoch_of(&p.blob_id), EPOCH);
     assert_eq!(p.blob_id.len(), "e1.".len() + 32, "{}", p.blob_id);
     let mut nodes = p.nodes.clone();
     nodes.sort_unstable();

@@ -18,6 +18,8 @@ use metrics::{
     Unit,
 };
 use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
+use sluice_gateway::datanodes::FixedDatanodes;
+use sluice_gateway::epoch::WriteEpochs;
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::{CreditReport, CreditStreamRequest};
 use sluice_test_support::RoleTask;
@@ -244,10 +246,14 @@ impl Cluster {
             credit_idle_timeout: Duration::from_millis(200),
             ..Default::default()
         };
-        let store = BlobStore::with_static_datanodes(
+        let store = BlobStore::start_with_directory(
             config,
-            nodes.iter().map(|n| (n.id, n.endpoint())).collect(),
-        );
+            Arc::new(FixedDatanodes::up(
+                nodes.iter().map(|n| (n.id, n.endpoint())),
+            )),
+            WriteEpochs::fixed(1),
+        )
+        .await?;
         Ok(Cluster { nodes, store })
     }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Result;
 use bytes::Bytes;
 use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
-use sluice_gateway::datanodes::DatanodeEntry;
+use sluice_gateway::datanodes::{DatanodeEntry, FixedDatanodes};
 use sluice_gateway::epoch::{EpochConfig, EpochService, MAX_LIVE_EPOCHS, WriteEpochs};
 use sluice_gateway::s3::Gateway;
 use sluice_meta_client::{MetaClient, MetaError};
@@ -96,6 +96,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 struct Cluster {
     nodes: Vec<Datanode>,
     store: BlobStore,
+    /// The store's datanode set, marked full by hand.
+    directory: Arc<FixedDatanodes>,
 }
 
 impl Cluster {
@@ -113,17 +115,20 @@ impl Cluster {
             datanode_refresh_interval: Duration::from_secs(60),
             ..Default::default()
         };
-        let store = BlobStore::with_static_datanodes_and_epochs(
-            config,
-            nodes.iter().map(|n| (n.id, n.addr.clone())).collect(),
-            epochs,
-        );
-        Ok(Cluster { nodes, store })
+        let directory = Arc::new(FixedDatanodes::up(
+            nodes.iter().map(|n| (n.id, n.addr.clone())),
+        ));
+        let store = BlobStore::start_with_directory(config, directory.clone(), epochs).await?;
+        Ok(Cluster {
+            nodes,
+            store,
+            directory,
+        })
     }
 
     /// Marks the nodes in `full` live but not writable.
-    fn set_full(&self, full: &[u64]) {
-        self.store.set_datanodes(
+    async fn set_full(&self, full: &[u64]) -> Result<()> {
+        self.directory.set(
             self.nodes
                 .iter()
                 .map(|n| DatanodeEntry {
@@ -133,6 +138,8 @@ impl Cluster {
                 })
                 .collect(),
         );
+        self.store.refresh_datanodes().await?;
+        Ok(())
     }
 
     /// Committed shard files of `blob` on each node: (node, count).
@@ -204,7 +211,7 @@ async fn blob_ids_name_the_write_epoch() -> Result<()> {
 async fn full_datanodes_get_no_new_shards_and_too_few_writable_is_503() -> Result<()> {
     let cluster = Cluster::start(WriteEpochs::fixed(3)).await?;
     // One of seven full: six writable nodes hold every shard.
-    cluster.set_full(&[5]);
+    cluster.set_full(&[5]).await?;
     for i in 0..12 {
         let p = cluster
             .store
@@ -221,7 +228,7 @@ async fn full_datanodes_get_no_new_shards_and_too_few_writable_is_503() -> Resul
     }
     // Three of seven full: 4 writable < write quorum 5, although all 7 are
     // live: refused before any shard is written.
-    cluster.set_full(&[1, 3, 5]);
+    cluster.set_full(&[1, 3, 5]).await?;
     let err = cluster
         .store
         .write("bucket/full", body(STRIPE, 9), None)
@@ -247,7 +254,7 @@ async fn full_datanodes_get_no_new_shards_and_too_few_writable_is_503() -> Resul
         s3.message()
     );
     // Back to writable: writes go through again.
-    cluster.set_full(&[]);
+    cluster.set_full(&[]).await?;
     cluster
         .store
         .write("bucket/again", body(100, 4), None)

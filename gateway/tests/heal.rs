@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use sluice_gateway::GatewayStats;
 use sluice_gateway::blob::{BlobStore, BlobStoreConfig};
+use sluice_gateway::datanodes::{DatanodeEntry, FixedDatanodes};
 use sluice_gateway::epoch::WriteEpochs;
 use sluice_gateway::heal::HealMeta;
 use sluice_gateway::heal::audit::{NodeAudit, NodeWatch, shards_by_node};
@@ -163,7 +164,9 @@ async fn heal_takes_no_buffer_while_a_client_waits_and_holds_at_most_its_stripes
         stall_timeout: Duration::from_secs(5),
         ..Default::default()
     };
-    let store = BlobStore::with_static_datanodes(config, vec![]);
+    let store = fixed_store(config, Vec::new())
+        .await
+        .expect("empty fixed set");
     let stripe = ((K + M) * BLOCK) as u64;
     let gate = HealGate::new(
         1 << 30,
@@ -441,7 +444,27 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-async fn cluster(count: u64) -> Result<(Vec<Datanode>, BlobStore)> {
+/// A store over the fixed datanode set `entries`, writing under epoch 1,
+/// and the set (to mark nodes down by hand).
+async fn fixed_store_and_set(
+    config: BlobStoreConfig,
+    entries: Vec<DatanodeEntry>,
+) -> Result<(BlobStore, Arc<FixedDatanodes>)> {
+    let directory = Arc::new(FixedDatanodes::new(
+        entries,
+        sluice_auth::Transport::Insecure,
+    ));
+    let store =
+        BlobStore::start_with_directory(config, directory.clone(), WriteEpochs::fixed(1)).await?;
+    Ok((store, directory))
+}
+
+async fn fixed_store(config: BlobStoreConfig, entries: Vec<DatanodeEntry>) -> Result<BlobStore> {
+    Ok(fixed_store_and_set(config, entries).await?.0)
+}
+
+/// `count` datanodes, a store over them, and its datanode set.
+async fn cluster(count: u64) -> Result<(Vec<Datanode>, BlobStore, Arc<FixedDatanodes>)> {
     sluice_test_support::init_tracing();
     let mut nodes = Vec::new();
     for id in 1..=count {
@@ -455,11 +478,15 @@ async fn cluster(count: u64) -> Result<(Vec<Datanode>, BlobStore)> {
         datanode_refresh_interval: Duration::from_secs(60),
         ..Default::default()
     };
-    let store = BlobStore::with_static_datanodes(
+    let (store, directory) = fixed_store_and_set(
         config,
-        nodes.iter().map(|n| (n.id, n.addr.clone())).collect(),
-    );
-    Ok((nodes, store))
+        nodes
+            .iter()
+            .map(|n| DatanodeEntry::up(n.id, n.addr.clone()))
+            .collect(),
+    )
+    .await?;
+    Ok((nodes, store, directory))
 }
 
 async fn read_all(store: &BlobStore, p: &Placement) -> Result<Vec<u8>> {
@@ -487,7 +514,7 @@ fn gate(store: &BlobStore) -> HealGate {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rebuild_restores_a_deleted_shard_in_place() -> Result<()> {
-    let (mut nodes, store) = cluster(6).await?;
+    let (mut nodes, store, _) = cluster(6).await?;
     let data = payload(SIZE, 7);
     let p = write_blob(&store, &data).await?;
     // Shard 2 (a data shard) vanishes from its node.
@@ -559,21 +586,22 @@ async fn rebuild_restores_a_deleted_shard_in_place() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rebuild_moves_parity_off_a_down_node_and_a_lost_race_is_reported() -> Result<()> {
-    let (mut nodes, store) = cluster(7).await?;
+    let (mut nodes, store, directory) = cluster(7).await?;
     // Write with node 7 out of the set so the blob lands on 1..=6.
-    store.set_datanodes(
+    directory.set(
         nodes
             .iter()
-            .map(|n| sluice_gateway::datanodes::DatanodeEntry {
+            .map(|n| DatanodeEntry {
                 id: n.id,
                 addr: n.addr.clone(),
                 live: n.id != 7,
                 writable: n.id != 7,
                 free_bytes: 0,
-                ..sluice_gateway::datanodes::DatanodeEntry::up(n.id, "")
+                ..DatanodeEntry::up(n.id, "")
             })
             .collect(),
     );
+    store.refresh_datanodes().await?;
     let data = payload(SIZE, 11);
     let p = write_blob(&store, &data).await?;
     assert!(!p.nodes.contains(&7));
@@ -612,16 +640,17 @@ async fn rebuild_moves_parity_off_a_down_node_and_a_lost_race_is_reported() -> R
     };
     let mut entries: Vec<_> = nodes
         .iter()
-        .map(|n| sluice_gateway::datanodes::DatanodeEntry {
+        .map(|n| DatanodeEntry {
             id: n.id,
             addr: n.addr.clone(),
             live: n.id != down,
             writable: n.id != down,
             free_bytes: 0,
-            ..sluice_gateway::datanodes::DatanodeEntry::up(n.id, "")
+            ..DatanodeEntry::up(n.id, "")
         })
         .collect();
-    store.set_datanodes(entries.clone());
+    directory.set(entries.clone());
+    store.refresh_datanodes().await?;
     assert_eq!(read_all(&store, &without).await?, data);
 
     // Lost race: the compare-and-set is refused.
@@ -653,7 +682,7 @@ async fn rebuild_moves_parity_off_a_down_node_and_a_lost_race_is_reported() -> R
     Ok(())
 }
 
-fn views_from(entries: &[sluice_gateway::datanodes::DatanodeEntry]) -> Vec<NodeView> {
+fn views_from(entries: &[DatanodeEntry]) -> Vec<NodeView> {
     entries
         .iter()
         .map(|e| NodeView {
@@ -667,7 +696,7 @@ fn views_from(entries: &[sluice_gateway::datanodes::DatanodeEntry]) -> Vec<NodeV
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_source_is_skipped_and_reported() -> Result<()> {
-    let (mut nodes, store) = cluster(6).await?;
+    let (mut nodes, store, _) = cluster(6).await?;
     let data = payload(SIZE, 13);
     let p = write_blob(&store, &data).await?;
     // Shard 0 vanished; shard 1's file is damaged (bit flips mid-file).
@@ -722,12 +751,14 @@ async fn a_corrupt_source_is_skipped_and_reported() -> Result<()> {
 #[tokio::test]
 async fn audit_reports_every_shard_of_a_long_down_node_and_counts_silent_nodes_unchecked() {
     // Nodes 1..=6 registered at addresses where nothing listens.
-    let store = BlobStore::with_static_datanodes(
+    let store = fixed_store(
         BlobStoreConfig::default(),
         (1..=6)
-            .map(|i| (i, "http://127.0.0.1:9".to_string()))
+            .map(|i| DatanodeEntry::up(i, "http://127.0.0.1:9"))
             .collect(),
-    );
+    )
+    .await
+    .expect("fixed set");
     let meta = FakeMeta::default();
     for (id, missing) in [("a", vec![]), ("b", vec![5u32])] {
         meta.placements.lock().unwrap().push(PlacedBlob {
