@@ -1,52 +1,44 @@
-//! Byte counts in every role's config, one way: a field is a plain
-//! integer count of bytes in code and reads as an integer or a bytesize
+//! Byte counts in every role's config, one way: a field is a
+//! [`ByteSize`] (the `bytesize` crate's type, re-exported here for the
+//! crates that do not depend on it) and reads as an integer or a bytesize
 //! string in TOML (`65536`, `"64 KiB"`, `"1 GiB"`, `"1.5 MB"`; units per the
 //! `bytesize` crate: SI `KB`/`MB`/… are powers of 1000, IEC `KiB`/`MiB`/…
-//! powers of 1024). It is written back as an integer (`--print-config`).
+//! powers of 1024). It is written back as an integer count of bytes
+//! (`--print-config`): `bytesize`'s own `Serialize` writes a rounded
+//! string ("1.2 MiB") to text formats, which would not read back as the
+//! same count.
 //!
-//! Use `#[serde(with = "sluice_auth::byte_size")]` on a `u64`,
-//! `"sluice_auth::byte_size::as_u32"` on a `u32` (a count past `u32::MAX`
-//! is an error naming it) and `"sluice_auth::byte_size::optional"` on an
-//! `Option<u64>` (absent or `null` is `None`; add `#[serde(default)]`).
+//! Use `#[serde(with = "sluice_auth::byte_size")]` on a `ByteSize` and
+//! `"sluice_auth::byte_size::optional"` on an `Option<ByteSize>` (absent or
+//! `null` is `None`; add `#[serde(default)]`). A role that needs a narrower
+//! range (a block size that must fit a `u32`, say) checks it in its
+//! config's `validate`.
 
+pub use bytesize::ByteSize;
 use serde::{Deserialize, Deserializer, Serializer};
 
-/// Writes a `u64` byte count as an integer.
-pub fn serialize<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_u64(*value)
+/// Writes a byte count as an integer.
+pub fn serialize<S: Serializer>(value: &ByteSize, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u64(value.as_u64())
 }
 
-/// Reads a `u64` byte count from an integer or a bytesize string.
-pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
-    Ok(bytesize::ByteSize::deserialize(deserializer)?.as_u64())
+/// Reads a byte count from an integer or a bytesize string.
+pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ByteSize, D::Error> {
+    ByteSize::deserialize(deserializer)
 }
 
-/// For `u32` fields.
-pub mod as_u32 {
-    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
-
-    /// Writes a `u32` byte count as an integer.
-    pub fn serialize<S: Serializer>(value: &u32, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_u32(*value)
-    }
-
-    /// Reads a byte count that must fit in 32 bits.
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
-        let size = bytesize::ByteSize::deserialize(deserializer)?;
-        u32::try_from(size.as_u64()).map_err(|_| {
-            D::Error::custom(format!("{} bytes does not fit in 32 bits", size.as_u64()))
-        })
-    }
-}
-
-/// For `Option<u64>` fields.
+/// For `Option<ByteSize>` fields.
 pub mod optional {
+    use bytesize::ByteSize;
     use serde::{Deserialize, Deserializer, Serializer};
 
     /// Writes `Some(n)` as an integer and `None` as none.
-    pub fn serialize<S: Serializer>(value: &Option<u64>, serializer: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(
+        value: &Option<ByteSize>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
         match value {
-            Some(v) => serializer.serialize_some(v),
+            Some(v) => serializer.serialize_some(&v.as_u64()),
             None => serializer.serialize_none(),
         }
     }
@@ -54,56 +46,53 @@ pub mod optional {
     /// Reads an optional byte count.
     pub fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
-    ) -> Result<Option<u64>, D::Error> {
-        Ok(Option::<bytesize::ByteSize>::deserialize(deserializer)?.map(|s| s.as_u64()))
+    ) -> Result<Option<ByteSize>, D::Error> {
+        Option::<ByteSize>::deserialize(deserializer)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::ByteSize;
     use serde::{Deserialize, Serialize};
 
     #[derive(Debug, Deserialize, Serialize, PartialEq)]
     struct Sizes {
         #[serde(with = "crate::byte_size")]
-        big: u64,
-        #[serde(with = "crate::byte_size::as_u32")]
-        small: u32,
+        big: ByteSize,
         #[serde(default, with = "crate::byte_size::optional")]
-        maybe: Option<u64>,
+        maybe: Option<ByteSize>,
     }
 
     #[test]
     fn integers_and_bytesize_strings_read_alike() {
-        let a: Sizes = toml::from_str("big = 65536\nsmall = 4096\nmaybe = 1048576").unwrap();
-        let b: Sizes =
-            toml::from_str("big = \"64 KiB\"\nsmall = \"4 KiB\"\nmaybe = \"1 MiB\"").unwrap();
+        let a: Sizes = toml::from_str("big = 65536\nmaybe = 1048576").unwrap();
+        let b: Sizes = toml::from_str("big = \"64 KiB\"\nmaybe = \"1 MiB\"").unwrap();
         assert_eq!(a, b);
         assert_eq!(
             a,
             Sizes {
-                big: 65536,
-                small: 4096,
-                maybe: Some(1 << 20)
+                big: ByteSize(65536),
+                maybe: Some(ByteSize(1 << 20))
             }
         );
-        let si: Sizes = toml::from_str("big = \"1 GB\"\nsmall = \"1 KB\"").unwrap();
-        assert_eq!((si.big, si.small, si.maybe), (1_000_000_000, 1000, None));
-        // Written back as integers.
+        let si: Sizes = toml::from_str("big = \"1 GB\"").unwrap();
+        assert_eq!((si.big, si.maybe), (ByteSize(1_000_000_000), None));
+        // Written back as integers, exactly (not "1.2 MiB").
+        let odd = Sizes {
+            big: ByteSize(1_234_567),
+            maybe: None,
+        };
+        assert_eq!(toml::to_string(&odd).unwrap(), "big = 1234567\n");
         assert_eq!(
             toml::to_string(&a).unwrap(),
-            "big = 65536\nsmall = 4096\nmaybe = 1048576\n"
+            "big = 65536\nmaybe = 1048576\n"
         );
     }
 
     #[test]
     fn bad_sizes_are_refused() {
-        let too_big = toml::from_str::<Sizes>("big = 1\nsmall = \"5 GiB\"").unwrap_err();
-        assert!(
-            too_big.to_string().contains("does not fit in 32 bits"),
-            "{too_big}"
-        );
-        assert!(toml::from_str::<Sizes>("big = \"lots\"\nsmall = 1").is_err());
-        assert!(toml::from_str::<Sizes>("big = -1\nsmall = 1").is_err());
+        assert!(toml::from_str::<Sizes>("big = \"lots\"").is_err());
+        assert!(toml::from_str::<Sizes>("big = -1").is_err());
     }
 }

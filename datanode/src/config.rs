@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use sluice_auth::byte_size::ByteSize;
 use sluice_auth::is_endpoint;
 
 /// Largest accepted `shard_channel_depth` (blocks).
@@ -65,12 +66,12 @@ pub struct Config {
     /// needs credit for a whole block, so keep it at least
     /// `gateways × block size`; see [`Config::write_budget`].
     #[serde(with = "sluice_auth::byte_size::optional")]
-    pub write_budget_bytes: Option<u64>,
+    pub write_budget_bytes: Option<ByteSize>,
     /// For PutShard streams that use credits: fsync the shard's temp file
     /// after every this many bytes written, and re-grant them (bytes,
     /// 1..=write budget).
     #[serde(with = "sluice_auth::byte_size")]
-    pub credit_fsync_bytes: u64,
+    pub credit_fsync_bytes: ByteSize,
     /// For PutShard streams that use credits: fsync what is written when no
     /// block has arrived for this long, so a sender waiting for credit does
     /// not wait on its own unsynced bytes.
@@ -98,11 +99,11 @@ pub struct Config {
     /// heartbeats `writable = false` and PutShard refuses new shards with
     /// `RESOURCE_EXHAUSTED` (bytes; default 1 GiB; 0 = no reserve).
     #[serde(with = "sluice_auth::byte_size")]
-    pub reserved_free_bytes: u64,
+    pub reserved_free_bytes: ByteSize,
     /// Read rate of scrub (bytes per second; default 10 MiB/s; 0 disables
     /// scrub). See [`crate::scrub`].
     #[serde(with = "sluice_auth::byte_size")]
-    pub scrub_bandwidth_bytes_per_sec: u64,
+    pub scrub_bandwidth_bytes_per_sec: ByteSize,
     /// From the start of one scrub pass to the start of the next (default
     /// 7 days; any positive humantime, "100ms" in tests).
     #[serde(with = "humantime_serde")]
@@ -170,13 +171,13 @@ impl Default for Config {
             shard_channel_depth: 8,
             shutdown_grace: Duration::from_secs(10),
             write_budget_bytes: None,
-            credit_fsync_bytes: DEFAULT_CREDIT_FSYNC_BYTES,
+            credit_fsync_bytes: ByteSize(DEFAULT_CREDIT_FSYNC_BYTES),
             credit_fsync_idle: Duration::from_millis(5),
             gc_interval: Duration::from_secs(600),
             gc_grace: Duration::from_secs(600),
             gc_max_ops_per_sec: DEFAULT_GC_MAX_OPS_PER_SEC,
-            reserved_free_bytes: DEFAULT_RESERVED_FREE_BYTES,
-            scrub_bandwidth_bytes_per_sec: DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC,
+            reserved_free_bytes: ByteSize(DEFAULT_RESERVED_FREE_BYTES),
+            scrub_bandwidth_bytes_per_sec: ByteSize(DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC),
             scrub_interval: DEFAULT_SCRUB_INTERVAL,
             metrics_listen: None,
             zone: String::new(),
@@ -262,9 +263,9 @@ impl Config {
         if budget == 0 {
             return Err(ConfigError::ZeroWriteBudget);
         }
-        if !(1..=budget).contains(&self.credit_fsync_bytes) {
+        if !(1..=budget).contains(&self.credit_fsync_bytes.as_u64()) {
             return Err(ConfigError::BadCreditFsyncBytes {
-                fsync: self.credit_fsync_bytes,
+                fsync: self.credit_fsync_bytes.as_u64(),
                 budget,
             });
         }
@@ -318,7 +319,7 @@ impl Config {
     /// [`DEFAULT_WRITE_BUDGET_BYTES`] when unset.
     pub fn write_budget(&self) -> u64 {
         self.write_budget_bytes
-            .unwrap_or(DEFAULT_WRITE_BUDGET_BYTES)
+            .map_or(DEFAULT_WRITE_BUDGET_BYTES, |b| b.as_u64())
     }
 }
 
@@ -368,13 +369,13 @@ mod tests {
         assert_eq!(c.shutdown_grace, Duration::from_secs(10));
         assert_eq!(c.write_budget_bytes, None);
         assert_eq!(c.write_budget(), 64 * 1024 * 1024);
-        assert_eq!(c.credit_fsync_bytes, 1024 * 1024);
+        assert_eq!(c.credit_fsync_bytes, ByteSize(1024 * 1024));
         assert_eq!(c.credit_fsync_idle, Duration::from_millis(5));
         assert_eq!(c.gc_interval, Duration::from_secs(600));
         assert_eq!(c.gc_grace, Duration::from_secs(600));
         assert_eq!(c.gc_max_ops_per_sec, 2000);
-        assert_eq!(c.reserved_free_bytes, 1 << 30);
-        assert_eq!(c.scrub_bandwidth_bytes_per_sec, 10 << 20);
+        assert_eq!(c.reserved_free_bytes, ByteSize(1 << 30));
+        assert_eq!(c.scrub_bandwidth_bytes_per_sec, ByteSize(10 << 20));
         assert_eq!(c.scrub_interval, Duration::from_secs(7 * 24 * 3600));
         insecure(&c).validate().expect("valid");
 
@@ -382,8 +383,8 @@ mod tests {
             "reserved_free_bytes = 0\nscrub_bandwidth_bytes_per_sec = 0\nscrub_interval = \"50ms\"",
         )
         .expect("parse disk fields");
-        assert_eq!(c.reserved_free_bytes, 0);
-        assert_eq!(c.scrub_bandwidth_bytes_per_sec, 0);
+        assert_eq!(c.reserved_free_bytes, ByteSize(0));
+        assert_eq!(c.scrub_bandwidth_bytes_per_sec, ByteSize(0));
         assert_eq!(c.scrub_interval, Duration::from_millis(50));
         insecure(&c)
             .validate()
@@ -394,10 +395,10 @@ mod tests {
             "write_budget_bytes = \"128 MiB\"\ncredit_fsync_bytes = \"2 MiB\"\nreserved_free_bytes = \"5 GiB\"\nscrub_bandwidth_bytes_per_sec = \"20 MiB\"",
         )
         .expect("parse bytesize strings");
-        assert_eq!(c.write_budget_bytes, Some(128 << 20));
-        assert_eq!(c.credit_fsync_bytes, 2 << 20);
-        assert_eq!(c.reserved_free_bytes, 5 << 30);
-        assert_eq!(c.scrub_bandwidth_bytes_per_sec, 20 << 20);
+        assert_eq!(c.write_budget_bytes, Some(ByteSize(128 << 20)));
+        assert_eq!(c.credit_fsync_bytes, ByteSize(2 << 20));
+        assert_eq!(c.reserved_free_bytes, ByteSize(5 << 30));
+        assert_eq!(c.scrub_bandwidth_bytes_per_sec, ByteSize(20 << 20));
 
         let c: Config =
             toml::from_str("gc_interval = \"100ms\"\ngc_grace = \"2s\"\ngc_max_ops_per_sec = 50")
@@ -416,7 +417,7 @@ mod tests {
         )
         .expect("parse credit fields");
         assert_eq!(c.write_budget(), 4 * 1024 * 1024);
-        assert_eq!(c.credit_fsync_bytes, 256 * 1024);
+        assert_eq!(c.credit_fsync_bytes, ByteSize(256 * 1024));
         assert_eq!(c.credit_fsync_idle, Duration::from_millis(2));
         insecure(&c).validate().expect("valid");
 
@@ -435,10 +436,10 @@ mod tests {
         insecure(&c).validate().expect("example valid");
         assert_eq!(c.gc_grace, Duration::from_secs(600));
         assert_eq!(c.gc_max_ops_per_sec, DEFAULT_GC_MAX_OPS_PER_SEC);
-        assert_eq!(c.reserved_free_bytes, DEFAULT_RESERVED_FREE_BYTES);
+        assert_eq!(c.reserved_free_bytes, ByteSize(DEFAULT_RESERVED_FREE_BYTES));
         assert_eq!(
             c.scrub_bandwidth_bytes_per_sec,
-            DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC
+            ByteSize(DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC)
         );
         assert_eq!(c.scrub_interval, DEFAULT_SCRUB_INTERVAL);
     }
@@ -507,11 +508,11 @@ mod tests {
             ConfigError::BadShardChannelDepth(0)
         );
         assert_eq!(
-            bad(|c| c.write_budget_bytes = Some(0)),
+            bad(|c| c.write_budget_bytes = Some(ByteSize(0))),
             ConfigError::ZeroWriteBudget
         );
         assert_eq!(
-            bad(|c| c.credit_fsync_bytes = 0),
+            bad(|c| c.credit_fsync_bytes = ByteSize(0)),
             ConfigError::BadCreditFsyncBytes {
                 fsync: 0,
                 budget: DEFAULT_WRITE_BUDGET_BYTES
@@ -519,8 +520,8 @@ mod tests {
         );
         assert_eq!(
             bad(|c| {
-                c.write_budget_bytes = Some(1000);
-                c.credit_fsync_bytes = 1001;
+                c.write_budget_bytes = Some(ByteSize(1000));
+                c.credit_fsync_bytes = ByteSize(1001);
             }),
             ConfigError::BadCreditFsyncBytes {
                 fsync: 1001,

@@ -100,7 +100,10 @@ pub async fn run(
     crate::space::log_filesystem(&config.data_dir);
     let store = DiskStore::open(&config.data_dir, config.node_id).await?;
     let locks = BlobLocks::new();
-    let space = Arc::new(DiskSpace::new(&config.data_dir, config.reserved_free_bytes));
+    let space = Arc::new(DiskSpace::new(
+        &config.data_dir,
+        config.reserved_free_bytes.as_u64(),
+    ));
     let cancel = CancellationToken::new();
     let stop_accepting = CancellationToken::new();
     let tasks = TaskTracker::new();
@@ -108,7 +111,7 @@ pub async fn run(
         node_id: config.node_id,
         shard_channel_depth: config.shard_channel_depth,
         write_budget: config.write_budget(),
-        credit_fsync_bytes: config.credit_fsync_bytes,
+        credit_fsync_bytes: config.credit_fsync_bytes.as_u64(),
         credit_fsync_idle: config.credit_fsync_idle,
         max_shard_streams: config.max_shard_streams,
     };
@@ -133,7 +136,7 @@ pub async fn run(
         reporter: MetaReporter::new(gc_meta),
         node_id: config.node_id,
         interval: config.scrub_interval,
-        bandwidth: config.scrub_bandwidth_bytes_per_sec,
+        bandwidth: config.scrub_bandwidth_bytes_per_sec.as_u64(),
         progress: Arc::new(ScrubProgress::default()),
     };
     tasks.spawn(scrubber.run(cancel.clone()));

@@ -3,6 +3,7 @@
 //! client acting as one or two gateways. Every wait is on a condition with
 //! a timeout.
 
+use sluice_auth::byte_size::ByteSize;
 use std::path::Path;
 use std::time::Duration;
 
@@ -49,8 +50,8 @@ impl Node {
             meta_endpoints: vec![format!("http://{meta}")],
             heartbeat_interval: Duration::from_millis(100),
             shutdown_grace: Duration::from_secs(2),
-            write_budget_bytes: Some(BUDGET),
-            credit_fsync_bytes: FSYNC_BYTES,
+            write_budget_bytes: Some(ByteSize(BUDGET)),
+            credit_fsync_bytes: ByteSize(FSYNC_BYTES),
             insecure_cluster: true,
             ..Config::default()
         };

@@ -4,6 +4,7 @@
 //! filling up: ENOSPC fails only the shard being written, the free-space
 //! reserve refuses new shards, and deleting makes room again.
 
+use sluice_auth::byte_size::ByteSize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -46,8 +47,8 @@ async fn config(node_id: u64, data_dir: &Path, reserve: u64) -> Result<(Config, 
         meta_endpoints: vec![unreachable_endpoint().await?],
         heartbeat_interval: Duration::from_millis(100),
         shutdown_grace: Duration::from_secs(2),
-        reserved_free_bytes: reserve,
-        scrub_bandwidth_bytes_per_sec: 0,
+        reserved_free_bytes: ByteSize(reserve),
+        scrub_bandwidth_bytes_per_sec: ByteSize(0),
         insecure_cluster: true,
         ..Config::default()
     };

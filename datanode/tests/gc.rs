@@ -8,6 +8,7 @@
 //! always closed), so meta answers them collectable and GC deletes them,
 //! while the placed shard is kept.
 
+use sluice_auth::byte_size::ByteSize;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -54,7 +55,7 @@ async fn start_meta(dir: &Path) -> Result<(Running<sluice_meta::Error>, String)>
         listen: addr,
         advertise_addr: endpoint.clone(),
         data_dir: dir.to_path_buf(),
-        sled_cache_bytes: 4 << 20,
+        sled_cache_bytes: ByteSize(4 << 20),
         heartbeat_interval: Duration::from_millis(100),
         election_timeout_min: Duration::from_millis(400),
         election_timeout_max: Duration::from_millis(800),
@@ -210,7 +211,7 @@ async fn a_running_datanode_registers_its_disk_and_collects_garbage() -> Result<
         shutdown_grace: Duration::from_secs(2),
         gc_interval: Duration::from_millis(100),
         gc_grace: HOUR,
-        reserved_free_bytes: 0,
+        reserved_free_bytes: ByteSize(0),
         insecure_cluster: true,
         ..Config::default()
     };

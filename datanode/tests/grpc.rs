@@ -2,6 +2,7 @@
 //! data dir, driven by the generated client. Meta is deliberately
 //! unreachable: the node must serve while registration keeps retrying.
 
+use sluice_auth::byte_size::ByteSize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -46,7 +47,7 @@ impl Node {
             insecure_cluster: true,
             // These tests corrupt shard files on purpose to test the read
             // path; a scrub pass racing them would quarantine the file.
-            scrub_bandwidth_bytes_per_sec: 0,
+            scrub_bandwidth_bytes_per_sec: ByteSize(0),
             ..Config::default()
         };
         let (stop, stopped) = oneshot::channel::<()>();

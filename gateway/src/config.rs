@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use sluice_auth::byte_size::ByteSize;
 
 /// Largest `k + m` the Reed–Solomon code over GF(2^8) supports.
 pub const MAX_TOTAL_SHARDS: usize = 256;
@@ -71,8 +72,8 @@ pub struct Config {
     pub parity_shards: u32,
     /// Bytes per shard block in a full stripe, at most 8 MiB (default 262144,
     /// so a 4+2 stripe holds 1 MiB of payload).
-    #[serde(with = "sluice_auth::byte_size::as_u32")]
-    pub block_size: u32,
+    #[serde(with = "sluice_auth::byte_size")]
+    pub block_size: ByteSize,
     /// Shards that must be durable before a blob is committed, in `k..=k+m`.
     /// `None` (the default) means `k + 1`.
     pub write_quorum: Option<u32>,
@@ -108,7 +109,7 @@ pub struct Config {
     pub body_timeout: Duration,
     /// See `body_timeout` (integer or bytesize string, default 16 KiB).
     #[serde(with = "sluice_auth::byte_size")]
-    pub body_min_bytes: u64,
+    pub body_min_bytes: ByteSize,
     /// Idle time of an S3 connection before TCP keepalive probes start
     /// (default 60 s); `"0s"` turns TCP keepalive off.
     #[serde(with = "humantime_serde")]
@@ -121,7 +122,7 @@ pub struct Config {
     /// holds a signed chunk whole to check its signature; a larger one is
     /// refused with `400 InvalidRequest` before its data is read.
     #[serde(with = "sluice_auth::byte_size")]
-    pub max_aws_chunk_bytes: u64,
+    pub max_aws_chunk_bytes: ByteSize,
     /// Largest object body stored inline in its metadata record instead of
     /// erasure-coded shards (default 4 KiB; integer or bytesize string; 0
     /// turns inlining off; at most [`MAX_INLINE_BYTES`]). A PutObject or
@@ -131,7 +132,7 @@ pub struct Config {
     /// replicated, in meta's store. MinIO inlines up to 128 KiB in xl.meta,
     /// Garage up to 3 KiB in its object table.
     #[serde(with = "sluice_auth::byte_size")]
-    pub inline_max_bytes: u64,
+    pub inline_max_bytes: ByteSize,
     /// Most background deletions in flight of blobs this gateway wrote but
     /// whose commit meta refused (released blobs are deleted by meta, not
     /// here); a request that discards one while all are busy waits for a
@@ -155,12 +156,12 @@ pub struct Config {
     /// for its next stripe's share and stops reading its socket meanwhile.
     /// Unset = [`DEFAULT_BUFFER_BUDGET_BYTES`]; see [`Config::buffer_budget`].
     #[serde(with = "sluice_auth::byte_size::optional")]
-    pub buffer_budget_bytes: Option<u64>,
+    pub buffer_budget_bytes: Option<ByteSize>,
     /// Bytes of decoded stripes all GETs together may hold (the read-side
     /// twin of `buffer_budget_bytes`). Unset = [`DEFAULT_READ_BUDGET_BYTES`];
     /// see [`Config::read_budget`].
     #[serde(with = "sluice_auth::byte_size::optional")]
-    pub read_budget_bytes: Option<u64>,
+    pub read_budget_bytes: Option<ByteSize>,
     /// Longest a request waits for a stripe buffer, and a shard block for
     /// datanode credit, before the request ends with `503 SlowDown`
     /// (default 30 s).
@@ -181,7 +182,7 @@ pub struct Config {
     /// Shard bytes per second the heal worker may write (integer or
     /// bytesize string, default 32 MiB); 0 disables heal.
     #[serde(with = "sluice_auth::byte_size")]
-    pub heal_bandwidth_bytes_per_sec: u64,
+    pub heal_bandwidth_bytes_per_sec: ByteSize,
     /// How often the degraded list is polled (default 10 s).
     #[serde(with = "humantime_serde")]
     pub heal_interval: Duration,
@@ -200,7 +201,7 @@ pub struct Config {
     /// current datanode set gives (e.g. onto a new datanode); see
     /// `crate::heal::mover`. Draining nodes are emptied at the heal rate.
     #[serde(with = "sluice_auth::byte_size")]
-    pub rebalance_bandwidth_bytes_per_sec: u64,
+    pub rebalance_bandwidth_bytes_per_sec: ByteSize,
     /// `[cluster_tls]`: this gateway's certificate (role `gateway`; each
     /// gateway process needs its own id, which the datanodes use for its
     /// credit), key and the cluster CA, for mutual TLS to meta and the
@@ -277,7 +278,7 @@ impl Default for Config {
             s3_plaintext: false,
             data_shards: 4,
             parity_shards: 2,
-            block_size: 256 * 1024,
+            block_size: ByteSize::kib(256),
             write_quorum: None,
             datanode_refresh_interval: Duration::from_secs(2),
             shard_channel_depth: 4,
@@ -286,11 +287,11 @@ impl Default for Config {
             header_read_timeout: crate::listener::DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: crate::listener::DEFAULT_IDLE_TIMEOUT,
             body_timeout: crate::listener::DEFAULT_BODY_TIMEOUT,
-            body_min_bytes: crate::listener::DEFAULT_BODY_MIN_BYTES,
+            body_min_bytes: ByteSize(crate::listener::DEFAULT_BODY_MIN_BYTES),
             tcp_keepalive: crate::listener::DEFAULT_TCP_KEEPALIVE,
             http2: false,
-            max_aws_chunk_bytes: crate::listener::DEFAULT_MAX_AWS_CHUNK_BYTES,
-            inline_max_bytes: DEFAULT_INLINE_BYTES,
+            max_aws_chunk_bytes: ByteSize(crate::listener::DEFAULT_MAX_AWS_CHUNK_BYTES),
+            inline_max_bytes: ByteSize(DEFAULT_INLINE_BYTES),
             max_background_deletes: 64,
             shutdown_grace: Duration::from_secs(30),
             metrics_listen: None,
@@ -301,12 +302,12 @@ impl Default for Config {
             credit_idle_timeout: Duration::from_secs(2),
             epoch_rotation: crate::epoch::DEFAULT_EPOCH_ROTATION,
             heal_enabled: true,
-            heal_bandwidth_bytes_per_sec: DEFAULT_HEAL_BANDWIDTH_BYTES_PER_SEC,
+            heal_bandwidth_bytes_per_sec: ByteSize(DEFAULT_HEAL_BANDWIDTH_BYTES_PER_SEC),
             heal_interval: Duration::from_secs(10),
             audit_interval: Duration::from_secs(6 * 3600),
             node_down_after: Duration::from_secs(600),
             heal_concurrency: 2,
-            rebalance_bandwidth_bytes_per_sec: DEFAULT_REBALANCE_BANDWIDTH_BYTES_PER_SEC,
+            rebalance_bandwidth_bytes_per_sec: ByteSize(DEFAULT_REBALANCE_BANDWIDTH_BYTES_PER_SEC),
             cluster_tls: None,
             insecure_cluster: false,
         }
@@ -382,7 +383,7 @@ impl BlobStoreConfig {
             }
         }
         if self.block_size > MAX_BLOCK_SIZE {
-            return Err(ConfigError::BlockSize(as_u32(self.block_size)));
+            return Err(ConfigError::BlockSize(self.block_size as u64));
         }
         let total = self.data_shards.saturating_add(self.parity_shards);
         if total > MAX_TOTAL_SHARDS {
@@ -422,7 +423,7 @@ pub enum ConfigError {
     #[error("`{0}` must be greater than zero")]
     Zero(&'static str),
     #[error("block_size {0} exceeds {max} bytes", max = MAX_BLOCK_SIZE)]
-    BlockSize(u32),
+    BlockSize(u64),
     #[error("data_shards + parity_shards = {0} exceeds {MAX_TOTAL_SHARDS}")]
     TooManyShards(u32),
     #[error(
@@ -513,11 +514,11 @@ impl Config {
             ("max_pending_connections", self.max_pending_connections),
             (
                 "body_min_bytes",
-                usize::try_from(self.body_min_bytes).unwrap_or(usize::MAX),
+                usize::try_from(self.body_min_bytes.as_u64()).unwrap_or(usize::MAX),
             ),
             (
                 "max_aws_chunk_bytes",
-                usize::try_from(self.max_aws_chunk_bytes).unwrap_or(usize::MAX),
+                usize::try_from(self.max_aws_chunk_bytes.as_u64()).unwrap_or(usize::MAX),
             ),
             ("max_background_deletes", self.max_background_deletes),
             ("max_inflight_requests", self.max_inflight_requests),
@@ -539,8 +540,8 @@ impl Config {
                 return Err(ConfigError::Zero(name));
             }
         }
-        if self.inline_max_bytes > MAX_INLINE_BYTES {
-            return Err(ConfigError::InlineMax(self.inline_max_bytes));
+        if self.inline_max_bytes.as_u64() > MAX_INLINE_BYTES {
+            return Err(ConfigError::InlineMax(self.inline_max_bytes.as_u64()));
         }
         // The data path's rules (shards, block size, quorum, intervals,
         // budgets) are written once, on the config the gateway derives.
@@ -559,13 +560,14 @@ impl Config {
     /// [`DEFAULT_BUFFER_BUDGET_BYTES`] when unset.
     pub fn buffer_budget(&self) -> u64 {
         self.buffer_budget_bytes
-            .unwrap_or(DEFAULT_BUFFER_BUDGET_BYTES)
+            .map_or(DEFAULT_BUFFER_BUDGET_BYTES, |b| b.as_u64())
     }
 
     /// The read buffer budget in bytes: `read_budget_bytes`, or
     /// [`DEFAULT_READ_BUDGET_BYTES`] when unset.
     pub fn read_budget(&self) -> u64 {
-        self.read_budget_bytes.unwrap_or(DEFAULT_READ_BUDGET_BYTES)
+        self.read_budget_bytes
+            .map_or(DEFAULT_READ_BUDGET_BYTES, |b| b.as_u64())
     }
 
     /// Bytes one full stripe costs either budget: `(k + m) * block_size`
@@ -581,7 +583,8 @@ impl Config {
         BlobStoreConfig {
             data_shards: self.data_shards as usize,
             parity_shards: self.parity_shards as usize,
-            block_size: self.block_size as usize,
+            // Past usize (32-bit targets) fails the block-size check.
+            block_size: usize::try_from(self.block_size.as_u64()).unwrap_or(usize::MAX),
             write_quorum: self.effective_write_quorum() as usize,
             datanode_refresh_interval: self.datanode_refresh_interval,
             shard_channel_depth: self.shard_channel_depth,
@@ -609,8 +612,8 @@ impl Config {
     pub fn body_limits(&self) -> crate::listener::BodyLimits {
         crate::listener::BodyLimits {
             body_timeout: self.body_timeout,
-            body_min_bytes: self.body_min_bytes,
-            max_aws_chunk_bytes: self.max_aws_chunk_bytes,
+            body_min_bytes: self.body_min_bytes.as_u64(),
+            max_aws_chunk_bytes: self.max_aws_chunk_bytes.as_u64(),
         }
     }
 
@@ -738,7 +741,7 @@ mod tests {
         assert_eq!(config.meta_endpoints.len(), 2);
         assert_eq!(config.data_shards, 4);
         assert_eq!(config.parity_shards, 2);
-        assert_eq!(config.block_size, 128 * 1024);
+        assert_eq!(config.block_size, ByteSize::kib(128));
         assert_eq!(config.write_quorum, Some(6));
         assert_eq!(config.datanode_refresh_interval, Duration::from_millis(500));
         assert_eq!(config.shard_channel_depth, 4);
@@ -746,7 +749,7 @@ mod tests {
         assert_eq!(config.effective_write_quorum(), 6);
 
         let plain: Config = toml::from_str("block_size = 4096").expect("integer size");
-        assert_eq!(plain.block_size, 4096);
+        assert_eq!(plain.block_size, ByteSize(4096));
     }
 
     #[test]
@@ -780,14 +783,14 @@ mod tests {
         "#;
         let config: Config = toml::from_str(text).expect("parse");
         assert_eq!(config.max_inflight_requests, 8);
-        assert_eq!(config.buffer_budget_bytes, Some(4 * 1024 * 1024));
+        assert_eq!(config.buffer_budget_bytes, Some(ByteSize(4 * 1024 * 1024)));
         assert_eq!(config.buffer_budget(), 4 * 1024 * 1024);
         assert_eq!(config.read_budget(), 2 * 1024 * 1024);
         assert_eq!(config.stall_timeout, Duration::from_millis(50));
         assert_eq!(config.credit_idle_timeout, Duration::from_millis(500));
         let config = Config {
-            buffer_budget_bytes: Some(4 << 20),
-            read_budget_bytes: Some(2 << 20),
+            buffer_budget_bytes: Some(ByteSize(4 << 20)),
+            read_budget_bytes: Some(ByteSize(2 << 20)),
             ..valid()
         };
         let back: Config =
@@ -820,9 +823,12 @@ mod tests {
         insecure(&config).validate().expect("valid uncommented");
         assert_eq!(
             config.buffer_budget_bytes,
-            Some(DEFAULT_BUFFER_BUDGET_BYTES)
+            Some(ByteSize(DEFAULT_BUFFER_BUDGET_BYTES))
         );
-        assert_eq!(config.read_budget_bytes, Some(DEFAULT_READ_BUDGET_BYTES));
+        assert_eq!(
+            config.read_budget_bytes,
+            Some(ByteSize(DEFAULT_READ_BUDGET_BYTES))
+        );
     }
 
     #[test]
@@ -830,8 +836,8 @@ mod tests {
         let stripe = 6 * 256 * 1024;
         assert_eq!(
             Config {
-                buffer_budget_bytes: Some(stripe),
-                read_budget_bytes: Some(stripe),
+                buffer_budget_bytes: Some(ByteSize(stripe)),
+                read_budget_bytes: Some(ByteSize(stripe)),
                 ..valid()
             }
             .validate(),
@@ -839,7 +845,7 @@ mod tests {
         );
         assert_eq!(
             Config {
-                buffer_budget_bytes: Some(stripe - 1),
+                buffer_budget_bytes: Some(ByteSize(stripe - 1)),
                 ..valid()
             }
             .validate(),
@@ -851,7 +857,7 @@ mod tests {
         );
         assert_eq!(
             Config {
-                read_budget_bytes: Some(1024),
+                read_budget_bytes: Some(ByteSize(1024)),
                 ..valid()
             }
             .validate(),
@@ -863,7 +869,7 @@ mod tests {
         );
         assert_eq!(
             Config {
-                buffer_budget_bytes: Some(u64::MAX),
+                buffer_budget_bytes: Some(ByteSize(u64::MAX)),
                 ..valid()
             }
             .validate(),
@@ -1028,11 +1034,21 @@ mod tests {
         );
         assert_eq!(
             Config {
-                block_size: 16 << 20,
+                block_size: ByteSize::mib(16),
                 ..valid()
             }
             .validate(),
             Err(ConfigError::BlockSize(16 << 20))
+        );
+        // Past 32 bits reads, then fails the same check with its own value.
+        let huge: Config = toml::from_str("block_size = \"5 GiB\"").expect("a byte size");
+        assert_eq!(
+            Config {
+                block_size: huge.block_size,
+                ..valid()
+            }
+            .validate(),
+            Err(ConfigError::BlockSize(5 << 30))
         );
     }
 }

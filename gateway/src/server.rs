@@ -598,7 +598,7 @@ pub async fn run_with_meta(
         config.region.clone(),
         config.max_background_deletes,
     )
-    .with_inline_max(config.inline_max_bytes);
+    .with_inline_max(config.inline_max_bytes.as_u64());
     let limiter = InflightLimiter::new(config.max_inflight_requests, stats);
     let health = Arc::new(GatewayHealth::new(
         meta_for_health,
@@ -626,8 +626,8 @@ pub async fn run_with_meta(
         header_read_timeout = ?limits.header_read_timeout,
         idle_timeout = ?limits.idle_timeout,
         body_timeout = ?config.body_timeout,
-        body_min_bytes = config.body_min_bytes,
-        max_aws_chunk_bytes = config.max_aws_chunk_bytes,
+        body_min_bytes = config.body_min_bytes.as_u64(),
+        max_aws_chunk_bytes = config.max_aws_chunk_bytes.as_u64(),
         http2 = limits.http2,
         "S3 listener limits"
     );

@@ -6,6 +6,7 @@
 //! registration in the background, which is harmless); the store uses a
 //! fixed datanode list.
 
+use sluice_auth::byte_size::ByteSize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +55,7 @@ impl Datanode {
             insecure_cluster: true,
             // Tests here damage shard files on purpose; a scrub pass racing
             // them would quarantine the file first.
-            scrub_bandwidth_bytes_per_sec: 0,
+            scrub_bandwidth_bytes_per_sec: ByteSize(0),
             ..Default::default()
         };
         let task = RoleTask::spawn(|stop| sluice_datanode::run(config, listener, stop));

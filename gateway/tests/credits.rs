@@ -6,6 +6,7 @@
 //! is returned, a restarted datanode's credit stream reconnects, and
 //! datanodes that grant nothing end a write with `DatanodesBusy`.
 
+use sluice_auth::byte_size::ByteSize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -184,8 +185,8 @@ impl Datanode {
             meta_endpoints: vec!["http://127.0.0.1:9".into()],
             heartbeat_interval: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(1),
-            write_budget_bytes: Some(DN_BUDGET),
-            credit_fsync_bytes: 64 * KIB,
+            write_budget_bytes: Some(ByteSize(DN_BUDGET)),
+            credit_fsync_bytes: ByteSize(64 * KIB),
             insecure_cluster: true,
             ..Default::default()
         };

@@ -2,6 +2,7 @@
 //! pure tests; the rebuild of one blob against six or seven real datanodes
 //! (real gRPC, real shard files) with a recording fake of the meta calls.
 
+use sluice_auth::byte_size::ByteSize;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -402,7 +403,7 @@ impl Datanode {
             insecure_cluster: true,
             // Tests here damage shard files on purpose; a scrub pass racing
             // them would quarantine the file first.
-            scrub_bandwidth_bytes_per_sec: 0,
+            scrub_bandwidth_bytes_per_sec: ByteSize(0),
             ..Default::default()
         };
         let task = RoleTask::spawn(|stop| sluice_datanode::run(config, listener, stop));

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use sluice_auth::byte_size::ByteSize;
 use sluice_auth::is_endpoint;
 
 /// Configuration of one meta node. Every field has a default (see
@@ -48,7 +49,7 @@ pub struct Config {
     pub join: bool,
     /// sled page cache size in bytes. Default 64 MiB.
     #[serde(with = "sluice_auth::byte_size")]
-    pub sled_cache_bytes: u64,
+    pub sled_cache_bytes: ByteSize,
     /// Raft election timeout range. Defaults 1s and 2s.
     #[serde(with = "humantime_serde")]
     pub election_timeout_min: Duration,
@@ -161,7 +162,7 @@ impl Default for Config {
             data_dir: PathBuf::from("data/meta"),
             voters: BTreeMap::new(),
             join: false,
-            sled_cache_bytes: 64 * 1024 * 1024,
+            sled_cache_bytes: ByteSize::mib(64),
             election_timeout_min: Duration::from_millis(1000),
             election_timeout_max: Duration::from_millis(2000),
             heartbeat_interval: Duration::from_millis(250),
@@ -260,8 +261,8 @@ impl Config {
         if self.datanode_liveness.is_zero() {
             return Err(ConfigError::Liveness);
         }
-        if self.sled_cache_bytes < 1024 * 1024 {
-            return Err(ConfigError::CacheTooSmall(self.sled_cache_bytes));
+        if self.sled_cache_bytes < ByteSize::mib(1) {
+            return Err(ConfigError::CacheTooSmall(self.sled_cache_bytes.as_u64()));
         }
         if self.stale_upload_check_interval.is_zero() {
             return Err(ConfigError::StaleUploadCheckInterval);
@@ -391,7 +392,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.node_id, 2);
-        assert_eq!(c.sled_cache_bytes, 128 * 1024 * 1024);
+        assert_eq!(c.sled_cache_bytes, ByteSize::mib(128));
         assert_eq!(c.election_timeout_min, Duration::from_millis(500));
         assert_eq!(c.voters.len(), 2);
         assert_eq!(c.snapshot_logs_since_last, 5000);
@@ -408,7 +409,7 @@ mod tests {
         insecure(&s).validate().unwrap();
 
         let n: Config = toml::from_str("sled_cache_bytes = 2097152").unwrap();
-        assert_eq!(n.sled_cache_bytes, 2 * 1024 * 1024);
+        assert_eq!(n.sled_cache_bytes, ByteSize::mib(2));
         assert!(toml::from_str::<Config>("bogus = 1").is_err());
         assert!(toml::from_str::<Config>("[voters]\nx = \"http://a:1\"").is_err());
         // Serializes back to TOML that parses to the same config.

@@ -223,7 +223,7 @@ pub async fn run(
             raft.clone(),
         )),
         loads: Arc::clone(&loads),
-        memory_budget: config.sled_cache_bytes,
+        memory_budget: config.sled_cache_bytes.as_u64(),
         transport: transport.clone(),
     };
     let meta = MetaService {
@@ -330,7 +330,7 @@ async fn schedule_snapshots(raft: MetaRaft, snapshot_bytes: Arc<AtomicU64>, min_
 async fn open_store(config: &Config) -> Result<SledStore, Error> {
     let started = Instant::now();
     loop {
-        match SledStore::open(&config.data_dir, config.sled_cache_bytes) {
+        match SledStore::open(&config.data_dir, config.sled_cache_bytes.as_u64()) {
             Ok(s) => return Ok(s),
             Err(e) if started.elapsed() < STORE_RELEASE_WAIT && is_lock_error(&e) => {
                 tokio::time::sleep(Duration::from_millis(20)).await;

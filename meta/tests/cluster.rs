@@ -2,6 +2,7 @@
 //! three voters with leader failover, snapshot catch-up and restart; a
 //! single voter restarted on the same directory.
 
+use sluice_auth::byte_size::ByteSize;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -54,7 +55,7 @@ impl Node {
             advertise_addr: url(self.addr),
             data_dir: self.dir.clone(),
             voters: self.voters.clone(),
-            sled_cache_bytes: 4 << 20,
+            sled_cache_bytes: ByteSize(4 << 20),
             heartbeat_interval: Duration::from_millis(100),
             election_timeout_min: Duration::from_millis(400),
             election_timeout_max: Duration::from_millis(800),

@@ -2,6 +2,7 @@
 //! (generation bump, duplicate-id refusal), capacity in ListDatanodes, and
 //! the heal reads and writes (ReportMissing, ListPlacements, Collectable).
 
+use sluice_auth::byte_size::ByteSize;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -60,7 +61,7 @@ async fn registry_capacity_and_heal_on_a_real_node() -> Result<()> {
         advertise_addr: url(addr),
         data_dir: tmp.path().join("meta1"),
         voters: BTreeMap::new(),
-        sled_cache_bytes: 4 << 20,
+        sled_cache_bytes: ByteSize(4 << 20),
         heartbeat_interval: Duration::from_millis(100),
         election_timeout_min: Duration::from_millis(400),
         election_timeout_max: Duration::from_millis(800),

@@ -46,6 +46,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use sluice_auth::byte_size::ByteSize;
+
 /// One mebibyte, in bytes.
 pub const MIB: u64 = 1024 * 1024;
 /// One gibibyte, in bytes.
@@ -433,13 +435,13 @@ impl fmt::Display for Budget {
 }
 
 /// Fills `slot` with `derived` if unset; returns the effective [`Budget`].
-fn fill(slot: &mut Option<u64>, derived: u64, node: &str, budget: &'static str) -> Budget {
+fn fill(slot: &mut Option<ByteSize>, derived: u64, node: &str, budget: &'static str) -> Budget {
     let origin = if slot.is_some() {
         Origin::Config
     } else {
         Origin::Derived
     };
-    let bytes = *slot.get_or_insert(derived);
+    let bytes = slot.get_or_insert(ByteSize(derived)).as_u64();
     Budget {
         node: node.to_string(),
         budget,
@@ -454,7 +456,7 @@ pub fn meta_budgets(config: &sluice_meta::Config) -> Vec<Budget> {
     vec![Budget {
         node: format!("meta-{}", config.node_id),
         budget: "meta_sled_cache",
-        bytes: config.sled_cache_bytes,
+        bytes: config.sled_cache_bytes.as_u64(),
         origin: Origin::Config,
     }]
 }
@@ -657,7 +659,7 @@ mod tests {
             ..Default::default()
         };
         let b = apply_datanode(&mut unset, DEV_DATANODE_WRITE, 2 * GIB);
-        assert_eq!(unset.write_budget_bytes, Some(64 * MIB));
+        assert_eq!(unset.write_budget_bytes, Some(ByteSize(64 * MIB)));
         assert_eq!(
             b,
             vec![Budget {
@@ -673,11 +675,11 @@ mod tests {
         );
 
         let mut set = sluice_datanode::Config {
-            write_budget_bytes: Some(4 * MIB),
+            write_budget_bytes: Some(ByteSize(4 * MIB)),
             ..Default::default()
         };
         let b = apply_datanode(&mut set, DATANODE_WRITE, 24 * GIB);
-        assert_eq!(set.write_budget_bytes, Some(4 * MIB));
+        assert_eq!(set.write_budget_bytes, Some(ByteSize(4 * MIB)));
         assert_eq!((b[0].bytes, b[0].origin), (4 * MIB, Origin::Config));
 
         let meta = meta_budgets(&sluice_meta::Config::default());
@@ -697,29 +699,29 @@ mod tests {
                 ("gateway_read", 256 * MIB, Origin::Derived)
             ]
         );
-        assert_eq!(config.buffer_budget_bytes, Some(512 * MIB));
-        assert_eq!(config.read_budget_bytes, Some(256 * MIB));
+        assert_eq!(config.buffer_budget_bytes, Some(ByteSize(512 * MIB)));
+        assert_eq!(config.read_budget_bytes, Some(ByteSize(256 * MIB)));
 
         // A configured buffer budget is kept; reads default to half of it.
         let mut config = sluice_gateway::Config {
-            buffer_budget_bytes: Some(40 * MIB),
+            buffer_budget_bytes: Some(ByteSize(40 * MIB)),
             ..Default::default()
         };
         let b = apply_gateway(&mut config, DEV_GATEWAY_BUFFER, 24 * GIB);
         assert_eq!((b[0].bytes, b[0].origin), (40 * MIB, Origin::Config));
         assert_eq!((b[1].bytes, b[1].origin), (20 * MIB, Origin::Derived));
-        assert_eq!(config.read_budget_bytes, Some(20 * MIB));
+        assert_eq!(config.read_budget_bytes, Some(ByteSize(20 * MIB)));
 
         // Derived budgets hold at least one stripe of a wide layout.
         let mut wide = sluice_gateway::Config {
             data_shards: 16,
             parity_shards: 4,
-            block_size: 4 * 1024 * 1024,
+            block_size: ByteSize::mib(4),
             ..Default::default()
         };
         apply_gateway(&mut wide, GATEWAY_BUFFER, 64 * MIB);
-        assert_eq!(wide.buffer_budget_bytes, Some(80 * MIB));
-        assert_eq!(wide.read_budget_bytes, Some(80 * MIB));
+        assert_eq!(wide.buffer_budget_bytes, Some(ByteSize(80 * MIB)));
+        assert_eq!(wide.read_budget_bytes, Some(ByteSize(80 * MIB)));
     }
 
     #[test]

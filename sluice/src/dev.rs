@@ -31,6 +31,7 @@ use std::str::FromStr;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use sluice_auth::byte_size::ByteSize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -67,9 +68,13 @@ pub struct DevArgs {
     #[arg(long)]
     https: bool,
     /// Largest object body stored inline in its metadata record (the
-    /// gateway's `inline_max_bytes`; 0 turns it off).
-    #[arg(long, default_value_t = sluice_gateway::config::DEFAULT_INLINE_BYTES)]
-    inline_max_bytes: u64,
+    /// gateway's `inline_max_bytes`; bytes or a size such as "4 KiB"; 0
+    /// turns it off).
+    // A string default: bytesize's Display is rounded SI ("4.1 KB"), and
+    // clap parses a displayed default back (4100 bytes). The test below
+    // holds it equal to the gateway's default.
+    #[arg(long, default_value = "4 KiB")]
+    inline_max_bytes: ByteSize,
 }
 
 /// `--metrics-listen`: an address, or `off`.
@@ -490,4 +495,29 @@ async fn futures_select_first_exit(tasks: &mut [RoleTask]) -> (String, anyhow::R
         Err(e) => Err(anyhow::anyhow!("task panicked: {e}")),
     };
     (names[index].clone(), result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        dev: DevArgs,
+    }
+
+    #[test]
+    fn inline_max_defaults_to_the_gateways_default_and_takes_sizes() {
+        let default = Cli::parse_from(["dev"]).dev.inline_max_bytes;
+        assert_eq!(
+            default,
+            ByteSize(sluice_gateway::config::DEFAULT_INLINE_BYTES)
+        );
+        let set = Cli::parse_from(["dev", "--inline-max-bytes", "16 KiB"]);
+        assert_eq!(set.dev.inline_max_bytes, ByteSize(16 * 1024));
+        let plain = Cli::parse_from(["dev", "--inline-max-bytes", "0"]);
+        assert_eq!(plain.dev.inline_max_bytes, ByteSize(0));
+    }
 }

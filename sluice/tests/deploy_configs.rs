@@ -3,6 +3,7 @@
 //! `[cluster_tls]` files (`/etc/sluice/tls/...`) are pointed at a test CA
 //! holding the certificates the examples name.
 
+use sluice_auth::byte_size::ByteSize;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -98,7 +99,7 @@ fn meta_example_parses() {
         toml::from_str(&deploy("meta.toml")).expect("parse meta.toml");
     config.validate().expect("meta.toml valid");
     assert_eq!(config.voters.len(), 3);
-    assert_eq!(config.sled_cache_bytes, 64 * 1024 * 1024);
+    assert_eq!(config.sled_cache_bytes, ByteSize(64 * 1024 * 1024));
 }
 
 /// The commented `join` example is off by default; uncommented, a node
@@ -185,7 +186,7 @@ fn listener_and_stream_bounds_are_the_defaults() {
     let defaults = sluice_gateway::Config::default();
     assert_eq!(gateway.listener_limits(), defaults.listener_limits());
     assert_eq!(gateway.body_limits(), defaults.body_limits());
-    assert_eq!(gateway.max_aws_chunk_bytes, 16 * 1024 * 1024);
+    assert_eq!(gateway.max_aws_chunk_bytes, ByteSize(16 * 1024 * 1024));
     assert!(!gateway.http2);
     let datanode: sluice_datanode::Config = toml::from_str(&deploy("datanode.toml")).unwrap();
     let defaults = sluice_datanode::Config::default();

@@ -8,6 +8,7 @@
 //! write quorum 5) with the tiny intervals of `fixtures::durable_*`, and
 //! every wait is a condition polled until a deadline.
 
+use sluice_auth::byte_size::ByteSize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -395,7 +396,7 @@ async fn slow_reader_survives_overwrite() -> Result<()> {
             // A small read budget: the gateway cannot read far ahead of the
             // paused client, so the last parts' shards are opened only
             // after the release.
-            c.read_budget_bytes = Some(SLOW_READER_READ_BUDGET);
+            c.read_budget_bytes = Some(ByteSize(SLOW_READER_READ_BUDGET));
         }),
         ..durable_setup()
     };
@@ -645,7 +646,7 @@ async fn full_datanode_takes_no_new_shards() -> Result<()> {
             durable_datanode(c);
             let full = c.node_id == 1;
             if full {
-                c.reserved_free_bytes = crate::fixtures::FULL_DISK_RESERVE;
+                c.reserved_free_bytes = ByteSize(crate::fixtures::FULL_DISK_RESERVE);
             }
         }),
         ..durable_setup()
@@ -691,7 +692,7 @@ async fn full_datanode_takes_no_new_shards() -> Result<()> {
     // A second full node: 4 writable < write quorum 5.
     let on_2_before = c.shard_files(1).map_err(anyhow::Error::msg)?.len();
     c.datanodes[1].stop().await?;
-    c.datanodes[1].config.reserved_free_bytes = crate::fixtures::FULL_DISK_RESERVE;
+    c.datanodes[1].config.reserved_free_bytes = ByteSize(crate::fixtures::FULL_DISK_RESERVE);
     c.datanodes[1].start().await?;
     c.wait_datanodes_live().await?;
     wait_writable(&c, &[1, 2]).await?;

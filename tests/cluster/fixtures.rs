@@ -10,6 +10,7 @@
 //! [`cluster_tls`]) issues each node's certificate, and the fixture's own
 //! gRPC calls use a gateway certificate of its own ([`harness_transport`]).
 
+use sluice_auth::byte_size::ByteSize;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -290,9 +291,9 @@ pub const FENCING_EPOCH_LEASE: Duration = Duration::from_secs(1);
 pub fn durable_datanode(c: &mut sluice_datanode::Config) {
     c.gc_interval = Duration::from_millis(200);
     c.gc_grace = Duration::from_millis(100);
-    c.reserved_free_bytes = 1;
+    c.reserved_free_bytes = ByteSize(1);
     c.scrub_interval = Duration::from_secs(3600);
-    c.scrub_bandwidth_bytes_per_sec = 1024 * 1024 * 1024;
+    c.scrub_bandwidth_bytes_per_sec = ByteSize(1024 * 1024 * 1024);
 }
 
 /// A `reserved_free_bytes` larger than any test machine's free space (1 PiB):
@@ -310,7 +311,7 @@ pub fn durable_gateway(c: &mut sluice_gateway::Config) {
     c.heal_interval = Duration::from_millis(200);
     c.audit_interval = Duration::from_secs(1);
     c.node_down_after = Duration::from_secs(2);
-    c.heal_bandwidth_bytes_per_sec = 1024 * 1024 * 1024;
+    c.heal_bandwidth_bytes_per_sec = ByteSize(1024 * 1024 * 1024);
     c.heal_concurrency = 4;
 }
 
@@ -517,7 +518,7 @@ fn meta_config_base(
         data_dir: dir,
         voters,
         cluster_tls: Some(cluster_tls(AuthRole::Meta, &id.to_string())),
-        sled_cache_bytes: 8 * 1024 * 1024,
+        sled_cache_bytes: ByteSize(8 * 1024 * 1024),
         // Small, so the scenario's restarts go through snapshot install and
         // restore rather than only log replay.
         snapshot_logs_since_last: 20,
@@ -548,7 +549,7 @@ fn datanode_config(
         heartbeat_interval: Duration::from_millis(300),
         shutdown_grace: Duration::from_secs(5),
         // Test dirs share the machine's disk: no free-space reserve.
-        reserved_free_bytes: 0,
+        reserved_free_bytes: ByteSize(0),
         ..Default::default()
     }
 }
@@ -563,7 +564,7 @@ fn gateway_config(listen: SocketAddr, meta_endpoints: Vec<String>) -> sluice_gat
         cluster_tls: Some(cluster_tls(AuthRole::Gateway, "gw")),
         data_shards: 4,
         parity_shards: 2,
-        block_size: 256 * 1024,
+        block_size: ByteSize::kib(256),
         datanode_refresh_interval: Duration::from_millis(300),
         shutdown_grace: Duration::from_secs(5),
         s3_plaintext: true,

@@ -3,6 +3,7 @@
 //! cluster: silent connections, a stalled body, an oversized signed
 //! aws-chunked chunk, `/health/live` and `/health/ready` on the S3 port.
 
+use sluice_auth::byte_size::ByteSize;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -250,7 +251,7 @@ async fn silent_connections_do_not_lock_out_clients() -> Result<()> {
 
 fn slow_body_gateway(c: &mut sluice_gateway::Config) {
     c.body_timeout = Duration::from_secs(2);
-    c.body_min_bytes = 16 * 1024;
+    c.body_min_bytes = ByteSize(16 * 1024);
 }
 
 /// A client that stops sending mid-body is cut off with `400

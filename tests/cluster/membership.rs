@@ -11,6 +11,7 @@
 //! 3. A new datanode 9 on a new host takes new writes at once, and
 //!    rebalance moves existing shards onto it.
 
+use sluice_auth::byte_size::ByteSize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -49,7 +50,7 @@ fn gateway(c: &mut sluice_gateway::Config) {
     durable_gateway(c);
     // Stopped nodes stay "down", not lost, for this test's reads.
     c.node_down_after = Duration::from_secs(120);
-    c.rebalance_bandwidth_bytes_per_sec = 1024 * 1024 * 1024;
+    c.rebalance_bandwidth_bytes_per_sec = ByteSize(1024 * 1024 * 1024);
 }
 
 async fn admin_list(cluster: &TestCluster) -> Result<Vec<DatanodeStatus>, MetaError> {

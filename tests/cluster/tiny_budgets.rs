@@ -10,6 +10,7 @@
 //! * A one-stripe buffer budget held by a slow PUT: another PUT waits
 //!   `stall_timeout` for a buffer, then gets `503 SlowDown`.
 
+use sluice_auth::byte_size::ByteSize;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -33,10 +34,10 @@ const OBJECT: usize = 2 * PART + 300 * KIB + 7;
 
 fn tiny_budgets() -> Overrides {
     Overrides {
-        datanode: Some(|c| c.write_budget_bytes = Some(BUDGET)),
+        datanode: Some(|c| c.write_budget_bytes = Some(ByteSize(BUDGET))),
         gateway: Some(|c| {
-            c.buffer_budget_bytes = Some(BUDGET);
-            c.read_budget_bytes = Some(BUDGET);
+            c.buffer_budget_bytes = Some(ByteSize(BUDGET));
+            c.read_budget_bytes = Some(ByteSize(BUDGET));
             // ~96 requests take turns at ~2.7 stripes of buffer: on a
             // loaded CI machine a turn can take longer than the default
             // 30 s. This test is about backpressure; the stall SlowDown is
@@ -322,7 +323,7 @@ async fn a_put_without_a_buffer_within_stall_timeout_gets_slow_down() -> Result<
         Overrides {
             gateway: Some(|c| {
                 // Exactly one stripe of (4 + 2) * 256 KiB.
-                c.buffer_budget_bytes = Some(6 * 256 * KIB as u64);
+                c.buffer_budget_bytes = Some(ByteSize(6 * 256 * KIB as u64));
                 c.stall_timeout = STALL;
             }),
             ..Overrides::default()

@@ -7,6 +7,7 @@
 //! under a second and can run many at once; faults are armed on
 //! [`MemCluster::faults`].
 
+use sluice_auth::byte_size::ByteSize;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -84,7 +85,7 @@ impl MemCluster {
             listen: unused_socket(),
             advertise_addr: META.into(),
             data_dir: dir.path().to_path_buf(),
-            sled_cache_bytes: 4 << 20,
+            sled_cache_bytes: ByteSize(4 << 20),
             heartbeat_interval: Duration::from_millis(100),
             election_timeout_min: Duration::from_millis(400),
             election_timeout_max: Duration::from_millis(800),

@@ -157,13 +157,13 @@ impl HealConfig {
     /// The heal settings of a gateway config.
     pub fn from_config(c: &crate::Config) -> Self {
         HealConfig {
-            bandwidth_bytes_per_sec: c.heal_bandwidth_bytes_per_sec,
+            bandwidth_bytes_per_sec: c.heal_bandwidth_bytes_per_sec.as_u64(),
             heal_interval: c.heal_interval,
             audit_interval: c.audit_interval,
             node_down_after: c.node_down_after,
             concurrency: c.heal_concurrency.max(1),
             stall_timeout: c.stall_timeout,
-            rebalance_bandwidth_bytes_per_sec: c.rebalance_bandwidth_bytes_per_sec,
+            rebalance_bandwidth_bytes_per_sec: c.rebalance_bandwidth_bytes_per_sec.as_u64(),
         }
     }
 }

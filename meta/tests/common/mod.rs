@@ -2,6 +2,7 @@
 //! node, record builders, and the lost-response fault.
 #![allow(dead_code)] // each test binary uses a subset
 
+use sluice_auth::byte_size::ByteSize;
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -50,7 +51,7 @@ impl Node {
             listen: addr,
             advertise_addr: format!("http://{addr}"),
             data_dir: dir.to_path_buf(),
-            sled_cache_bytes: 4 << 20,
+            sled_cache_bytes: ByteSize(4 << 20),
             heartbeat_interval: Duration::from_millis(100),
             election_timeout_min: Duration::from_millis(400),
             election_timeout_max: Duration::from_millis(800),
