@@ -6,93 +6,24 @@
 //! registration in the background, which is harmless); the store uses a
 //! fixed datanode list.
 
-use sluice_auth::byte_size::ByteSize;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
+use common::{Datanode, EPOCH, walk};
 use futures::StreamExt;
 use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
-use sluice_gateway::datanodes::FixedDatanodes;
-use sluice_gateway::epoch::WriteEpochs;
 use sluice_proto::meta::Placement;
-use sluice_test_support::{RoleTask, payload};
-use tempfile::TempDir;
-use tokio::net::TcpListener;
+use sluice_test_support::payload;
 
 const K: usize = 4;
 const M: usize = 2;
 /// Small blocks so a few hundred KiB span many stripes.
 const BLOCK: usize = 4096;
 const STRIPE: u64 = (K * BLOCK) as u64;
-/// The write epoch the blob ids name.
-const EPOCH: u64 = 1;
-
-struct Datanode {
-    id: u64,
-    addr: String,
-    dir: TempDir,
-    task: RoleTask<sluice_datanode::Error>,
-}
-
-impl Datanode {
-    async fn start(id: u64) -> Result<Datanode> {
-        let dir = tempfile::tempdir()?;
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let local = listener.local_addr()?;
-        let addr = format!("http://{local}");
-        let config = sluice_datanode::Config {
-            node_id: id,
-            listen: local,
-            advertise_addr: addr.clone(),
-            data_dir: dir.path().to_path_buf(),
-            // Nothing listens there: registration just keeps retrying.
-            meta_endpoints: vec!["http://127.0.0.1:9".into()],
-            heartbeat_interval: Duration::from_secs(30),
-            shutdown_grace: Duration::from_secs(1),
-            insecure_cluster: true,
-            // Tests here damage shard files on purpose; a scrub pass racing
-            // them would quarantine the file first.
-            scrub_bandwidth_bytes_per_sec: ByteSize(0),
-            ..Default::default()
-        };
-        let task = RoleTask::spawn(|stop| sluice_datanode::run(config, listener, stop));
-        Ok(Datanode {
-            id,
-            addr,
-            dir,
-            task,
-        })
-    }
-
-    async fn shut_down(&mut self) -> Result<()> {
-        self.task.stop().await
-    }
-
-    /// Committed shard files and temp files under this node's data dir.
-    fn shard_files(&self) -> Result<Vec<PathBuf>> {
-        let mut out = Vec::new();
-        walk(&self.dir.path().join("shards"), &mut out)?;
-        Ok(out)
-    }
-}
-
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    if !dir.exists() {
-        return Ok(());
-    }
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            walk(&path, out)?;
-        } else {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
 
 struct Cluster {
     nodes: Vec<Datanode>,
@@ -104,7 +35,7 @@ impl Cluster {
         sluice_test_support::init_tracing();
         let mut nodes = Vec::new();
         for id in 1..=6 {
-            nodes.push(Datanode::start(id).await?);
+            nodes.push(Datanode::start(id, common::no_scrub).await?);
         }
         let config = BlobStoreConfig {
             data_shards: K,
@@ -115,14 +46,7 @@ impl Cluster {
             shard_channel_depth: 4,
             ..Default::default()
         };
-        let store = BlobStore::start_with_directory(
-            config,
-            Arc::new(FixedDatanodes::up(
-                nodes.iter().map(|n| (n.id, n.addr.clone())),
-            )),
-            WriteEpochs::fixed(EPOCH),
-        )
-        .await?;
+        let (store, _) = common::fixed_store(config, common::up(&nodes)).await?;
         Ok(Cluster { nodes, store })
     }
 

@@ -6,26 +6,24 @@
 //! is returned, a restarted datanode's credit stream reconnects, and
 //! datanodes that grant nothing end a write with `DatanodesBusy`.
 
-use sluice_auth::byte_size::ByteSize;
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
+use common::Datanode;
 use futures::StreamExt;
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString,
     Unit,
 };
+use sluice_auth::byte_size::ByteSize;
 use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
-use sluice_gateway::datanodes::FixedDatanodes;
-use sluice_gateway::epoch::WriteEpochs;
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::{CreditReport, CreditStreamRequest};
-use sluice_test_support::RoleTask;
-use tempfile::TempDir;
-use tokio::net::TcpListener;
 
 const K: usize = 4;
 const M: usize = 2;
@@ -148,75 +146,15 @@ fn init_tracing() {
     sluice_test_support::init_tracing();
 }
 
-// ---- datanodes ----
-
-struct Datanode {
-    id: u64,
-    addr: std::net::SocketAddr,
-    dir: TempDir,
-    task: RoleTask<sluice_datanode::Error>,
+/// `name{node=<id>}`: how the recorder keys datanode `node`'s series.
+fn series(node: &Datanode, name: &str) -> String {
+    format!("{name}{{node={}}}", node.id)
 }
 
-impl Datanode {
-    async fn start(id: u64) -> Result<Datanode> {
-        let dir = tempfile::tempdir()?;
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let mut node = Datanode {
-            id,
-            addr: listener.local_addr()?,
-            dir,
-            task: RoleTask::default(),
-        };
-        node.run(listener);
-        Ok(node)
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn run(&mut self, listener: TcpListener) {
-        let config = sluice_datanode::Config {
-            node_id: self.id,
-            listen: self.addr,
-            advertise_addr: self.endpoint(),
-            data_dir: self.dir.path().to_path_buf(),
-            // Nothing listens there: registration just keeps retrying.
-            meta_endpoints: vec!["http://127.0.0.1:9".into()],
-            heartbeat_interval: Duration::from_secs(30),
-            shutdown_grace: Duration::from_secs(1),
-            write_budget_bytes: Some(ByteSize(DN_BUDGET)),
-            credit_fsync_bytes: ByteSize(64 * KIB),
-            insecure_cluster: true,
-            ..Default::default()
-        };
-        self.task = RoleTask::spawn(|stop| sluice_datanode::run(config, listener, stop));
-    }
-
-    async fn shut_down(&mut self) -> Result<()> {
-        self.task.stop().await
-    }
-
-    /// Starts the stopped node again on the same address and directory.
-    async fn start_again(&mut self) -> Result<()> {
-        let started = Instant::now();
-        let listener = loop {
-            match TcpListener::bind(self.addr).await {
-                Ok(l) => break l,
-                Err(e) if started.elapsed() < WAIT => {
-                    tracing::debug!(error = %e, "rebinding");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(e) => bail!("rebinding {}: {e}", self.addr),
-            }
-        };
-        self.run(listener);
-        Ok(())
-    }
-
-    fn series(&self, name: &str) -> String {
-        format!("{name}{{node={}}}", self.id)
-    }
+/// Tiny write budgets and frequent fsyncs, so credit runs out often.
+fn tiny_budget(c: &mut sluice_datanode::Config) {
+    c.write_budget_bytes = Some(ByteSize(DN_BUDGET));
+    c.credit_fsync_bytes = ByteSize(64 * KIB);
 }
 
 struct Cluster {
@@ -232,7 +170,7 @@ impl Cluster {
         recorder();
         let mut nodes = Vec::new();
         for id in first_id..first_id + 6 {
-            nodes.push(Datanode::start(id).await?);
+            nodes.push(Datanode::start(id, tiny_budget).await?);
         }
         let config = BlobStoreConfig {
             data_shards: K,
@@ -247,14 +185,7 @@ impl Cluster {
             credit_idle_timeout: Duration::from_millis(200),
             ..Default::default()
         };
-        let store = BlobStore::start_with_directory(
-            config,
-            Arc::new(FixedDatanodes::up(
-                nodes.iter().map(|n| (n.id, n.endpoint())),
-            )),
-            WriteEpochs::fixed(1),
-        )
-        .await?;
+        let (store, _) = common::fixed_store(config, common::up(&nodes)).await?;
         Ok(Cluster { nodes, store })
     }
 
@@ -270,13 +201,13 @@ impl Cluster {
     fn check_ledgers(&self) -> Result<()> {
         let r = recorder();
         for n in &self.nodes {
-            let violations = r.counter(&n.series("sluice_datanode_credit_violations_total"));
+            let violations = r.counter(&series(n, "sluice_datanode_credit_violations_total"));
             ensure!(
                 violations == 0,
                 "datanode {}: {violations} credit violations",
                 n.id
             );
-            let (_, in_flight) = r.gauge(&n.series("sluice_datanode_credit_inflight_bytes"));
+            let (_, in_flight) = r.gauge(&series(n, "sluice_datanode_credit_inflight_bytes"));
             ensure!(
                 in_flight <= DN_BUDGET as f64,
                 "datanode {}: {in_flight} bytes in flight > budget {DN_BUDGET}",
@@ -415,7 +346,7 @@ async fn a_restarted_datanode_grants_again_after_reconnect() -> Result<()> {
             .ok_or_else(|| format!("{stats:?}"))
     })
     .await?;
-    cluster.nodes[2].start_again().await?;
+    cluster.nodes[2].start_again(WAIT).await?;
     // The broken stream lost its credit and reconnects with backoff; the
     // next write's PutShard waits for it, so it does not go out on the dead
     // connection and the restarted node gets its shard.
@@ -486,7 +417,7 @@ async fn datanodes_without_credit_end_the_write_with_datanodes_busy() -> Result<
     // One datanode without credit (the hog gets the budget once the
     // gateway's idle credit has been returned): its shard fails after the stall
     // timeout, the write quorum (5 of 6) still holds.
-    let hog_a = hog(&cluster.nodes[0].endpoint()).await?;
+    let hog_a = hog(&cluster.nodes[0].addr).await?;
     let p = cluster
         .store
         .write("bucket/one-starved", body(&data), None)
@@ -500,7 +431,7 @@ async fn datanodes_without_credit_end_the_write_with_datanodes_busy() -> Result<
     ensure!(read_all(&cluster.store, &p).await? == data[..]);
 
     // Two: the write fails as DatanodesBusy (a SlowDown for the client).
-    let hog_b = hog(&cluster.nodes[1].endpoint()).await?;
+    let hog_b = hog(&cluster.nodes[1].addr).await?;
     let started = Instant::now();
     let err = cluster
         .store

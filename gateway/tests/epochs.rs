@@ -6,12 +6,14 @@
 //! The datanodes point at an unreachable meta (their registration retries
 //! in the background, harmlessly); the store uses a fixed datanode list.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
 use bytes::Bytes;
+use common::Datanode;
 use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
 use sluice_gateway::datanodes::{DatanodeEntry, FixedDatanodes};
 use sluice_gateway::epoch::{EpochConfig, EpochService, MAX_LIVE_EPOCHS, WriteEpochs};
@@ -19,79 +21,12 @@ use sluice_gateway::s3::Gateway;
 use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::blob_id;
 use sluice_proto::meta::{ErrorCode, OpenEpochResponse};
-use sluice_test_support::RoleTask;
-use tempfile::TempDir;
-use tokio::net::TcpListener;
 
 const K: usize = 4;
 const M: usize = 2;
 const BLOCK: usize = 4096;
 const STRIPE: usize = K * BLOCK;
 const NODES: u64 = 7;
-
-struct Datanode {
-    id: u64,
-    addr: String,
-    dir: TempDir,
-    task: RoleTask<sluice_datanode::Error>,
-}
-
-impl Datanode {
-    async fn start(id: u64) -> Result<Datanode> {
-        let dir = tempfile::tempdir()?;
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let local = listener.local_addr()?;
-        let addr = format!("http://{local}");
-        let config = sluice_datanode::Config {
-            node_id: id,
-            listen: local,
-            advertise_addr: addr.clone(),
-            data_dir: dir.path().to_path_buf(),
-            meta_endpoints: vec!["http://127.0.0.1:9".into()],
-            heartbeat_interval: Duration::from_secs(30),
-            shutdown_grace: Duration::from_secs(1),
-            insecure_cluster: true,
-            ..Default::default()
-        };
-        let task = RoleTask::spawn(|stop| sluice_datanode::run(config, listener, stop));
-        Ok(Datanode {
-            id,
-            addr,
-            dir,
-            task,
-        })
-    }
-
-    async fn shut_down(&mut self) -> Result<()> {
-        self.task.stop().await
-    }
-
-    /// Committed shard file names (no temp files) under the data dir.
-    fn shard_files(&self) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        walk(&self.dir.path().join("shards"), &mut out)?;
-        Ok(out
-            .into_iter()
-            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .filter(|n| !n.contains(".tmp-"))
-            .collect())
-    }
-}
-
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    if !dir.exists() {
-        return Ok(());
-    }
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            walk(&path, out)?;
-        } else {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
 
 struct Cluster {
     nodes: Vec<Datanode>,
@@ -105,7 +40,7 @@ impl Cluster {
         sluice_test_support::init_tracing();
         let mut nodes = Vec::new();
         for id in 1..=NODES {
-            nodes.push(Datanode::start(id).await?);
+            nodes.push(Datanode::start(id, common::defaults).await?);
         }
         let config = BlobStoreConfig {
             data_shards: K,
@@ -115,10 +50,8 @@ impl Cluster {
             datanode_refresh_interval: Duration::from_secs(60),
             ..Default::default()
         };
-        let directory = Arc::new(FixedDatanodes::up(
-            nodes.iter().map(|n| (n.id, n.addr.clone())),
-        ));
-        let store = BlobStore::start_with_directory(config, directory.clone(), epochs).await?;
+        let (store, directory) =
+            common::fixed_store_with(config, common::up(&nodes), epochs).await?;
         Ok(Cluster {
             nodes,
             store,
@@ -151,7 +84,8 @@ impl Cluster {
                 let count = n
                     .shard_files()?
                     .iter()
-                    .filter(|f| f.starts_with(&prefix))
+                    .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .filter(|f| f.starts_with(&prefix) && !f.contains(".tmp-"))
                     .count();
                 Ok((n.id, count))
             })

@@ -2,15 +2,16 @@
 //! pure tests; the rebuild of one blob against six or seven real datanodes
 //! (real gRPC, real shard files) with a recording fake of the meta calls.
 
-use sluice_auth::byte_size::ByteSize;
+mod common;
+
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use async_trait::async_trait;
 use bytes::Bytes;
+use common::Datanode;
 use futures::StreamExt;
 use sluice_gateway::GatewayStats;
 use sluice_gateway::blob::{BlobStore, BlobStoreConfig};
@@ -27,9 +28,7 @@ use sluice_proto::meta::{
     BeginHealRequest, DatanodeInfo, ErrorCode, ListPlacementsRequest, ListPlacementsResponse,
     PlacedBlob, Placement, ShardRef, UpdatePlacementRequest,
 };
-use sluice_test_support::{RoleTask, payload};
-use tempfile::TempDir;
-use tokio::net::TcpListener;
+use sluice_test_support::payload;
 
 const K: usize = 4;
 const M: usize = 2;
@@ -165,7 +164,7 @@ async fn heal_takes_no_buffer_while_a_client_waits_and_holds_at_most_its_stripes
         stall_timeout: Duration::from_secs(5),
         ..Default::default()
     };
-    let store = fixed_store(config, Vec::new())
+    let (store, _) = common::fixed_store(config, Vec::new())
         .await
         .expect("empty fixed set");
     let stripe = ((K + M) * BLOCK) as u64;
@@ -378,98 +377,12 @@ impl HealMeta for FakeMeta {
 
 // ------------------------------------------------------------ real datanodes
 
-struct Datanode {
-    id: u64,
-    addr: String,
-    dir: TempDir,
-    task: RoleTask<sluice_datanode::Error>,
-}
-
-impl Datanode {
-    async fn start(id: u64) -> Result<Datanode> {
-        let dir = tempfile::tempdir()?;
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let local = listener.local_addr()?;
-        let addr = format!("http://{local}");
-        let config = sluice_datanode::Config {
-            node_id: id,
-            listen: local,
-            advertise_addr: addr.clone(),
-            data_dir: dir.path().to_path_buf(),
-            // Nothing listens there: registration just keeps retrying.
-            meta_endpoints: vec!["http://127.0.0.1:9".into()],
-            heartbeat_interval: Duration::from_secs(30),
-            shutdown_grace: Duration::from_secs(1),
-            insecure_cluster: true,
-            // Tests here damage shard files on purpose; a scrub pass racing
-            // them would quarantine the file first.
-            scrub_bandwidth_bytes_per_sec: ByteSize(0),
-            ..Default::default()
-        };
-        let task = RoleTask::spawn(|stop| sluice_datanode::run(config, listener, stop));
-        Ok(Datanode {
-            id,
-            addr,
-            dir,
-            task,
-        })
-    }
-
-    async fn shut_down(&mut self) -> Result<()> {
-        self.task.stop().await
-    }
-
-    /// The committed file of shard `index` of `blob_id`, if any.
-    fn shard_file(&self, blob_id: &str, index: u32) -> Result<Option<PathBuf>> {
-        let mut out = Vec::new();
-        walk(&self.dir.path().join("shards"), &mut out)?;
-        let name = format!("{blob_id}.{index}");
-        Ok(out
-            .into_iter()
-            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy() == name)))
-    }
-}
-
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    if !dir.exists() {
-        return Ok(());
-    }
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            walk(&path, out)?;
-        } else {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
-/// A store over the fixed datanode set `entries`, writing under epoch 1,
-/// and the set (to mark nodes down by hand).
-async fn fixed_store_and_set(
-    config: BlobStoreConfig,
-    entries: Vec<DatanodeEntry>,
-) -> Result<(BlobStore, Arc<FixedDatanodes>)> {
-    let directory = Arc::new(FixedDatanodes::new(
-        entries,
-        sluice_auth::Transport::Insecure,
-    ));
-    let store =
-        BlobStore::start_with_directory(config, directory.clone(), WriteEpochs::fixed(1)).await?;
-    Ok((store, directory))
-}
-
-async fn fixed_store(config: BlobStoreConfig, entries: Vec<DatanodeEntry>) -> Result<BlobStore> {
-    Ok(fixed_store_and_set(config, entries).await?.0)
-}
-
 /// `count` datanodes, a store over them, and its datanode set.
 async fn cluster(count: u64) -> Result<(Vec<Datanode>, BlobStore, Arc<FixedDatanodes>)> {
     sluice_test_support::init_tracing();
     let mut nodes = Vec::new();
     for id in 1..=count {
-        nodes.push(Datanode::start(id).await?);
+        nodes.push(Datanode::start(id, common::no_scrub).await?);
     }
     let config = BlobStoreConfig {
         data_shards: K,
@@ -479,14 +392,7 @@ async fn cluster(count: u64) -> Result<(Vec<Datanode>, BlobStore, Arc<FixedDatan
         datanode_refresh_interval: Duration::from_secs(60),
         ..Default::default()
     };
-    let (store, directory) = fixed_store_and_set(
-        config,
-        nodes
-            .iter()
-            .map(|n| DatanodeEntry::up(n.id, n.addr.clone()))
-            .collect(),
-    )
-    .await?;
+    let (store, directory) = common::fixed_store(config, common::up(&nodes)).await?;
     Ok((nodes, store, directory))
 }
 
@@ -752,7 +658,7 @@ async fn a_corrupt_source_is_skipped_and_reported() -> Result<()> {
 #[tokio::test]
 async fn audit_reports_every_shard_of_a_long_down_node_and_counts_silent_nodes_unchecked() {
     // Nodes 1..=6 registered at addresses where nothing listens.
-    let store = fixed_store(
+    let (store, _) = common::fixed_store(
         BlobStoreConfig::default(),
         (1..=6)
             .map(|i| DatanodeEntry::up(i, "http://127.0.0.1:9"))
