@@ -3,11 +3,11 @@
 //! client acting as one or two gateways. Every wait is on a condition with
 //! a timeout.
 
-use sluice_auth::byte_size::ByteSize;
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use sluice_auth::byte_size::ByteSize;
 use sluice_datanode::{Config, MAX_MESSAGE_BYTES, block_crc32c, run};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::put_shard_request::Msg;

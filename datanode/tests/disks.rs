@@ -4,12 +4,12 @@
 //! filling up: ENOSPC fails only the shard being written, the free-space
 //! reserve refuses new shards, and deleting makes room again.
 
-use sluice_auth::byte_size::ByteSize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use sluice_auth::byte_size::ByteSize;
 use sluice_datanode::{Config, Error, block_crc32c, run};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::put_shard_request::Msg;

@@ -8,12 +8,12 @@
 //! always closed), so meta answers them collectable and GC deletes them,
 //! while the placed shard is kept.
 
-use sluice_auth::byte_size::ByteSize;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
+use sluice_auth::byte_size::ByteSize;
 use sluice_datanode::gc::{GcError, GcPass, MetaOracle, collect};
 use sluice_datanode::locks::BlobLocks;
 use sluice_datanode::store::{Block, DiskStore, ShardKey, ShardStore, ShardWriter};

@@ -2,11 +2,11 @@
 //! data dir, driven by the generated client. Meta is deliberately
 //! unreachable: the node must serve while registration keeps retrying.
 
-use sluice_auth::byte_size::ByteSize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use sluice_auth::byte_size::ByteSize;
 use sluice_datanode::store::list_position;
 use sluice_datanode::{Config, MAX_MESSAGE_BYTES, block_crc32c, run};
 use sluice_proto::datanode::datanode_client::DatanodeClient;

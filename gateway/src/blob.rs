@@ -137,7 +137,7 @@ struct Inner {
     pool: Datanodes,
     /// Where the datanode set is read from: meta, or a fixed set.
     directory: Arc<dyn DatanodeDirectory>,
-    /// When the datanode set was last read from meta; also serializes
+    /// When the datanode set was last read; also serializes
     /// on-demand refreshes.
     last_refresh: tokio::sync::Mutex<Instant>,
     /// Stops the refresh task; cancelled by [`BlobStore::stop`] and on drop.
@@ -151,6 +151,19 @@ struct Inner {
     /// The write epochs every new blob id names.
     epochs: WriteEpochs,
     stats: GatewayStats,
+}
+
+impl Inner {
+    /// Reads the datanode set from the directory into the pool; credit
+    /// streams of datanodes no longer listed end. Returns how many
+    /// datanodes are live. The one refresh behind the periodic, on-demand
+    /// and explicit ones.
+    async fn refresh(&self) -> Result<usize, MetaError> {
+        let live = self.pool.refresh(&*self.directory).await?;
+        let known: Vec<u64> = self.pool.entries().iter().map(|e| e.id).collect();
+        self.credits.retain(|id| known.contains(&id));
+        Ok(live)
+    }
 }
 
 impl Drop for Inner {
@@ -273,12 +286,7 @@ impl BlobStore {
     /// set last read stays in use.
     pub async fn refresh_datanodes(&self) -> Result<usize, BlobError> {
         let mut last = self.inner.last_refresh.lock().await;
-        let live = self
-            .inner
-            .pool
-            .refresh(&*self.inner.directory)
-            .await
-            .map_err(BlobError::Meta)?;
+        let live = self.inner.refresh().await.map_err(BlobError::Meta)?;
         *last = Instant::now();
         Ok(live)
     }
@@ -477,14 +485,14 @@ impl BlobStore {
             .await;
     }
 
-    /// Re-reads the datanode set from meta now, unless another refresh
+    /// Re-reads the datanode set now, unless another refresh
     /// was attempted within [`MIN_ON_DEMAND_REFRESH`] (attempts, not
     /// successes, are rate-limited: while meta is down, concurrent writers
     /// must not queue up behind one timeout each).
     pub(crate) async fn refresh_on_demand(&self) {
         let mut last = self.inner.last_refresh.lock().await;
         if last.elapsed() >= MIN_ON_DEMAND_REFRESH {
-            if let Err(e) = self.inner.pool.refresh(&*self.inner.directory).await {
+            if let Err(e) = self.inner.refresh().await {
                 tracing::warn!(error = %e, "refreshing datanode set");
             }
             *last = Instant::now();
@@ -605,20 +613,16 @@ async fn refresh_loop(store: Weak<Inner>, stop: CancellationToken, interval: Dur
             _ = ticker.tick() => {}
         }
         let Some(inner) = store.upgrade() else { break };
-        let directory = Arc::clone(&inner.directory);
         let refreshed = tokio::select! {
             () = stop.cancelled() => break,
-            r = inner.pool.refresh(&*directory) => r,
+            r = inner.refresh() => r,
         };
         match refreshed {
             Ok(live) => {
                 *inner.last_refresh.lock().await = Instant::now();
-                // Credit streams of datanodes no longer registered end.
-                let known: Vec<u64> = inner.pool.entries().iter().map(|e| e.id).collect();
-                inner.credits.retain(|id| known.contains(&id));
                 tracing::trace!(live, "refreshed datanode set");
             }
-            Err(e) => tracing::warn!(error = %e, "refreshing datanode set from meta"),
+            Err(e) => tracing::warn!(error = %e, "refreshing datanode set"),
         }
     }
     tracing::debug!("datanode refresh task stopped");

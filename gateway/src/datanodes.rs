@@ -158,18 +158,6 @@ pub struct FixedDatanodes {
 }
 
 impl FixedDatanodes {
-    /// Datanodes `(id, gRPC address)`, all live and writable, dialed in
-    /// plaintext.
-    pub fn up(datanodes: impl IntoIterator<Item = (u64, String)>) -> Self {
-        Self::new(
-            datanodes
-                .into_iter()
-                .map(|(id, addr)| DatanodeEntry::up(id, addr))
-                .collect(),
-            sluice_auth::Transport::Insecure,
-        )
-    }
-
     /// `entries`, dialed with `transport`.
     pub fn new(entries: Vec<DatanodeEntry>, transport: sluice_auth::Transport) -> Self {
         FixedDatanodes {
@@ -259,8 +247,8 @@ impl Datanodes {
         *nodes = next;
     }
 
-    /// Reads the datanode set from meta and installs it; returns how many
-    /// datanodes are live.
+    /// Reads the datanode set from `directory` and installs it; returns
+    /// how many datanodes are live.
     pub async fn refresh(&self, directory: &dyn DatanodeDirectory) -> Result<usize, MetaError> {
         let entries = directory.list().await?;
         let live = entries.iter().filter(|d| d.live).count();

@@ -734,7 +734,10 @@ mod tests {
     async fn no_datanodes() -> BlobStore {
         BlobStore::start_with_directory(
             crate::blob::BlobStoreConfig::default(),
-            Arc::new(crate::datanodes::FixedDatanodes::up([])),
+            Arc::new(crate::datanodes::FixedDatanodes::new(
+                Vec::new(),
+                sluice_auth::Transport::Insecure,
+            )),
             crate::epoch::WriteEpochs::fixed(1),
         )
         .await

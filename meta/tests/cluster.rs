@@ -2,7 +2,6 @@
 //! three voters with leader failover, snapshot catch-up and restart; a
 //! single voter restarted on the same directory.
 
-use sluice_auth::byte_size::ByteSize;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -10,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use sluice_auth::byte_size::ByteSize;
 use sluice_meta::{Config, MetaClient, MetaError};
 use sluice_proto::meta::{self as pb, ErrorCode};
 use tokio::net::TcpListener;

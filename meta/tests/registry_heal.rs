@@ -2,11 +2,11 @@
 //! (generation bump, duplicate-id refusal), capacity in ListDatanodes, and
 //! the heal reads and writes (ReportMissing, ListPlacements, Collectable).
 
-use sluice_auth::byte_size::ByteSize;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use sluice_auth::byte_size::ByteSize;
 use sluice_meta::{Config, MetaClient};
 use sluice_proto::blob_id::new_blob_id;
 use sluice_proto::meta::{self as pb, ErrorCode};

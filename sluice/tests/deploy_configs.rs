@@ -3,10 +3,10 @@
 //! `[cluster_tls]` files (`/etc/sluice/tls/...`) are pointed at a test CA
 //! holding the certificates the examples name.
 
-use sluice_auth::byte_size::ByteSize;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use sluice_auth::byte_size::ByteSize;
 use sluice_auth::{Identity, Role};
 
 const TLS_DIR: &str = "/etc/sluice/tls/";

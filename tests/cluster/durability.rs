@@ -8,7 +8,6 @@
 //! write quorum 5) with the tiny intervals of `fixtures::durable_*`, and
 //! every wait is a condition polled until a deadline.
 
-use sluice_auth::byte_size::ByteSize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +18,7 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 use futures::StreamExt;
+use sluice_auth::byte_size::ByteSize;
 use sluice_meta_client::{CallFaults, FaultAction};
 
 use crate::fixtures::{

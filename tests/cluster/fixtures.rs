@@ -10,7 +10,6 @@
 //! [`cluster_tls`]) issues each node's certificate, and the fixture's own
 //! gRPC calls use a gateway certificate of its own ([`harness_transport`]).
 
-use sluice_auth::byte_size::ByteSize;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -22,6 +21,7 @@ use anyhow::{Context, Result, bail, ensure};
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use futures::future::BoxFuture;
+use sluice_auth::byte_size::ByteSize;
 use sluice_auth::{ClusterTls, Identity, Role as AuthRole, Transport};
 use sluice_meta_client::CallFaults;
 use sluice_meta_client::MetaClient;

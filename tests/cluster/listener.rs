@@ -4,12 +4,12 @@
 //! aws-chunked chunk, bodies failing their signed hash or chunk signature,
 //! `/health/live` and `/health/ready` on the S3 port.
 
-use sluice_auth::byte_size::ByteSize;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use sha2::{Digest, Sha256};
+use sluice_auth::byte_size::ByteSize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

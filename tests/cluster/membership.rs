@@ -11,12 +11,12 @@
 //! 3. A new datanode 9 on a new host takes new writes at once, and
 //!    rebalance moves existing shards onto it.
 
-use sluice_auth::byte_size::ByteSize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use aws_sdk_s3::primitives::ByteStream;
+use sluice_auth::byte_size::ByteSize;
 use sluice_meta_client::MetaError;
 use sluice_proto::admin::admin_client::AdminClient;
 use sluice_proto::admin::{

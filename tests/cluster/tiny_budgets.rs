@@ -10,13 +10,13 @@
 //! * A one-stripe buffer budget held by a slow PUT: another PUT waits
 //!   `stall_timeout` for a buffer, then gets `503 SlowDown`.
 
-use sluice_auth::byte_size::ByteSize;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use futures::{StreamExt, TryStreamExt};
+use sluice_auth::byte_size::ByteSize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -7,7 +7,6 @@
 //! under a second and can run many at once; faults are armed on
 //! [`MemCluster::faults`].
 
-use sluice_auth::byte_size::ByteSize;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -22,6 +21,7 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::body::SdkBody;
 use http_body_util::BodyExt;
 use sluice_auth::Transport;
+use sluice_auth::byte_size::ByteSize;
 use sluice_auth::faults::Faults;
 use sluice_auth::net::MemNet;
 use sluice_gateway::blob::{BlobStore, BlobStoreConfig};

@@ -2,13 +2,13 @@
 //! node, record builders, and the lost-response fault.
 #![allow(dead_code)] // each test binary uses a subset
 
-use sluice_auth::byte_size::ByteSize;
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Result;
+use sluice_auth::byte_size::ByteSize;
 use sluice_meta::client::{CallFaults, FaultAction};
 use sluice_meta::{Config, MetaClient};
 use sluice_proto::meta as pb;
