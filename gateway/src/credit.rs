@@ -32,6 +32,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -296,6 +297,12 @@ pub struct NodeCredit {
     state: Mutex<Balance<Token>>,
     /// Wakes the stream task to plan a report.
     wake: Notify,
+    /// Wakes [`NodeCredit::stream_open`] waiters when a stream opens or
+    /// the datanode turns out unreachable.
+    opened: Notify,
+    /// The last attempt to open the stream could not connect to the
+    /// datanode (nothing listens there): nothing to wait for.
+    unreachable: AtomicBool,
     stop: CancellationToken,
 }
 
@@ -319,6 +326,34 @@ impl NodeCredit {
             available: st.available(),
             waiting: st.waiting(),
             connected: st.is_connected(),
+        }
+    }
+
+    /// Waits at most `within` for this datanode's credit stream to be open
+    /// (answered by the datanode), or for an attempt to open it to find
+    /// nothing listening at the datanode's address. A `PutShard` opened
+    /// while the stream is down would go out on the connection that broke
+    /// it (a datanode that is shutting down ends its credit streams at
+    /// once, but a connection with requests in flight stays open, refusing
+    /// new streams, for its shutdown grace) and fail there; opened after
+    /// this, it goes out on the connection the stream reopened on, or
+    /// fails to connect as fast as it would have. Errors:
+    /// [`CreditError::Stalled`], [`CreditError::Stopped`].
+    pub async fn stream_open(&self, within: Duration) -> Result<(), CreditError> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let opened = self.opened.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            if self.lock().is_connected() || self.unreachable.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            tokio::select! {
+                () = self.stop.cancelled() => return Err(CreditError::Stopped(self.node)),
+                r = tokio::time::timeout_at(deadline, opened) => if r.is_err() {
+                    return Err(CreditError::Stalled { node: self.node, waited: within });
+                },
+            }
         }
     }
 
@@ -483,14 +518,22 @@ async fn run_node(node: Arc<NodeCredit>, client: DatanodeClient<Channel>, cfg: A
                 failures = 0;
                 backoff = RECONNECT_MIN;
                 node.lock().connected();
+                node.unreachable.store(false, Ordering::Release);
                 node.wake.notify_one();
+                node.opened.notify_waiters();
                 let mut stream = response.into_inner();
                 match serve(&node, &mut stream, &client, &cfg).await {
                     Ended::Stopped => break,
                     Ended::Broken(reason) => reason,
                 }
             }
-            Ok(Err(status)) => format!("{}: {}", status.code(), status.message()),
+            Ok(Err(status)) => {
+                if could_not_connect(&status) {
+                    node.unreachable.store(true, Ordering::Release);
+                    node.opened.notify_waiters();
+                }
+                format!("{}: {}", status.code(), status.message())
+            }
             Err(_) => format!("no answer within {CREDIT_RPC_TIMEOUT:?}"),
         };
         node.broken();
@@ -513,6 +556,21 @@ async fn run_node(node: Arc<NodeCredit>, client: DatanodeClient<Channel>, cfg: A
     drop(tokens);
     node.publish(0, 0);
     tracing::debug!(node = node.node, "credit client stopped");
+}
+
+/// Whether `status` carries an I/O error in its source chain: the TCP
+/// connect failed (refused, unreachable, timed out) or the connection was
+/// lost, so no draining connection is left for a `PutShard` to meet. A
+/// stream refused by a connection that is still open carries none.
+fn could_not_connect(status: &Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(e) = source {
+        if e.is::<std::io::Error>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// Serves one open stream: grants in, reports out (at most one in flight).
@@ -659,6 +717,8 @@ impl CreditClient {
             addr: addr.to_string(),
             state: Mutex::new(Balance::new(Instant::now())),
             wake: Notify::new(),
+            opened: Notify::new(),
+            unreachable: AtomicBool::new(false),
             stop: CancellationToken::new(),
         });
         if let Some(old) = nodes.insert(node, Arc::clone(&credit)) {

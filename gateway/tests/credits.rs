@@ -337,8 +337,7 @@ async fn a_restarted_datanode_grants_again_after_reconnect() -> Result<()> {
     let node = cluster.nodes[2].id;
     cluster.nodes[2].shut_down().await?;
     // The gateway sees its credit stream break (here before the node is
-    // back; a write racing the break itself can still meet the dead
-    // connection and be written without that shard).
+    // back; the write racing the old connection's drain is the next test).
     eventually("credit stream broken", || {
         let stats = cluster.store.credit_stats(node).ok_or("no stream")?;
         (!stats.connected)
@@ -348,8 +347,9 @@ async fn a_restarted_datanode_grants_again_after_reconnect() -> Result<()> {
     .await?;
     cluster.nodes[2].start_again(WAIT).await?;
     // The broken stream lost its credit and reconnects with backoff; the
-    // next write's PutShard waits for it, so it does not go out on the dead
-    // connection and the restarted node gets its shard.
+    // next write's PutShard waits for it to reopen (NodeCredit::stream_open),
+    // so it does not go out on the dead connection and the restarted node
+    // gets its shard.
     let again = cluster.store.write("bucket/b", body(&data), None).await?;
     ensure!(
         again.missing.is_empty(),
@@ -364,6 +364,63 @@ async fn a_restarted_datanode_grants_again_after_reconnect() -> Result<()> {
             .credit_stats(node)
             .is_some_and(|s| s.connected)
     );
+    cluster.shut_down().await
+}
+
+/// The race a restart opens: a datanode that is shutting down ends its
+/// credit streams at once, but a connection with a request in flight stays
+/// open (refusing new streams) for its shutdown grace. A write must not
+/// open its PutShard on that connection just because the node is listening
+/// again: it waits for the credit stream to reopen, which happens on a new
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_after_a_restart_does_not_use_the_draining_connection() -> Result<()> {
+    let mut cluster = Cluster::start(41, Duration::from_secs(30)).await?;
+    // 16 blocks per shard: more than a GetShard stream's window plus the
+    // gateway's read budget, so a read left unconsumed keeps its streams
+    // open on the datanodes.
+    let data = payload(2 * STRIPE * 8, 9);
+    let p = cluster.store.write("bucket/a", body(&data), None).await?;
+    ensure!(p.missing.is_empty());
+    // The node holding data shard 0, which every read of `p` streams from.
+    let node = p.nodes[0];
+    let at = cluster
+        .nodes
+        .iter()
+        .position(|n| n.id == node)
+        .ok_or_else(|| anyhow::anyhow!("node {node} not in the cluster"))?;
+    let mut reader = cluster.store.read(&p, 0..p.size);
+    ensure!(
+        reader
+            .next()
+            .await
+            .transpose()?
+            .is_some_and(|c| !c.is_empty())
+    );
+
+    let mut stopping = cluster.nodes[at].begin_shut_down();
+    eventually("credit stream broken", || {
+        let stats = cluster.store.credit_stats(node).ok_or("no stream")?;
+        (!stats.connected)
+            .then_some(())
+            .ok_or_else(|| format!("{stats:?}"))
+    })
+    .await?;
+    cluster.nodes[at].start_again(WAIT).await?;
+    ensure!(
+        stopping.is_running(),
+        "the old node drained before the write"
+    );
+    let again = cluster.store.write("bucket/b", body(&data), None).await?;
+    ensure!(
+        again.missing.is_empty(),
+        "node {node} restarted: missing {:?}",
+        again.missing
+    );
+    drop(reader);
+    stopping.stop().await?;
+    ensure!(read_all(&cluster.store, &again).await? == data[..]);
+    ensure!(read_all(&cluster.store, &p).await? == data[..]);
     cluster.shut_down().await
 }
 

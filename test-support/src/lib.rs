@@ -154,13 +154,19 @@ impl<E: std::error::Error + Send + Sync + 'static> RoleTask<E> {
         self.task.as_ref().is_some_and(|t| !t.is_finished())
     }
 
+    /// Signals shutdown without waiting for the role to return
+    /// ([`stop`](Self::stop) then waits).
+    pub fn signal(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
     /// Signals shutdown and waits up to [`ROLE_STOP_TIMEOUT`] for the role
     /// to return; its error, a panic or the timeout fail. A no-op when not
     /// running.
     pub async fn stop(&mut self) -> Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.signal();
         if let Some(task) = self.task.take() {
             match tokio::time::timeout(ROLE_STOP_TIMEOUT, task).await {
                 Err(_) => bail!("role did not stop within {ROLE_STOP_TIMEOUT:?}"),

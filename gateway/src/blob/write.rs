@@ -298,9 +298,21 @@ impl BlobWriter<'_> {
                         .max_decoding_message_size(MAX_MESSAGE_BYTES)
                         .max_encoding_message_size(MAX_MESSAGE_BYTES)
                     });
-                    let requests = shard_requests(rx, Some(credit), stall, Arc::clone(&failure));
+                    let requests =
+                        shard_requests(rx, Some(Arc::clone(&credit)), stall, Arc::clone(&failure));
                     shard.task = Some(tokio::spawn(async move {
                         let _done = rpc_done.drop_guard();
+                        // Not on a connection the credit stream saw break
+                        // (see NodeCredit::stream_open); this wait counts
+                        // as the first block's credit wait.
+                        failure.awaiting_credit.store(true, Ordering::Relaxed);
+                        let open = credit.stream_open(stall).await;
+                        failure.awaiting_credit.store(false, Ordering::Relaxed);
+                        if let Err(e) = open {
+                            let status = tonic::Status::resource_exhausted(e.to_string());
+                            failure.set(e);
+                            return Err(status);
+                        }
                         tokio::select! {
                             result = put_shard(channel, requests) => result,
                             // Dropping the call resets the stream.

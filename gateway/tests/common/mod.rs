@@ -77,6 +77,16 @@ impl Datanode {
         self.task.stop().await
     }
 
+    /// Signals it to stop and returns the stopping role without waiting:
+    /// its listener closes at once, its open connections drain for
+    /// `shutdown_grace`, and [`start_again`](Self::start_again) may run
+    /// beside it. Await the returned task's `stop` to finish.
+    pub fn begin_shut_down(&mut self) -> RoleTask<sluice_datanode::Error> {
+        let mut stopping = std::mem::take(&mut self.task);
+        stopping.signal();
+        stopping
+    }
+
     /// Starts the stopped node again on the same address and data dir,
     /// retrying the bind for up to `wait` (the old socket may linger).
     pub async fn start_again(&mut self, wait: Duration) -> Result<()> {
