@@ -534,7 +534,12 @@ async fn run_node(node: Arc<NodeCredit>, client: DatanodeClient<Channel>, cfg: A
                 }
                 format!("{}: {}", status.code(), status.message())
             }
-            Err(_) => format!("no answer within {CREDIT_RPC_TIMEOUT:?}"),
+            Err(_) => {
+                // A PutShard would wait on this connection no better.
+                node.unreachable.store(true, Ordering::Release);
+                node.opened.notify_waiters();
+                format!("no answer within {CREDIT_RPC_TIMEOUT:?}")
+            }
         };
         node.broken();
         failures += 1;
@@ -558,14 +563,15 @@ async fn run_node(node: Arc<NodeCredit>, client: DatanodeClient<Channel>, cfg: A
     tracing::debug!(node = node.node, "credit client stopped");
 }
 
-/// Whether `status` carries an I/O error in its source chain: the TCP
-/// connect failed (refused, unreachable, timed out) or the connection was
-/// lost, so no draining connection is left for a `PutShard` to meet. A
-/// stream refused by a connection that is still open carries none.
+/// Whether `status` failed while connecting (a [`tonic::ConnectError`]:
+/// refused, unreachable, timed out, TLS handshake) or on an I/O error, so
+/// no draining connection is left for a `PutShard` to meet. An attempt
+/// held by a draining connection ends, when it closes, with a cancelled
+/// request and neither.
 fn could_not_connect(status: &Status) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
     while let Some(e) = source {
-        if e.is::<std::io::Error>() {
+        if e.is::<tonic::ConnectError>() || e.is::<std::io::Error>() {
             return true;
         }
         source = e.source();

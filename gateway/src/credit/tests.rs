@@ -215,3 +215,23 @@ fn randomized_interleavings_conserve_credit() {
         }
     }
 }
+
+#[test]
+fn only_failures_to_connect_end_the_wait_for_a_credit_stream() {
+    use super::could_not_connect;
+    let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+    let connect = tonic::Status::from_error(Box::new(tonic::ConnectError(Box::new(refused))));
+    assert!(could_not_connect(&connect), "{connect:?}");
+    let timed_out = tonic::Status::from_error(Box::new(tonic::ConnectError(Box::new(
+        tonic::TimeoutExpired(()),
+    ))));
+    assert!(could_not_connect(&timed_out), "{timed_out:?}");
+    // What a draining connection ends a held attempt with, and what a
+    // datanode that is shutting down answers.
+    assert!(!could_not_connect(&tonic::Status::cancelled(
+        "operation was canceled"
+    )));
+    assert!(!could_not_connect(&tonic::Status::unavailable(
+        "datanode is shutting down"
+    )));
+}
