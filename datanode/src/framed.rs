@@ -29,13 +29,12 @@ use prost::Message as _;
 use sluice_proto::datanode::GetShardRequest;
 use sluice_proto::datanode::datanode_server::DatanodeServer;
 use sluice_proto::framing::{GET_SHARD_PATH, GET_SHARD_RESPONSE_BLOCK_FIELD, block_message};
-use tokio::sync::mpsc;
 use tonic::Status;
 use tonic::codegen::{BoxFuture, Service, StdError};
 use tonic::server::NamedService;
 
-use crate::service::DatanodeService;
-use crate::store::{Block, ShardStore};
+use crate::service::{DatanodeService, ShardBlocks};
+use crate::store::ShardStore;
 
 /// Largest GetShard request body accepted (a blob id, an index and two
 /// counts take well under 1 KiB).
@@ -142,17 +141,17 @@ fn decode_request(body: &[u8]) -> Result<GetShardRequest, Status> {
 /// The response body: each block as its framed message, then the trailers
 /// (`grpc-status` 0 at the end, or the error that ended the stream).
 fn frames(
-    rx: mpsc::Receiver<Result<Block, Status>>,
+    blocks: ShardBlocks,
 ) -> impl Stream<Item = Result<Frame<Bytes>, Infallible>> + Send + 'static {
     struct State {
-        rx: mpsc::Receiver<Result<Block, Status>>,
+        blocks: ShardBlocks,
         /// Frames of the current message not yet yielded (at most two).
         queued: VecDeque<Bytes>,
         /// The trailers were yielded: end the body next.
         ended: bool,
     }
     let state = State {
-        rx,
+        blocks,
         queued: VecDeque::with_capacity(2),
         ended: false,
     };
@@ -163,7 +162,7 @@ fn frames(
         if state.ended {
             return None;
         }
-        let frame = match state.rx.recv().await {
+        let frame = match state.blocks.rx.recv().await {
             Some(Ok(block)) => {
                 let (head, tail) =
                     block_message(GET_SHARD_RESPONSE_BLOCK_FIELD, &block.data, block.crc32c);
@@ -198,7 +197,9 @@ fn trailers(status: &Status) -> http::HeaderMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Block;
     use sluice_proto::framing::grpc_message;
+    use tokio::sync::mpsc;
 
     #[test]
     fn a_request_is_one_uncompressed_message() {
@@ -241,7 +242,10 @@ mod tests {
         .unwrap();
         tx.send(Err(Status::data_loss("bitrot"))).await.unwrap();
         drop(tx);
-        let got: Vec<Frame<Bytes>> = frames(rx).map(|f| f.unwrap()).collect().await;
+        let got: Vec<Frame<Bytes>> = frames(ShardBlocks::new(rx, None))
+            .map(|f| f.unwrap())
+            .collect()
+            .await;
         assert_eq!(got.len(), 4, "prefix, data, crc, trailers");
         let mut wire = Vec::new();
         for f in &got[..3] {
@@ -261,7 +265,10 @@ mod tests {
         use futures::StreamExt as _;
         let (tx, rx) = mpsc::channel::<Result<Block, Status>>(1);
         drop(tx);
-        let got: Vec<Frame<Bytes>> = frames(rx).map(|f| f.unwrap()).collect().await;
+        let got: Vec<Frame<Bytes>> = frames(ShardBlocks::new(rx, None))
+            .map(|f| f.unwrap())
+            .collect()
+            .await;
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].trailers_ref().unwrap()["grpc-status"], "0");
     }

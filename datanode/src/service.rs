@@ -69,6 +69,28 @@ use crate::store::{Block, ShardKey, ShardReader, ShardStore, ShardWriter, StoreE
 
 /// Blocks read ahead of a GetShard client.
 pub const GET_SHARD_CHANNEL_DEPTH: usize = 2;
+
+/// The blocks of one GetShard, as [`DatanodeService::shard_blocks`] queues
+/// them; `rx` ends after the last block or with the error that ended the
+/// stream.
+pub(crate) struct ShardBlocks {
+    pub(crate) rx: mpsc::Receiver<Result<Block, Status>>,
+    /// The shard-stream permit, when no reader task holds it.
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl ShardBlocks {
+    /// Blocks from `rx`, holding `permit` (if any) until dropped.
+    pub(crate) fn new(
+        rx: mpsc::Receiver<Result<Block, Status>>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Self {
+        ShardBlocks {
+            rx,
+            _permit: permit,
+        }
+    }
+}
 /// ListShards page size when the request says 0 (blobs per page).
 pub const DEFAULT_LIST_LIMIT: u32 = 1000;
 /// Largest ListShards page (blobs per page).
@@ -167,14 +189,14 @@ impl<S: ShardStore> DatanodeService<S> {
             })
     }
 
-    /// GetShard: opens the block range and starts a task that reads it
-    /// block by block into a channel of [`GET_SHARD_CHANNEL_DEPTH`]; the
-    /// first bad block is the last item (`DATA_LOSS` for bitrot). The task
-    /// holds a shard-stream permit until it ends.
-    pub(crate) async fn shard_blocks(
-        &self,
-        req: GetShardRequest,
-    ) -> Result<mpsc::Receiver<Result<Block, Status>>, Status> {
+    /// GetShard: opens the block range (a disk store reads its first block
+    /// then too) and queues the blocks in a channel of
+    /// [`GET_SHARD_CHANNEL_DEPTH`]; the first bad block is the last item
+    /// (`DATA_LOSS` for bitrot). A block read by the open goes straight
+    /// in; if blocks remain, a task reads them one by one. The shard-stream
+    /// permit is held by that task until it ends, or else by the returned
+    /// [`ShardBlocks`] until the response is done.
+    pub(crate) async fn shard_blocks(&self, req: GetShardRequest) -> Result<ShardBlocks, Status> {
         let stream = self.shard_stream_permit()?;
         let key = ShardKey::new(req.blob_id, req.shard_index)?;
         let mut reader = self
@@ -192,18 +214,28 @@ impl<S: ShardStore> DatanodeService<S> {
             self.node_label.clone(),
             self.options.node_id,
         );
+        let block_status = move |e: StoreError| {
+            if let StoreError::Corrupt { block, .. } = &e {
+                metrics::add_corrupt_block(&node_label);
+                tracing::warn!(node = node_id, shard = %key, ?block, "bitrot: stored block failed its checksum");
+            }
+            Status::from(e)
+        };
+        if let Some(item) = reader.ready_block() {
+            let item = item.map_err(&block_status);
+            let last = item.is_err();
+            // The channel is new and holds at least one item.
+            let _ = tx.try_send(item);
+            if last || reader.remaining() == 0 {
+                return Ok(ShardBlocks::new(rx, Some(stream)));
+            }
+        }
         self.tasks.spawn(async move {
             let _stream = stream;
             loop {
                 let next = tokio::select! {
                     () = cancel.cancelled() => Some(Err(Status::from(RequestError::ShuttingDown))),
-                    next = reader.next_block() => next.map(|r| r.map_err(|e| {
-                        if let StoreError::Corrupt { block, .. } = &e {
-                            metrics::add_corrupt_block(&node_label);
-                            tracing::warn!(node = node_id, shard = %key, ?block, "bitrot: stored block failed its checksum");
-                        }
-                        Status::from(e)
-                    })),
+                    next = reader.next_block() => next.map(|r| r.map_err(&block_status)),
                 };
                 let Some(item) = next else { break };
                 let last = item.is_err();
@@ -216,7 +248,7 @@ impl<S: ShardStore> DatanodeService<S> {
                 }
             }
         });
-        Ok(rx)
+        Ok(ShardBlocks::new(rx, None))
     }
 
     /// The credit hub (shared with the heartbeat, which reports its use).
@@ -426,15 +458,22 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
         request: Request<GetShardRequest>,
     ) -> Result<Response<Self::GetShardStream>, Status> {
         use tokio_stream::StreamExt as _;
-        let rx = self.shard_blocks(request.into_inner()).await?;
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|r| {
-            r.map(|b| GetShardResponse {
-                block: Some(ShardBlock {
-                    data: b.data,
-                    crc32c: b.crc32c,
-                }),
-            })
-        }))))
+        let blocks = self.shard_blocks(request.into_inner()).await?;
+        let ShardBlocks {
+            rx,
+            _permit: permit,
+        } = blocks;
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(
+            move |r| {
+                let _permit = &permit;
+                r.map(|b| GetShardResponse {
+                    block: Some(ShardBlock {
+                        data: b.data,
+                        crc32c: b.crc32c,
+                    }),
+                })
+            },
+        ))))
     }
 
     async fn delete_blobs(

@@ -425,6 +425,28 @@ async fn bitrot_ends_the_stream_with_data_loss() -> Result<()> {
     let (blocks, err) = get(&mut c, "rot", 1, 2, 1).await?;
     assert!(err.is_none());
     assert_eq!(blocks.concat(), data[2 * BLOCK..]);
+
+    // Rot in the first block of a range, which the open reads with the
+    // header: the same answer, whether more blocks follow or not.
+    put(&mut c, "rot0", 2, &data).await?;
+    let files = files_named(dir.path(), &|n| n == "rot0.2");
+    let mut bytes = std::fs::read(&files[0])?;
+    bytes[16 + 100] ^= 0x80; // inside block 0
+    std::fs::write(&files[0], bytes)?;
+    for (first, count) in [(0, 0), (0, 1)] {
+        let (blocks, err) = get(&mut c, "rot0", 2, first, count).await?;
+        assert!(
+            blocks.is_empty(),
+            "{first}+{count}: {} blocks",
+            blocks.len()
+        );
+        let err = err.expect("stream ends with an error");
+        assert_eq!(err.code(), Code::DataLoss);
+        assert!(err.message().contains("block 0"), "{}", err.message());
+    }
+    let (blocks, err) = get(&mut c, "rot0", 2, 1, 0).await?;
+    assert!(err.is_none());
+    assert_eq!(blocks.concat(), data[BLOCK..]);
     node.stop().await
 }
 

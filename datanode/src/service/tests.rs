@@ -402,3 +402,29 @@ async fn shard_streams_past_max_shard_streams_are_refused_as_busy() {
     .await;
     assert!(free.is_ok(), "shard stream slots not returned");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_read_whole_by_the_open_keeps_its_stream_slot_until_dropped() {
+    let h = Harness::start(Fault::NoSpaceAfter(u64::MAX), 1 << 30).await;
+    let mut c = h.client().await;
+    put(&mut c, "e1.one", "", BLOCK).await.unwrap();
+    let free = || h.service.shard_streams.available_permits();
+    let all = crate::config::DEFAULT_MAX_SHARD_STREAMS;
+    assert_eq!(free(), all);
+    let request = sluice_proto::datanode::GetShardRequest {
+        blob_id: "e1.one".into(),
+        shard_index: 0,
+        first_block: 0,
+        block_count: 1,
+    };
+    // The one block was read by the open: no reader task, so the slot is
+    // held by what the response body keeps.
+    let mut blocks = h.service.shard_blocks(request).await.unwrap();
+    assert_eq!(free(), all - 1);
+    let block = blocks.rx.recv().await.unwrap().unwrap();
+    assert_eq!(block.data.len(), BLOCK);
+    assert!(blocks.rx.recv().await.is_none(), "one block, then the end");
+    assert_eq!(free(), all - 1);
+    drop(blocks);
+    assert_eq!(free(), all);
+}

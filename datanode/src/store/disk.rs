@@ -517,14 +517,26 @@ impl ShardStore for DiskStore {
                 .len();
             let geometry = Geometry::from_file_len(block_size, len).map_err(corrupt)?;
             let (next, end) = resolve_range(&key, geometry.blocks, first_block, block_count)?;
-            Ok(DiskReader {
+            let mut reader = DiskReader {
                 key,
                 path,
                 file: Arc::new(file),
                 geometry,
                 next,
                 end,
-            })
+                ready: None,
+            };
+            if next < end {
+                reader.next += 1;
+                reader.ready = Some(read_block(
+                    &reader.file,
+                    &reader.key,
+                    &reader.path,
+                    reader.geometry,
+                    next,
+                ));
+            }
+            Ok(reader)
         })
         .await
     }
@@ -682,7 +694,8 @@ impl Drop for DiskWriter {
     }
 }
 
-/// Reads a block range of one shard file, one block per call.
+/// Reads a block range of one shard file, one block per call; the first
+/// block is read by `open`, with the header.
 pub struct DiskReader {
     key: ShardKey,
     path: PathBuf,
@@ -690,50 +703,74 @@ pub struct DiskReader {
     geometry: Geometry,
     next: u64,
     end: u64,
+    /// The block read before `next`, not yet taken.
+    ready: Option<Result<Block, StoreError>>,
 }
 
 impl ShardReader for DiskReader {
     async fn next_block(&mut self) -> Option<Result<Block, StoreError>> {
+        if let Some(block) = self.ready.take() {
+            return Some(block);
+        }
         if self.next >= self.end {
             return None;
         }
         let index = self.next;
         self.next += 1;
-        let (offset, len) = self.geometry.block_span(index);
-        let (file, key, path) = (Arc::clone(&self.file), self.key.clone(), self.path.clone());
+        let (file, key, path, geometry) = (
+            Arc::clone(&self.file),
+            self.key.clone(),
+            self.path.clone(),
+            self.geometry,
+        );
         Some(
-            blocking(move || {
-                // `len` is at most MAX_BLOCK_SIZE + 4 (checked with the header).
-                let mut stored = vec![0u8; len as usize];
-                match file.read_exact_at(&mut stored, offset) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
-                        return Err(StoreError::Corrupt {
-                            key,
-                            block: Some(index),
-                            reason: "file truncated",
-                        });
-                    }
-                    Err(e) => return Err(StoreError::io("read", path)(e)),
-                }
-                match format::verify_stored_block(stored) {
-                    Some((data, crc32c)) => Ok(Block {
-                        data: Bytes::from(data),
-                        crc32c,
-                    }),
-                    None => Err(StoreError::Corrupt {
-                        key,
-                        block: Some(index),
-                        reason: "block checksum mismatch",
-                    }),
-                }
-            })
-            .await,
+            blocking(move || Ok(read_block(&file, &key, &path, geometry, index)))
+                .await
+                .and_then(|r| r),
         )
     }
 
+    fn ready_block(&mut self) -> Option<Result<Block, StoreError>> {
+        self.ready.take()
+    }
+
     fn remaining(&self) -> u64 {
-        self.end - self.next
+        self.end - self.next + u64::from(self.ready.is_some())
+    }
+}
+
+/// Reads block `index` of a shard file and checks its CRC (blocking).
+fn read_block(
+    file: &File,
+    key: &ShardKey,
+    path: &Path,
+    geometry: Geometry,
+    index: u64,
+) -> Result<Block, StoreError> {
+    let (offset, len) = geometry.block_span(index);
+    // `len` is at most MAX_BLOCK_SIZE + 4 (checked with the header).
+    let mut stored = vec![0u8; len as usize];
+    match file.read_exact_at(&mut stored, offset) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
+            return Err(StoreError::Corrupt {
+                key: key.clone(),
+                block: Some(index),
+                reason: "file truncated",
+            });
+        }
+        Err(e) => return Err(StoreError::io("read", path)(e)),
+    }
+    match format::verify_stored_block(stored) {
+        Some((data, crc32c)) => Ok(Block {
+            data: Bytes::from(data),
+            crc32c,
+        }),
+        None => Err(StoreError::Corrupt {
+            key: key.clone(),
+            block: Some(index),
+            reason: "block checksum mismatch",
+        }),
     }
 }
 

@@ -352,7 +352,15 @@ pub trait ShardReader: Send + 'static {
     /// [`StoreError::Corrupt`] concerns that block only; reading may go on.
     fn next_block(&mut self) -> impl Future<Output = Option<Result<Block, StoreError>>> + Send;
 
-    /// Blocks left to read.
+    /// A block already read (a disk store reads the first block of the
+    /// range with the header, in one trip to the blocking pool), taken
+    /// without waiting; `None` if the next block must be read. What
+    /// [`next_block`](Self::next_block) would have returned next.
+    fn ready_block(&mut self) -> Option<Result<Block, StoreError>> {
+        None
+    }
+
+    /// Blocks left to read (a ready block included).
     fn remaining(&self) -> u64;
 }
 
