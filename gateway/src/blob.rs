@@ -28,6 +28,7 @@
 //! streams beyond the stripe being fetched is bounded by the HTTP/2 windows
 //! (see [`crate::datanodes`]).
 
+mod get_shard;
 mod heal_access;
 mod put_shard;
 mod read;

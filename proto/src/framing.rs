@@ -75,6 +75,254 @@ pub fn block_message(field: u32, data: &Bytes, crc32c: u32) -> (Bytes, Bytes) {
     (head.freeze(), Bytes::from(tail))
 }
 
+/// A [`ShardBlock`] decoded without copying its data: `data` is the
+/// pieces of the received body that held it, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlockChunks {
+    pub data: Vec<Bytes>,
+    pub crc32c: u32,
+}
+
+impl BlockChunks {
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        self.data.iter().map(Bytes::len).sum()
+    }
+
+    /// Whether the block holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.data.iter().all(Bytes::is_empty)
+    }
+
+    /// CRC32C of the data (as [`crate::shard::block_crc32c`] of it whole).
+    pub fn computed_crc32c(&self) -> u32 {
+        let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+        for piece in &self.data {
+            digest.update(piece);
+        }
+        digest.finalize() as u32
+    }
+}
+
+/// Why a framed message could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FramingError {
+    #[error("compressed gRPC message (flag {0}); none is sent")]
+    Compressed(u8),
+    #[error("gRPC message of {len} bytes is over the {max}-byte limit")]
+    TooLarge { len: usize, max: usize },
+    #[error("malformed message: {0}")]
+    Malformed(&'static str),
+}
+
+/// Decodes the length-prefixed gRPC messages of a body whose only field of
+/// interest is `field`, a `ShardBlock` (`GetShardResponse.block`), as the
+/// body's data frames arrive, handing out the block data as slices of
+/// those frames instead of copying it into one buffer (tonic's decoder
+/// copies every frame into its own). Holds at most one message plus the
+/// start of the next: what the HTTP/2 stream window lets in. Unknown fields
+/// are skipped as protobuf says; a repeated `field` or `data` keeps the
+/// last one.
+pub struct BlockDecoder {
+    field: u32,
+    max_message: usize,
+    pending: std::collections::VecDeque<Bytes>,
+    buffered: usize,
+}
+
+impl BlockDecoder {
+    /// A decoder for messages of at most `max_message` bytes.
+    pub fn new(field: u32, max_message: usize) -> Self {
+        BlockDecoder {
+            field,
+            max_message,
+            pending: std::collections::VecDeque::new(),
+            buffered: 0,
+        }
+    }
+
+    /// Adds a received data frame.
+    pub fn push(&mut self, data: Bytes) {
+        if !data.is_empty() {
+            self.buffered += data.len();
+            self.pending.push_back(data);
+        }
+    }
+
+    /// Bytes received and not yet decoded (a partial message at the end of
+    /// a body means the stream ended early).
+    pub fn buffered(&self) -> usize {
+        self.buffered
+    }
+
+    /// The next whole message's block, `None` until all of it has arrived.
+    /// A message without the field decodes as an empty block.
+    pub fn next_block(&mut self) -> Result<Option<BlockChunks>, FramingError> {
+        if self.buffered < 5 {
+            return Ok(None);
+        }
+        let mut prefix = [0u8; 5];
+        let mut at = 0;
+        for piece in &self.pending {
+            let n = (5 - at).min(piece.len());
+            prefix[at..at + n].copy_from_slice(&piece[..n]);
+            at += n;
+            if at == 5 {
+                break;
+            }
+        }
+        if prefix[0] != 0 {
+            return Err(FramingError::Compressed(prefix[0]));
+        }
+        let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+        if len > self.max_message {
+            return Err(FramingError::TooLarge {
+                len,
+                max: self.max_message,
+            });
+        }
+        if self.buffered < 5 + len {
+            return Ok(None);
+        }
+        let mut message = Pieces::default();
+        take(&mut self.pending, 5, &mut Pieces::default());
+        take(&mut self.pending, len, &mut message);
+        self.buffered -= 5 + len;
+        let mut block = Pieces::default();
+        let mut found = false;
+        while !message.is_empty() {
+            let (number, wire) = message.key()?;
+            if number == self.field && wire == WireType::LengthDelimited {
+                let n = message.len_prefix()?;
+                block = Pieces::default();
+                message.take_into(n, &mut block)?;
+                found = true;
+            } else {
+                message.skip(wire)?;
+            }
+        }
+        let mut out = BlockChunks::default();
+        if !found {
+            return Ok(Some(out));
+        }
+        while !block.is_empty() {
+            match block.key()? {
+                (1, WireType::LengthDelimited) => {
+                    let n = block.len_prefix()?;
+                    let mut data = Pieces::default();
+                    block.take_into(n, &mut data)?;
+                    out.data = data.0.into();
+                }
+                (2, WireType::Varint) => out.crc32c = block.varint()? as u32,
+                (_, wire) => block.skip(wire)?,
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+/// Moves the first `n` bytes of `from` (which holds at least `n`) to
+/// `to`, splitting a piece if needed.
+fn take(from: &mut std::collections::VecDeque<Bytes>, mut n: usize, to: &mut Pieces) {
+    while n > 0 {
+        let Some(front) = from.front_mut() else {
+            return;
+        };
+        if front.len() <= n {
+            n -= front.len();
+            to.0.push_back(from.pop_front().expect("front exists"));
+        } else {
+            to.0.push_back(front.split_to(n));
+            n = 0;
+        }
+    }
+}
+
+/// Bytes held as the pieces they arrived in.
+#[derive(Default)]
+struct Pieces(std::collections::VecDeque<Bytes>);
+
+impl Pieces {
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(Bytes::is_empty)
+    }
+
+    fn len(&self) -> usize {
+        self.0.iter().map(Bytes::len).sum()
+    }
+
+    fn byte(&mut self) -> Result<u8, FramingError> {
+        while let Some(front) = self.0.front_mut() {
+            if let Some(&b) = front.first() {
+                let _ = front.split_to(1);
+                return Ok(b);
+            }
+            self.0.pop_front();
+        }
+        Err(FramingError::Malformed("message ends inside a field"))
+    }
+
+    fn varint(&mut self) -> Result<u64, FramingError> {
+        let mut value = 0u64;
+        for i in 0..10 {
+            let b = self.byte()?;
+            value |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(FramingError::Malformed("varint longer than 10 bytes"))
+    }
+
+    fn key(&mut self) -> Result<(u32, WireType), FramingError> {
+        let key = self.varint()?;
+        let wire = WireType::try_from(key & 7)
+            .map_err(|_| FramingError::Malformed("unknown wire type"))?;
+        let number = u32::try_from(key >> 3)
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or(FramingError::Malformed("field number out of range"))?;
+        Ok((number, wire))
+    }
+
+    fn len_prefix(&mut self) -> Result<usize, FramingError> {
+        let n = usize::try_from(self.varint()?)
+            .map_err(|_| FramingError::Malformed("length out of range"))?;
+        if n > self.len() {
+            return Err(FramingError::Malformed(
+                "length past the end of the message",
+            ));
+        }
+        Ok(n)
+    }
+
+    fn take_into(&mut self, n: usize, to: &mut Pieces) -> Result<(), FramingError> {
+        if n > self.len() {
+            return Err(FramingError::Malformed(
+                "length past the end of the message",
+            ));
+        }
+        take(&mut self.0, n, to);
+        Ok(())
+    }
+
+    fn skip(&mut self, wire: WireType) -> Result<(), FramingError> {
+        let n = match wire {
+            WireType::Varint => {
+                self.varint()?;
+                return Ok(());
+            }
+            WireType::SixtyFourBit => 8,
+            WireType::ThirtyTwoBit => 4,
+            WireType::LengthDelimited => self.len_prefix()?,
+            WireType::StartGroup | WireType::EndGroup => {
+                return Err(FramingError::Malformed("groups are not used"));
+            }
+        };
+        self.take_into(n, &mut Pieces::default())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +361,115 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// `bytes` cut into pieces of `cut` bytes, as data frames.
+    fn pieces(bytes: &[u8], cut: usize) -> Vec<Bytes> {
+        bytes.chunks(cut).map(Bytes::copy_from_slice).collect()
+    }
+
+    #[test]
+    fn blocks_decode_from_any_split_of_the_frames_without_copies() {
+        let blocks: Vec<(Bytes, u32)> = [0usize, 1, 300, 16_384, 70_000]
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                let data: Vec<u8> = (0..len).map(|j| (j * 13 + i) as u8).collect();
+                (Bytes::from(data), 0x1234_5678 + i as u32)
+            })
+            .collect();
+        let body_of = |blocks: &[(Bytes, u32)]| -> Vec<u8> {
+            blocks
+                .iter()
+                .flat_map(|(data, crc)| {
+                    grpc_message(&GetShardResponse {
+                        block: Some(ShardBlock {
+                            data: data.clone(),
+                            crc32c: *crc,
+                        }),
+                    })
+                    .to_vec()
+                })
+                .collect()
+        };
+        for cut in [1, 2, 5, 7, 16_384, usize::MAX] {
+            // Frames of a few bytes: the small blocks only (quadratic
+            // checks below).
+            let blocks = if cut < 100 { &blocks[..3] } else { &blocks[..] };
+            let body = body_of(blocks);
+            let mut decoder = BlockDecoder::new(GET_SHARD_RESPONSE_BLOCK_FIELD, 1 << 20);
+            let mut got = Vec::new();
+            let frames = pieces(&body, cut);
+            let within_a_frame = |piece: &Bytes| {
+                let p = piece.as_ptr() as usize;
+                frames.iter().any(|f| {
+                    let start = f.as_ptr() as usize;
+                    p >= start && p + piece.len() <= start + f.len()
+                })
+            };
+            for frame in &frames {
+                decoder.push(frame.clone());
+                while let Some(block) = decoder.next_block().unwrap() {
+                    // Not copied: every piece of data is a slice of a frame.
+                    assert!(block.data.iter().all(within_a_frame), "cut {cut}");
+                    got.push(block);
+                }
+            }
+            assert_eq!(decoder.buffered(), 0, "cut {cut}");
+            assert_eq!(got.len(), blocks.len(), "cut {cut}");
+            for (block, (data, crc)) in got.iter().zip(blocks) {
+                assert_eq!(block.data.concat(), data.to_vec(), "cut {cut}");
+                assert_eq!(block.len(), data.len());
+                assert_eq!(block.crc32c, *crc);
+                assert_eq!(block.computed_crc32c(), crate::shard::block_crc32c(data));
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_skipped_and_bad_messages_refused() {
+        // Field 9 (varint, 64-bit, 32-bit, bytes) around the block, and an
+        // unknown field inside it.
+        let mut inner = BytesMut::new();
+        encoding::encode_key(7, WireType::ThirtyTwoBit, &mut inner);
+        inner.put_u32_le(1);
+        encoding::bytes::encode(1, &Bytes::from_static(b"data"), &mut inner);
+        encoding::uint32::encode(2, &77, &mut inner);
+        let mut message = BytesMut::new();
+        encoding::uint64::encode(9, &5, &mut message);
+        encoding::encode_key(10, WireType::SixtyFourBit, &mut message);
+        message.put_u64_le(1);
+        encoding::bytes::encode(1, &inner.freeze(), &mut message);
+        encoding::bytes::encode(11, &Bytes::from_static(b"xyz"), &mut message);
+        let mut framed = BytesMut::new();
+        grpc_prefix(&mut framed, message.len());
+        framed.extend_from_slice(&message);
+        let mut decoder = BlockDecoder::new(GET_SHARD_RESPONSE_BLOCK_FIELD, 1 << 20);
+        decoder.push(framed.freeze());
+        let block = decoder.next_block().unwrap().unwrap();
+        assert_eq!(block.data.concat(), b"data");
+        assert_eq!(block.crc32c, 77);
+
+        let refused = |body: &[u8], max: usize| {
+            let mut d = BlockDecoder::new(GET_SHARD_RESPONSE_BLOCK_FIELD, max);
+            d.push(Bytes::copy_from_slice(body));
+            d.next_block().unwrap_err()
+        };
+        assert_eq!(refused(&[1, 0, 0, 0, 0], 10), FramingError::Compressed(1));
+        assert_eq!(
+            refused(&[0, 0, 0, 0, 11], 10),
+            FramingError::TooLarge { len: 11, max: 10 }
+        );
+        // The block field claims 5 bytes, the message holds 1.
+        assert!(matches!(
+            refused(&[0, 0, 0, 0, 3, 0x0a, 5, 0], 10),
+            FramingError::Malformed(_)
+        ));
+        // A partial message is not an error until the body ends.
+        let mut d = BlockDecoder::new(GET_SHARD_RESPONSE_BLOCK_FIELD, 10);
+        d.push(Bytes::from_static(&[0, 0, 0, 0, 3, 0x0a]));
+        assert_eq!(d.next_block(), Ok(None));
+        assert_eq!(d.buffered(), 6);
     }
 
     #[test]

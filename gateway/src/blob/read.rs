@@ -24,14 +24,15 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 
-use bytes::Bytes;
-use futures::stream::BoxStream;
-use sluice_proto::datanode::{GetShardRequest, GetShardResponse};
-use sluice_proto::meta::Placement;
-use tonic::Streaming;
-
 use std::sync::Arc;
 
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use sluice_proto::datanode::GetShardRequest;
+use sluice_proto::framing::BlockChunks;
+use sluice_proto::meta::Placement;
+
+use super::get_shard::{ShardStream, get_shard};
 use super::shard_failure::ShardFailure;
 use super::{BlobError, BlobStore, SHARD_STALL_TIMEOUT};
 use crate::admission::{BufferPermit, held};
@@ -43,7 +44,7 @@ enum Slot {
     /// Not opened (yet, or again: a failed shard's stream is dropped).
     Idle,
     /// Streaming blocks from the stripe being read onwards.
-    Open(Box<Streaming<GetShardResponse>>),
+    Open(Box<ShardStream>),
 }
 
 struct StripeReader {
@@ -148,29 +149,37 @@ impl StripeReader {
             self.next_stripe += 1;
             let permit = Arc::new(permit);
             let wanted = self.layout.trim(s, &self.range);
-            for (i, block) in data.into_iter().enumerate() {
+            for (i, pieces) in data.into_iter().enumerate() {
                 let b = self.layout.data_block_range(s, i);
                 let (start, end) = (b.start.max(wanted.start), b.end.min(wanted.end));
-                if start < end {
-                    let held = held(block, &permit);
-                    self.out
-                        .push_back(held.slice(start - b.start..end - b.start));
+                // The wanted part of the block, piece by piece (offsets
+                // within the block).
+                let (start, end) = (start.saturating_sub(b.start), end.saturating_sub(b.start));
+                let mut at = 0;
+                for piece in pieces {
+                    let len = piece.len();
+                    let (from, to) = (start.max(at), end.min(at + len));
+                    if from < to {
+                        let slice = piece.slice(from - at..to - at);
+                        self.out.push_back(held(slice, &permit));
+                    }
+                    at += len;
                 }
             }
         }
     }
 
-    /// The k data blocks of stripe `s` (zero-padded length), read directly
-    /// or reconstructed, and the read permit (`k * block_len` bytes) that
-    /// accounts for them.
-    async fn fetch_stripe(&mut self, s: u64) -> Result<(Vec<Bytes>, BufferPermit), BlobError> {
+    /// The k data blocks of stripe `s` (zero-padded length), each as the
+    /// pieces it was received in (one piece if reconstructed), and the
+    /// read permit (`k * block_len` bytes) that accounts for them.
+    async fn fetch_stripe(&mut self, s: u64) -> Result<(Vec<Vec<Bytes>>, BufferPermit), BlobError> {
         let k = self.codec.data_shards();
         let n = self.codec.total_shards();
         let block_len = self.layout.block_len(s);
         let mut permit = self.store.read_permit((n * block_len) as u64).await?;
         // Parity room is released once the data blocks are decoded.
         let parity_room = ((n - k) * block_len) as u64;
-        let mut got: Vec<Option<Bytes>> = vec![None; n];
+        let mut got: Vec<Option<BlockChunks>> = vec![None; n];
         let mut failures: Vec<String> = Vec::new();
         loop {
             let read: Vec<bool> = got.iter().map(Option::is_some).collect();
@@ -225,11 +234,14 @@ impl StripeReader {
             }
         }
         if got[..k].iter().all(Option::is_some) {
-            let data = got.into_iter().take(k).flatten().collect();
+            let data = got.into_iter().take(k).flatten().map(|b| b.data).collect();
             drop(permit.split(parity_room));
             return Ok((data, permit));
         }
-        let mut blocks: Vec<Option<Vec<u8>>> = got.into_iter().map(|b| b.map(Vec::from)).collect();
+        let mut blocks: Vec<Option<Vec<u8>>> = got
+            .into_iter()
+            .map(|b| b.map(|b| b.data.concat()))
+            .collect();
         self.codec
             .reconstruct_data(&mut blocks)
             .map_err(|e| BlobError::Unreadable {
@@ -240,12 +252,13 @@ impl StripeReader {
             .into_iter()
             .take(k)
             .map(|b| {
-                b.map(Bytes::from).ok_or_else(|| BlobError::Unreadable {
-                    blob_id: self.blob_id.clone(),
-                    reason: format!("stripe {s}: reconstruction left a data block empty"),
-                })
+                b.map(|b| vec![Bytes::from(b)])
+                    .ok_or_else(|| BlobError::Unreadable {
+                        blob_id: self.blob_id.clone(),
+                        reason: format!("stripe {s}: reconstruction left a data block empty"),
+                    })
             })
-            .collect::<Result<Vec<Bytes>, BlobError>>()?;
+            .collect::<Result<Vec<Vec<Bytes>>, BlobError>>()?;
         drop(permit.split(parity_room));
         Ok((data, permit))
     }
@@ -339,9 +352,9 @@ impl ReadPlan {
 impl Fetch<'_> {
     /// Reads block `stripe` of the shard, opening its stream at that block
     /// if needed. `Err` carries why the shard must not be used any more.
-    async fn next_block(&self, slot: &mut Slot) -> Result<Bytes, ShardFailure> {
+    async fn next_block(&self, slot: &mut Slot) -> Result<BlockChunks, ShardFailure> {
         if matches!(slot, Slot::Idle) {
-            let mut client = self.store.inner.pool.client(self.node)?;
+            let channel = self.store.inner.pool.channel(self.node)?;
             let req = GetShardRequest {
                 blob_id: self.blob_id.to_string(),
                 shard_index: self.shard as u32,
@@ -349,8 +362,8 @@ impl Fetch<'_> {
                 block_count: self.end_stripe - self.stripe,
             };
             let stream =
-                match tokio::time::timeout(SHARD_STALL_TIMEOUT, client.get_shard(req)).await {
-                    Ok(Ok(r)) => r.into_inner(),
+                match tokio::time::timeout(SHARD_STALL_TIMEOUT, get_shard(channel, &req)).await {
+                    Ok(Ok(stream)) => stream,
                     Ok(Err(status)) => return Err((&status).into()),
                     Err(_) => return Err(ShardFailure::NoAnswer(SHARD_STALL_TIMEOUT)),
                 };
@@ -365,15 +378,15 @@ impl Fetch<'_> {
             Ok(Err(status)) => return Err((&status).into()),
             Err(_) => return Err(ShardFailure::NoBlock(SHARD_STALL_TIMEOUT)),
         };
-        let block = message.block.ok_or(ShardFailure::NoBlockInResponse)?;
-        if block.data.len() != self.block_len {
+        let block = message;
+        if block.len() != self.block_len {
             return Err(ShardFailure::BlockLength {
                 block: self.stripe,
-                got: block.data.len(),
+                got: block.len(),
                 want: self.block_len,
             });
         }
-        let computed = sluice_proto::shard::block_crc32c(&block.data);
+        let computed = block.computed_crc32c();
         if computed != block.crc32c {
             return Err(ShardFailure::Checksum {
                 block: self.stripe,
@@ -381,7 +394,7 @@ impl Fetch<'_> {
                 computed,
             });
         }
-        Ok(block.data)
+        Ok(block)
     }
 }
 

@@ -62,10 +62,8 @@ pub(super) enum ShardFailure {
     /// A read's stream ended before this block.
     #[error("stream ended before block {0}")]
     EndedEarly(u64),
-    /// A read's response had no block.
-    #[error("response without a block")]
-    NoBlockInResponse,
-    /// A read's block is not the length the layout says.
+    /// A read's block is not the length the layout says (a response
+    /// without a block has none).
     #[error("block {block} has {got} bytes, expected {want}")]
     BlockLength { block: u64, got: usize, want: usize },
     /// A read's block does not match its CRC32C.
