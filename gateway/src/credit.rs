@@ -301,7 +301,9 @@ pub struct NodeCredit {
     /// the datanode turns out unreachable.
     opened: Notify,
     /// The last attempt to open the stream could not connect to the
-    /// datanode (nothing listens there): nothing to wait for.
+    /// datanode (nothing listens there): nothing to wait for. (Still
+    /// connected, for the moment between the datanode ending the stream
+    /// and [`serve`] reading that end, is a window this does not close.)
     unreachable: AtomicBool,
     stop: CancellationToken,
 }
@@ -330,8 +332,9 @@ impl NodeCredit {
     }
 
     /// Waits at most `within` for this datanode's credit stream to be open
-    /// (answered by the datanode), or for an attempt to open it to find
-    /// nothing listening at the datanode's address. A `PutShard` opened
+    /// (answered by the datanode), or for an attempt to open it to fail
+    /// while connecting (nothing listening at the datanode's address, a
+    /// connect timeout, a TLS handshake refused). A `PutShard` opened
     /// while the stream is down would go out on the connection that broke
     /// it (a datanode that is shutting down ends its credit streams at
     /// once, but a connection with requests in flight stays open, refusing
@@ -528,16 +531,21 @@ async fn run_node(node: Arc<NodeCredit>, client: DatanodeClient<Channel>, cfg: A
                 }
             }
             Ok(Err(status)) => {
-                if could_not_connect(&status) {
-                    node.unreachable.store(true, Ordering::Release);
+                // What this attempt found, not a past one's: a node that
+                // refused a connection and is now draining one holds
+                // PutShards back again.
+                let unreachable = could_not_connect(&status);
+                node.unreachable.store(unreachable, Ordering::Release);
+                if unreachable {
                     node.opened.notify_waiters();
                 }
                 format!("{}: {}", status.code(), status.message())
             }
+            // No answer (a connection that takes requests and answers
+            // none): not a sign that nothing listens, which the connect
+            // timeout tells; the waiting PutShards keep to their stall.
             Err(_) => {
-                // A PutShard would wait on this connection no better.
-                node.unreachable.store(true, Ordering::Release);
-                node.opened.notify_waiters();
+                node.unreachable.store(false, Ordering::Release);
                 format!("no answer within {CREDIT_RPC_TIMEOUT:?}")
             }
         };

@@ -162,15 +162,31 @@ struct Cluster {
     store: BlobStore,
 }
 
+/// [`tiny_budget`], and a shutdown grace past the gateway's credit RPC
+/// timeout (5 s): a draining connection outlives a credit stream attempt.
+fn tiny_budget_long_grace(c: &mut sluice_datanode::Config) {
+    tiny_budget(c);
+    c.shutdown_grace = Duration::from_secs(7);
+}
+
 impl Cluster {
     /// Six datanodes with ids `first_id..first_id + 6` (distinct per test:
     /// the recorder is shared by the tests of this binary).
     async fn start(first_id: u64, stall: Duration) -> Result<Cluster> {
+        Self::start_with(first_id, stall, tiny_budget).await
+    }
+
+    /// [`start`](Self::start) with the datanodes' config set by `tweak`.
+    async fn start_with(
+        first_id: u64,
+        stall: Duration,
+        tweak: fn(&mut sluice_datanode::Config),
+    ) -> Result<Cluster> {
         init_tracing();
         recorder();
         let mut nodes = Vec::new();
         for id in first_id..first_id + 6 {
-            nodes.push(Datanode::start(id, tiny_budget).await?);
+            nodes.push(Datanode::start(id, tweak).await?);
         }
         let config = BlobStoreConfig {
             data_shards: K,
@@ -375,7 +391,24 @@ async fn a_restarted_datanode_grants_again_after_reconnect() -> Result<()> {
 /// connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_write_after_a_restart_does_not_use_the_draining_connection() -> Result<()> {
-    let mut cluster = Cluster::start(41, Duration::from_secs(30)).await?;
+    restart_while_a_read_drains(41, tiny_budget).await
+}
+
+/// The same with a shutdown grace longer than a credit stream attempt may
+/// take (7 s against 5 s): the write neither waits for the old node's drain
+/// nor loses its shard. (Measured: the first attempt after the break is
+/// cancelled by the connection that got the GOAWAY, within ~50 ms; the next
+/// goes out on a new connection.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_longer_than_a_credit_attempt_still_holds_the_write_back() -> Result<()> {
+    restart_while_a_read_drains(51, tiny_budget_long_grace).await
+}
+
+async fn restart_while_a_read_drains(
+    first_id: u64,
+    tweak: fn(&mut sluice_datanode::Config),
+) -> Result<()> {
+    let mut cluster = Cluster::start_with(first_id, Duration::from_secs(30), tweak).await?;
     // 16 blocks per shard: more than a GetShard stream's window plus the
     // gateway's read budget, so a read left unconsumed keeps its streams
     // open on the datanodes.

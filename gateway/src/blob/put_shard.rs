@@ -70,7 +70,8 @@ impl StreamFailure {
 /// The request body of one `PutShard` RPC, as HTTP/2 data frames.
 ///
 /// Takes the channel's frames; before a block it debits the block's length
-/// from the datanode's credit, then yields the block's gRPC message as
+/// from the datanode's credit (waiting at most `first_stall` for the
+/// first block's, `stall` for each later one's), then yields the block's gRPC message as
 /// three frames (prefix, the block itself, [`held`] with its stripe's
 /// permit, suffix). On
 /// [`Frame::End`] it yields the `ShardEnd` message (the blocks and bytes it
@@ -81,12 +82,15 @@ impl StreamFailure {
 pub(super) fn shard_requests(
     rx: mpsc::Receiver<Frame>,
     credit: Option<Arc<NodeCredit>>,
+    first_stall: Duration,
     stall: Duration,
     failure: Arc<StreamFailure>,
 ) -> impl Stream<Item = Result<hyper::body::Frame<Bytes>, Infallible>> + Send + 'static {
     struct State {
         rx: mpsc::Receiver<Frame>,
         credit: Option<Arc<NodeCredit>>,
+        /// How long the next debit may wait.
+        wait: Duration,
         stall: Duration,
         failure: Arc<StreamFailure>,
         /// Frames of the current message not yet yielded (at most two).
@@ -100,6 +104,7 @@ pub(super) fn shard_requests(
     let state = State {
         rx,
         credit,
+        wait: first_stall,
         stall,
         failure,
         queued: VecDeque::with_capacity(2),
@@ -126,7 +131,8 @@ pub(super) fn shard_requests(
                 let debit = match &s.credit {
                     Some(credit) => {
                         s.failure.awaiting_credit.store(true, Ordering::Relaxed);
-                        let debit = credit.debit(data.len() as u64, s.stall).await;
+                        let debit = credit.debit(data.len() as u64, s.wait).await;
+                        s.wait = s.stall;
                         s.failure.awaiting_credit.store(false, Ordering::Relaxed);
                         debit
                     }
@@ -252,10 +258,16 @@ mod tests {
         tx.send(Frame::End).await.unwrap();
         drop(permit);
         let failure = Arc::new(StreamFailure::default());
-        let frames: Vec<Bytes> = shard_requests(rx, None, Duration::from_secs(1), failure)
-            .map(|f| f.unwrap().into_data().expect("data frame"))
-            .collect()
-            .await;
+        let frames: Vec<Bytes> = shard_requests(
+            rx,
+            None,
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            failure,
+        )
+        .map(|f| f.unwrap().into_data().expect("data frame"))
+        .collect()
+        .await;
         assert_eq!(frames.len(), 4, "prefix, block, suffix, end message");
         assert_eq!(
             PutShardRequest::decode(&frames[3][5..]).expect("end message"),

@@ -298,13 +298,13 @@ impl BlobWriter<'_> {
                         .max_decoding_message_size(MAX_MESSAGE_BYTES)
                         .max_encoding_message_size(MAX_MESSAGE_BYTES)
                     });
-                    let requests =
-                        shard_requests(rx, Some(Arc::clone(&credit)), stall, Arc::clone(&failure));
                     shard.task = Some(tokio::spawn(async move {
                         let _done = rpc_done.drop_guard();
                         // Not on a connection the credit stream saw break
-                        // (see NodeCredit::stream_open); this wait counts
-                        // as the first block's credit wait.
+                        // (see NodeCredit::stream_open); this wait is part
+                        // of the first block's credit wait, which has
+                        // `stall` in all.
+                        let started = tokio::time::Instant::now();
                         failure.awaiting_credit.store(true, Ordering::Relaxed);
                         let open = credit.stream_open(stall).await;
                         failure.awaiting_credit.store(false, Ordering::Relaxed);
@@ -313,6 +313,13 @@ impl BlobWriter<'_> {
                             failure.set(e);
                             return Err(status);
                         }
+                        let requests = shard_requests(
+                            rx,
+                            Some(credit),
+                            stall.saturating_sub(started.elapsed()),
+                            stall,
+                            Arc::clone(&failure),
+                        );
                         tokio::select! {
                             result = put_shard(channel, requests) => result,
                             // Dropping the call resets the stream.
