@@ -48,25 +48,33 @@ pub(super) async fn get_shard(
         .call(request)
         .await
         .map_err(|e| Status::unavailable(format!("GetShard: {e}")))?;
-    if let Some(status) = Status::from_header_map(response.headers())
-        && status.code() != tonic::Code::Ok
-    {
-        return Err(status);
-    }
+    // A trailers-only answer carries its status in the headers.
+    let trailers_only = match Status::from_header_map(response.headers()) {
+        Some(status) if status.code() != tonic::Code::Ok => return Err(status),
+        Some(_) => true,
+        None => false,
+    };
     if response.status() != http::StatusCode::OK {
-        return Err(Status::internal(format!(
-            "GetShard answered HTTP {}",
+        return Err(Status::unavailable(format!(
+            "GetShard answered HTTP {} without a gRPC status",
             response.status()
         )));
     }
-    Ok(ShardStream {
-        body: response.into_body(),
-        decoder: BlockDecoder::new(GET_SHARD_RESPONSE_BLOCK_FIELD, MAX_MESSAGE_BYTES),
-        ended: false,
-    })
+    let mut stream = ShardStream::new(response.into_body());
+    stream.ended = trailers_only;
+    Ok(stream)
 }
 
 impl ShardStream {
+    /// The blocks of a response `body` (status OK, not trailers-only).
+    fn new(body: tonic::body::Body) -> Self {
+        ShardStream {
+            body,
+            decoder: BlockDecoder::new(GET_SHARD_RESPONSE_BLOCK_FIELD, MAX_MESSAGE_BYTES),
+            ended: false,
+        }
+    }
+
     /// The next block, `None` after the last one (the stream ended with
     /// status OK); the status the datanode ended the stream with, or what
     /// went wrong with the body, as an error.
@@ -113,5 +121,108 @@ impl ShardStream {
                 )));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use hyper::body::Frame;
+    use sluice_proto::datanode::{GetShardResponse, ShardBlock};
+    use tonic::Code;
+
+    fn message(data: &'static [u8], crc32c: u32) -> Bytes {
+        grpc_message(&GetShardResponse {
+            block: Some(ShardBlock {
+                data: Bytes::from_static(data),
+                crc32c,
+            }),
+        })
+    }
+
+    fn trailers(status: Option<Status>) -> Frame<Bytes> {
+        let mut map = http::HeaderMap::new();
+        if let Some(status) = status {
+            status.add_header(&mut map).unwrap();
+        }
+        Frame::trailers(map)
+    }
+
+    /// A stream over a body of `frames`.
+    fn stream(frames: Vec<Frame<Bytes>>) -> ShardStream {
+        let body = http_body_util::StreamBody::new(futures::stream::iter(
+            frames.into_iter().map(Ok::<_, Status>),
+        ));
+        ShardStream::new(tonic::body::Body::new(body))
+    }
+
+    #[tokio::test]
+    async fn blocks_then_the_end_the_trailers_name() {
+        let two = [message(b"first", 1), message(b"second", 2)].concat();
+        let (a, b) = two.split_at(7);
+        let mut s = stream(vec![
+            Frame::data(Bytes::copy_from_slice(a)),
+            Frame::data(Bytes::copy_from_slice(b)),
+            trailers(Some(Status::ok(""))),
+        ]);
+        let first = s.message().await.unwrap().unwrap();
+        assert_eq!((first.data.concat(), first.crc32c), (b"first".to_vec(), 1));
+        let second = s.message().await.unwrap().unwrap();
+        assert_eq!(
+            (second.data.concat(), second.crc32c),
+            (b"second".to_vec(), 2)
+        );
+        assert!(s.message().await.unwrap().is_none());
+        assert!(s.message().await.unwrap().is_none(), "stays ended");
+    }
+
+    #[tokio::test]
+    async fn error_trailers_and_broken_bodies_are_errors() {
+        // The datanode's bitrot answer after one good block.
+        let mut s = stream(vec![
+            Frame::data(message(b"ok", 3)),
+            trailers(Some(Status::data_loss("block 1: checksum mismatch"))),
+        ]);
+        assert!(s.message().await.unwrap().is_some());
+        let err = s.message().await.unwrap_err();
+        assert_eq!(err.code(), Code::DataLoss);
+        assert_eq!(err.message(), "block 1: checksum mismatch");
+
+        // OK trailers after part of a message: the stream ended early.
+        let whole = message(b"cut short", 4);
+        let mut s = stream(vec![
+            Frame::data(whole.slice(..whole.len() - 2)),
+            trailers(Some(Status::ok(""))),
+        ]);
+        let err = s.message().await.unwrap_err();
+        assert_eq!(err.code(), Code::Internal);
+        assert!(
+            err.message().contains("inside a message"),
+            "{}",
+            err.message()
+        );
+
+        // Trailers without grpc-status, and no trailers at all.
+        let mut s = stream(vec![Frame::data(message(b"x", 5)), trailers(None)]);
+        assert!(s.message().await.unwrap().is_some());
+        assert_eq!(s.message().await.unwrap_err().code(), Code::Internal);
+        let mut s = stream(vec![Frame::data(message(b"x", 5))]);
+        assert!(s.message().await.unwrap().is_some());
+        let err = s.message().await.unwrap_err();
+        assert!(
+            err.message().contains("without trailers"),
+            "{}",
+            err.message()
+        );
+
+        // A compressed message is refused, not misread.
+        let mut compressed = message(b"z", 6).to_vec();
+        compressed[0] = 1;
+        let mut s = stream(vec![
+            Frame::data(compressed.into()),
+            trailers(Some(Status::ok(""))),
+        ]);
+        assert_eq!(s.message().await.unwrap_err().code(), Code::Internal);
     }
 }
