@@ -22,7 +22,7 @@ use std::convert::Infallible;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
 use http_body::Frame;
 use http_body_util::{BodyExt as _, Limited, StreamBody};
 use prost::Message as _;
@@ -162,7 +162,7 @@ fn frames(
         if state.ended {
             return None;
         }
-        let frame = match state.blocks.rx.recv().await {
+        let frame = match state.blocks.next().await {
             Some(Ok(block)) => {
                 let (head, tail) =
                     block_message(GET_SHARD_RESPONSE_BLOCK_FIELD, &block.data, block.crc32c);
@@ -231,7 +231,6 @@ mod tests {
 
     #[tokio::test]
     async fn blocks_then_the_status_as_trailers() {
-        use futures::StreamExt as _;
         let (tx, rx) = mpsc::channel(4);
         let data = Bytes::from_static(b"0123456789");
         tx.send(Ok(Block {
@@ -262,7 +261,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_that_ends_sends_status_ok() {
-        use futures::StreamExt as _;
         let (tx, rx) = mpsc::channel::<Result<Block, Status>>(1);
         drop(tx);
         let got: Vec<Frame<Bytes>> = frames(ShardBlocks::new(rx, None))

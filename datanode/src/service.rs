@@ -70,11 +70,19 @@ use crate::store::{Block, ShardKey, ShardReader, ShardStore, ShardWriter, StoreE
 /// Blocks read ahead of a GetShard client.
 pub const GET_SHARD_CHANNEL_DEPTH: usize = 2;
 
+/// ListShards page size when the request says 0 (blobs per page).
+pub const DEFAULT_LIST_LIMIT: u32 = 1000;
+/// Largest ListShards page (blobs per page).
+pub const MAX_LIST_LIMIT: u32 = 10_000;
+/// Most shards one HasShards call may ask about.
+pub const MAX_HAS_SHARDS: usize = 1000;
+use sluice_proto::shard::MAX_MESSAGE_BYTES;
+
 /// The blocks of one GetShard, as [`DatanodeService::shard_blocks`] queues
-/// them; `rx` ends after the last block or with the error that ended the
-/// stream.
+/// them: a stream that ends after the last block or with the error that
+/// ended the read.
 pub(crate) struct ShardBlocks {
-    pub(crate) rx: mpsc::Receiver<Result<Block, Status>>,
+    rx: mpsc::Receiver<Result<Block, Status>>,
     /// The shard-stream permit, when no reader task holds it.
     _permit: Option<OwnedSemaphorePermit>,
 }
@@ -91,13 +99,17 @@ impl ShardBlocks {
         }
     }
 }
-/// ListShards page size when the request says 0 (blobs per page).
-pub const DEFAULT_LIST_LIMIT: u32 = 1000;
-/// Largest ListShards page (blobs per page).
-pub const MAX_LIST_LIMIT: u32 = 10_000;
-/// Most shards one HasShards call may ask about.
-pub const MAX_HAS_SHARDS: usize = 1000;
-use sluice_proto::shard::MAX_MESSAGE_BYTES;
+
+impl tokio_stream::Stream for ShardBlocks {
+    type Item = Result<Block, Status>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}
 
 /// The service's settings (from [`crate::Config`]).
 #[derive(Debug, Clone, Copy)]
@@ -459,21 +471,14 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
     ) -> Result<Response<Self::GetShardStream>, Status> {
         use tokio_stream::StreamExt as _;
         let blocks = self.shard_blocks(request.into_inner()).await?;
-        let ShardBlocks {
-            rx,
-            _permit: permit,
-        } = blocks;
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(
-            move |r| {
-                let _permit = &permit;
-                r.map(|b| GetShardResponse {
-                    block: Some(ShardBlock {
-                        data: b.data,
-                        crc32c: b.crc32c,
-                    }),
-                })
-            },
-        ))))
+        Ok(Response::new(Box::pin(blocks.map(|r| {
+            r.map(|b| GetShardResponse {
+                block: Some(ShardBlock {
+                    data: b.data,
+                    crc32c: b.crc32c,
+                }),
+            })
+        }))))
     }
 
     async fn delete_blobs(

@@ -29,6 +29,7 @@
 //! (see [`crate::datanodes`]).
 
 mod get_shard;
+mod grpc;
 mod heal_access;
 mod put_shard;
 mod read;

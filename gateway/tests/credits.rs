@@ -271,6 +271,17 @@ async fn read_all(store: &BlobStore, p: &sluice_proto::meta::Placement) -> Resul
     Ok(out)
 }
 
+/// Waits until the gateway has seen its credit stream to `node` break.
+async fn credit_stream_broken(store: &BlobStore, node: u64) -> Result<()> {
+    eventually("credit stream broken", || {
+        let stats = store.credit_stats(node).ok_or("no stream")?;
+        (!stats.connected)
+            .then_some(())
+            .ok_or_else(|| format!("{stats:?}"))
+    })
+    .await
+}
+
 async fn eventually(what: &str, mut cond: impl FnMut() -> Result<(), String>) -> Result<()> {
     sluice_test_support::wait_until(what, WAIT, || std::future::ready(cond())).await
 }
@@ -354,13 +365,7 @@ async fn a_restarted_datanode_grants_again_after_reconnect() -> Result<()> {
     cluster.nodes[2].shut_down().await?;
     // The gateway sees its credit stream break (here before the node is
     // back; the write racing the old connection's drain is the next test).
-    eventually("credit stream broken", || {
-        let stats = cluster.store.credit_stats(node).ok_or("no stream")?;
-        (!stats.connected)
-            .then_some(())
-            .ok_or_else(|| format!("{stats:?}"))
-    })
-    .await?;
+    credit_stream_broken(&cluster.store, node).await?;
     cluster.nodes[2].start_again(WAIT).await?;
     // The broken stream lost its credit and reconnects with backoff; the
     // next write's PutShard waits for it to reopen (NodeCredit::stream_open),
@@ -432,13 +437,7 @@ async fn restart_while_a_read_drains(
     );
 
     let mut stopping = cluster.nodes[at].begin_shut_down();
-    eventually("credit stream broken", || {
-        let stats = cluster.store.credit_stats(node).ok_or("no stream")?;
-        (!stats.connected)
-            .then_some(())
-            .ok_or_else(|| format!("{stats:?}"))
-    })
-    .await?;
+    credit_stream_broken(&cluster.store, node).await?;
     cluster.nodes[at].start_again(WAIT).await?;
     ensure!(
         stopping.is_running(),

@@ -9,9 +9,11 @@
 //! (1 byte compressed flag, 4 bytes big-endian length); field encoding:
 //! <https://protobuf.dev/programming-guides/encoding/>.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use std::collections::VecDeque;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message;
-use prost::encoding::{self, WireType};
+use prost::encoding::{self, DecodeContext, WireType};
 
 use crate::datanode::ShardBlock;
 
@@ -113,21 +115,23 @@ pub enum FramingError {
     TooLarge { len: usize, max: usize },
     #[error("malformed message: {0}")]
     Malformed(&'static str),
+    #[error("malformed message: {0}")]
+    Protobuf(#[from] prost::DecodeError),
 }
 
 /// Decodes the length-prefixed gRPC messages of a body whose only field of
 /// interest is `field`, a `ShardBlock` (`GetShardResponse.block`), as the
 /// body's data frames arrive, handing out the block data as slices of
 /// those frames instead of copying it into one buffer (tonic's decoder
-/// copies every frame into its own). Holds at most one message plus the
-/// start of the next: what the HTTP/2 stream window lets in. Unknown fields
-/// are skipped as protobuf says; a repeated `field` or `data` keeps the
-/// last one.
+/// copies every frame into its own; prost can only hand out a field of
+/// type `Bytes` whole, which for data spread over frames is a copy). Keys,
+/// varints and unknown fields are read by prost's own functions. Holds at
+/// most one message plus the start of the next: what the HTTP/2 stream
+/// window lets in. A repeated `field` or `data` keeps the last one.
 pub struct BlockDecoder {
     field: u32,
     max_message: usize,
-    pending: std::collections::VecDeque<Bytes>,
-    buffered: usize,
+    pending: Pieces,
 }
 
 impl BlockDecoder {
@@ -136,41 +140,27 @@ impl BlockDecoder {
         BlockDecoder {
             field,
             max_message,
-            pending: std::collections::VecDeque::new(),
-            buffered: 0,
+            pending: Pieces::default(),
         }
     }
 
     /// Adds a received data frame.
     pub fn push(&mut self, data: Bytes) {
-        if !data.is_empty() {
-            self.buffered += data.len();
-            self.pending.push_back(data);
-        }
+        self.pending.push(data);
     }
 
     /// Bytes received and not yet decoded (a partial message at the end of
     /// a body means the stream ended early).
     pub fn buffered(&self) -> usize {
-        self.buffered
+        self.pending.remaining()
     }
 
     /// The next whole message's block, `None` until all of it has arrived.
     /// A message without the field decodes as an empty block.
     pub fn next_block(&mut self) -> Result<Option<BlockChunks>, FramingError> {
-        if self.buffered < 5 {
+        let Some(prefix) = self.pending.peek::<5>() else {
             return Ok(None);
-        }
-        let mut prefix = [0u8; 5];
-        let mut at = 0;
-        for piece in &self.pending {
-            let n = (5 - at).min(piece.len());
-            prefix[at..at + n].copy_from_slice(&piece[..n]);
-            at += n;
-            if at == 5 {
-                break;
-            }
-        }
+        };
         if prefix[0] != 0 {
             return Err(FramingError::Compressed(prefix[0]));
         }
@@ -181,145 +171,131 @@ impl BlockDecoder {
                 max: self.max_message,
             });
         }
-        if self.buffered < 5 + len {
+        if self.pending.remaining() < 5 + len {
             return Ok(None);
         }
-        let mut message = Pieces::default();
-        take(&mut self.pending, 5, &mut Pieces::default());
-        take(&mut self.pending, len, &mut message);
-        self.buffered -= 5 + len;
-        let mut block = Pieces::default();
-        let mut found = false;
-        while !message.is_empty() {
-            let (number, wire) = message.key()?;
-            if number == self.field && wire == WireType::LengthDelimited {
-                let n = message.len_prefix()?;
-                block = Pieces::default();
-                message.take_into(n, &mut block)?;
-                found = true;
+        self.pending.advance(5);
+        let mut message = self.pending.split_to(len)?;
+        let mut block = None;
+        while message.has_remaining() {
+            let (tag, wire) = encoding::decode_key(&mut message)?;
+            if tag == self.field && wire == WireType::LengthDelimited {
+                let n = message.length()?;
+                block = Some(message.split_to(n)?);
             } else {
-                message.skip(wire)?;
+                encoding::skip_field(wire, tag, &mut message, DecodeContext::default())?;
             }
         }
         let mut out = BlockChunks::default();
-        if !found {
+        let Some(mut block) = block else {
             return Ok(Some(out));
-        }
-        while !block.is_empty() {
-            match block.key()? {
+        };
+        while block.has_remaining() {
+            match encoding::decode_key(&mut block)? {
                 (1, WireType::LengthDelimited) => {
-                    let n = block.len_prefix()?;
-                    let mut data = Pieces::default();
-                    block.take_into(n, &mut data)?;
-                    out.data = data.0.into();
+                    let n = block.length()?;
+                    out.data = block.split_to(n)?.pieces.into();
                 }
-                (2, WireType::Varint) => out.crc32c = block.varint()? as u32,
-                (_, wire) => block.skip(wire)?,
+                // uint32 from a varint, truncated as prost does.
+                (2, WireType::Varint) => out.crc32c = encoding::decode_varint(&mut block)? as u32,
+                (tag, wire) => {
+                    encoding::skip_field(wire, tag, &mut block, DecodeContext::default())?;
+                }
             }
         }
         Ok(Some(out))
     }
 }
 
-/// Moves the first `n` bytes of `from` (which holds at least `n`) to
-/// `to`, splitting a piece if needed.
-fn take(from: &mut std::collections::VecDeque<Bytes>, mut n: usize, to: &mut Pieces) {
-    while n > 0 {
-        let Some(front) = from.front_mut() else {
-            return;
-        };
-        if front.len() <= n {
-            n -= front.len();
-            to.0.push_back(from.pop_front().expect("front exists"));
-        } else {
-            to.0.push_back(front.split_to(n));
-            n = 0;
+/// Bytes held as the (non-empty) pieces they arrived in; a [`Buf`] for
+/// prost's decoding functions.
+#[derive(Default)]
+struct Pieces {
+    pieces: VecDeque<Bytes>,
+    len: usize,
+}
+
+impl Pieces {
+    fn push(&mut self, piece: Bytes) {
+        if !piece.is_empty() {
+            self.len += piece.len();
+            self.pieces.push_back(piece);
         }
+    }
+
+    /// The first `N` bytes, if there are that many.
+    fn peek<const N: usize>(&self) -> Option<[u8; N]> {
+        if self.len < N {
+            return None;
+        }
+        let mut out = [0u8; N];
+        let mut at = 0;
+        for piece in &self.pieces {
+            let n = (N - at).min(piece.len());
+            out[at..at + n].copy_from_slice(&piece[..n]);
+            at += n;
+            if at == N {
+                break;
+            }
+        }
+        Some(out)
+    }
+
+    /// Moves the first `n` bytes out, splitting a piece if needed.
+    fn split_to(&mut self, mut n: usize) -> Result<Pieces, FramingError> {
+        if n > self.len {
+            return Err(FramingError::Malformed(
+                "length past the end of the message",
+            ));
+        }
+        let mut out = Pieces::default();
+        while n > 0 {
+            let front = self.pieces.front_mut().expect("len counts the pieces");
+            let piece = if front.len() <= n {
+                self.pieces.pop_front().expect("front exists")
+            } else {
+                front.split_to(n)
+            };
+            n -= piece.len();
+            self.len -= piece.len();
+            out.push(piece);
+        }
+        Ok(out)
+    }
+
+    /// A length prefix that stays inside the remaining bytes.
+    fn length(&mut self) -> Result<usize, FramingError> {
+        let n = encoding::decode_varint(self)?;
+        usize::try_from(n)
+            .ok()
+            .filter(|n| *n <= self.len)
+            .ok_or(FramingError::Malformed(
+                "length past the end of the message",
+            ))
     }
 }
 
-/// Bytes held as the pieces they arrived in.
-#[derive(Default)]
-struct Pieces(std::collections::VecDeque<Bytes>);
-
-impl Pieces {
-    fn is_empty(&self) -> bool {
-        self.0.iter().all(Bytes::is_empty)
+impl Buf for Pieces {
+    fn remaining(&self) -> usize {
+        self.len
     }
 
-    fn len(&self) -> usize {
-        self.0.iter().map(Bytes::len).sum()
+    fn chunk(&self) -> &[u8] {
+        self.pieces.front().map_or(&[], |piece| &piece[..])
     }
 
-    fn byte(&mut self) -> Result<u8, FramingError> {
-        while let Some(front) = self.0.front_mut() {
-            if let Some(&b) = front.first() {
-                let _ = front.split_to(1);
-                return Ok(b);
+    fn advance(&mut self, mut n: usize) {
+        assert!(n <= self.len, "advance past the end");
+        self.len -= n;
+        while n > 0 {
+            let front = self.pieces.front_mut().expect("len counts the pieces");
+            if front.len() > n {
+                front.advance(n);
+                return;
             }
-            self.0.pop_front();
+            n -= front.len();
+            self.pieces.pop_front();
         }
-        Err(FramingError::Malformed("message ends inside a field"))
-    }
-
-    fn varint(&mut self) -> Result<u64, FramingError> {
-        let mut value = 0u64;
-        for i in 0..10 {
-            let b = self.byte()?;
-            value |= u64::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(FramingError::Malformed("varint longer than 10 bytes"))
-    }
-
-    fn key(&mut self) -> Result<(u32, WireType), FramingError> {
-        let key = self.varint()?;
-        let wire = WireType::try_from(key & 7)
-            .map_err(|_| FramingError::Malformed("unknown wire type"))?;
-        let number = u32::try_from(key >> 3)
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or(FramingError::Malformed("field number out of range"))?;
-        Ok((number, wire))
-    }
-
-    fn len_prefix(&mut self) -> Result<usize, FramingError> {
-        let n = usize::try_from(self.varint()?)
-            .map_err(|_| FramingError::Malformed("length out of range"))?;
-        if n > self.len() {
-            return Err(FramingError::Malformed(
-                "length past the end of the message",
-            ));
-        }
-        Ok(n)
-    }
-
-    fn take_into(&mut self, n: usize, to: &mut Pieces) -> Result<(), FramingError> {
-        if n > self.len() {
-            return Err(FramingError::Malformed(
-                "length past the end of the message",
-            ));
-        }
-        take(&mut self.0, n, to);
-        Ok(())
-    }
-
-    fn skip(&mut self, wire: WireType) -> Result<(), FramingError> {
-        let n = match wire {
-            WireType::Varint => {
-                self.varint()?;
-                return Ok(());
-            }
-            WireType::SixtyFourBit => 8,
-            WireType::ThirtyTwoBit => 4,
-            WireType::LengthDelimited => self.len_prefix()?,
-            WireType::StartGroup | WireType::EndGroup => {
-                return Err(FramingError::Malformed("groups are not used"));
-            }
-        };
-        self.take_into(n, &mut Pieces::default())
     }
 }
 

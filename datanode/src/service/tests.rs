@@ -405,6 +405,7 @@ async fn shard_streams_past_max_shard_streams_are_refused_as_busy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_range_read_whole_by_the_open_keeps_its_stream_slot_until_dropped() {
+    use futures::StreamExt as _;
     let h = Harness::start(Fault::NoSpaceAfter(u64::MAX), 1 << 30).await;
     let mut c = h.client().await;
     put(&mut c, "e1.one", "", BLOCK).await.unwrap();
@@ -421,9 +422,9 @@ async fn a_range_read_whole_by_the_open_keeps_its_stream_slot_until_dropped() {
     // held by what the response body keeps.
     let mut blocks = h.service.shard_blocks(request).await.unwrap();
     assert_eq!(free(), all - 1);
-    let block = blocks.rx.recv().await.unwrap().unwrap();
+    let block = blocks.next().await.unwrap().unwrap();
     assert_eq!(block.data.len(), BLOCK);
-    assert!(blocks.rx.recv().await.is_none(), "one block, then the end");
+    assert!(blocks.next().await.is_none(), "one block, then the end");
     assert_eq!(free(), all - 1);
     drop(blocks);
     assert_eq!(free(), all);

@@ -723,11 +723,7 @@ impl ShardReader for DiskReader {
             self.path.clone(),
             self.geometry,
         );
-        Some(
-            blocking(move || Ok(read_block(&file, &key, &path, geometry, index)))
-                .await
-                .and_then(|r| r),
-        )
+        Some(blocking(move || read_block(&file, &key, &path, geometry, index)).await)
     }
 
     fn ready_block(&mut self) -> Option<Result<Block, StoreError>> {

@@ -2,9 +2,9 @@
 //! handed on as the slices of the HTTP/2 data frames that carried it
 //! ([`BlockDecoder`]), where tonic's decoder would copy every frame into a
 //! per-stream buffer and allocate a block-sized one for each message. The
-//! request is the one message tonic would send; statuses come from the
-//! trailers (or a trailers-only answer's headers) as tonic reads them.
-//! Protocol: <https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md>.
+//! request is the one message tonic would send ([`grpc::call`]); statuses
+//! come from the trailers (or a trailers-only answer's headers) as tonic
+//! reads them.
 
 use http_body_util::BodyExt as _;
 use sluice_proto::datanode::GetShardRequest;
@@ -14,8 +14,8 @@ use sluice_proto::framing::{
 use sluice_proto::shard::MAX_MESSAGE_BYTES;
 use tonic::Status;
 use tonic::transport::Channel;
-use tower::Service as _;
-use tower::ServiceExt as _;
+
+use super::grpc;
 
 /// The blocks of one `GetShard` response, in order.
 pub(super) struct ShardStream {
@@ -28,32 +28,14 @@ pub(super) struct ShardStream {
 /// Opens a `GetShard` call over `channel`; errors are the call's status
 /// (a trailers-only answer: `NOT_FOUND`, busy, …) or the transport's.
 pub(super) async fn get_shard(
-    mut channel: Channel,
+    channel: Channel,
     req: &GetShardRequest,
 ) -> Result<ShardStream, Status> {
-    let request = http::Request::builder()
-        .method(http::Method::POST)
-        .version(http::Version::HTTP_2)
-        .uri(GET_SHARD_PATH)
-        .header(http::header::CONTENT_TYPE, "application/grpc")
-        .header(http::header::TE, "trailers")
-        .body(tonic::body::Body::new(http_body_util::Full::new(
-            grpc_message(req),
-        )))
-        .map_err(|e| Status::internal(format!("GetShard request: {e}")))?;
-    let response = channel
-        .ready()
-        .await
-        .map_err(|e| Status::unavailable(format!("datanode channel not ready: {e}")))?
-        .call(request)
-        .await
-        .map_err(|e| Status::unavailable(format!("GetShard: {e}")))?;
-    // A trailers-only answer carries its status in the headers.
-    let trailers_only = match Status::from_header_map(response.headers()) {
-        Some(status) if status.code() != tonic::Code::Ok => return Err(status),
-        Some(_) => true,
-        None => false,
-    };
+    let body = tonic::body::Body::new(http_body_util::Full::new(grpc_message(req)));
+    let response = grpc::call(channel, GET_SHARD_PATH, body, "GetShard").await?;
+    // A trailers-only answer (its status OK: grpc::call returned the
+    // others) has no blocks.
+    let trailers_only = response.headers().contains_key("grpc-status");
     if response.status() != http::StatusCode::OK {
         return Err(Status::unavailable(format!(
             "GetShard answered HTTP {} without a gRPC status",

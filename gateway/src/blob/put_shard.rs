@@ -23,7 +23,6 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::codec::Codec as _;
 use tonic::transport::Channel;
-use tower::{Service as _, ServiceExt as _};
 
 use crate::admission::{BufferPermit, held};
 use crate::credit::{CreditError, NodeCredit};
@@ -184,35 +183,14 @@ pub(super) fn shard_requests(
 /// body hands the blocks themselves to HTTP/2. The response is decoded by
 /// tonic as usual.
 pub(super) async fn put_shard<S>(
-    mut channel: Channel,
+    channel: Channel,
     body: S,
 ) -> Result<PutShardResponse, tonic::Status>
 where
     S: Stream<Item = Result<hyper::body::Frame<Bytes>, Infallible>> + Send + 'static,
 {
-    let request = http::Request::builder()
-        .method(http::Method::POST)
-        .version(http::Version::HTTP_2)
-        .uri(PUT_SHARD_PATH)
-        .header(http::header::CONTENT_TYPE, "application/grpc")
-        .header(http::header::TE, "trailers")
-        .body(tonic::body::Body::new(http_body_util::StreamBody::new(
-            body,
-        )))
-        .map_err(|e| tonic::Status::internal(format!("PutShard request: {e}")))?;
-    let response = channel
-        .ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("datanode channel not ready: {e}")))?
-        .call(request)
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("PutShard: {e}")))?;
-    // A "trailers-only" answer carries the status in its headers.
-    if let Some(status) = tonic::Status::from_header_map(response.headers())
-        && status.code() != tonic::Code::Ok
-    {
-        return Err(status);
-    }
+    let body = tonic::body::Body::new(http_body_util::StreamBody::new(body));
+    let response = super::grpc::call(channel, PUT_SHARD_PATH, body, "PutShard").await?;
     let status_code = response.status();
     let decoder = tonic_prost::ProstCodec::<PutShardRequest, PutShardResponse>::default().decoder();
     let mut messages = tonic::codec::Streaming::new_response(

@@ -23,7 +23,6 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
-
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -150,11 +149,11 @@ impl StripeReader {
             let permit = Arc::new(permit);
             let wanted = self.layout.trim(s, &self.range);
             for (i, pieces) in data.into_iter().enumerate() {
+                // The wanted part of the block, as offsets within it; cut
+                // from the pieces that overlap it.
                 let b = self.layout.data_block_range(s, i);
-                let (start, end) = (b.start.max(wanted.start), b.end.min(wanted.end));
-                // The wanted part of the block, piece by piece (offsets
-                // within the block).
-                let (start, end) = (start.saturating_sub(b.start), end.saturating_sub(b.start));
+                let start = b.start.max(wanted.start) - b.start;
+                let end = b.end.min(wanted.end).saturating_sub(b.start);
                 let mut at = 0;
                 for piece in pieces {
                     let len = piece.len();
@@ -372,13 +371,12 @@ impl Fetch<'_> {
         let Slot::Open(stream) = slot else {
             return Err(ShardFailure::AlreadyFailed);
         };
-        let message = match tokio::time::timeout(SHARD_STALL_TIMEOUT, stream.message()).await {
+        let block = match tokio::time::timeout(SHARD_STALL_TIMEOUT, stream.message()).await {
             Ok(Ok(Some(m))) => m,
             Ok(Ok(None)) => return Err(ShardFailure::EndedEarly(self.stripe)),
             Ok(Err(status)) => return Err((&status).into()),
             Err(_) => return Err(ShardFailure::NoBlock(SHARD_STALL_TIMEOUT)),
         };
-        let block = message;
         if block.len() != self.block_len {
             return Err(ShardFailure::BlockLength {
                 block: self.stripe,
