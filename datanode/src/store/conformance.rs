@@ -782,6 +782,35 @@ mod disk_only {
         ));
     }
 
+    /// A file cut short after its reader opened it (the geometry was read
+    /// from the full length): the blocks before the cut still verify, the
+    /// cut block and those after it are corruption, not short blocks.
+    #[tokio::test]
+    async fn a_file_cut_under_an_open_reader_is_corruption_from_the_cut() {
+        let h = DiskHarness::new().await;
+        let k = key("cut", 1);
+        let data = blocks(3500, 1000, 3);
+        put(&h.store, &k, 1000, &data).await;
+        let mut r = h.store.open(&k, 0, 0).await.expect("open");
+        let path = h.store.shard_path(&k);
+        let good = std::fs::read(&path).expect("read");
+        // Into block 1's data: the header, block 0 and its CRC, 10 bytes.
+        let cut = HEADER_LEN as usize + 1000 + 4 + 10;
+        std::fs::write(&path, &good[..cut]).expect("write");
+        let mut got = Vec::new();
+        while let Some(b) = r.next_block().await {
+            got.push(b);
+        }
+        assert_eq!(got.len(), 4);
+        assert_eq!(got[0].as_ref().expect("block 0"), &data[0]);
+        for (i, b) in got.iter().enumerate().skip(1) {
+            assert!(
+                matches!(b, Err(StoreError::Corrupt { block: Some(n), reason: "file truncated", .. }) if *n == i as u64),
+                "block {i}: {b:?}"
+            );
+        }
+    }
+
     /// Blob ids (`<prefix><n>`) whose shards share directory `fanout`.
     fn ids_in_fanout(prefix: &str, fanout: usize, count: usize) -> Vec<String> {
         (0..)
