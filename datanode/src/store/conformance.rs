@@ -794,8 +794,10 @@ mod disk_only {
         let mut r = h.store.open(&k, 0, 0).await.expect("open");
         let path = h.store.shard_path(&k);
         let good = std::fs::read(&path).expect("read");
-        // Into block 1's data: the header, block 0 and its CRC, 10 bytes.
-        let cut = HEADER_LEN as usize + 1000 + 4 + 10;
+        // 10 bytes into block 2's data: the header, blocks 0 and 1 with
+        // their CRCs. Block 0 was read by `open`, block 1 is read after the
+        // cut.
+        let cut = HEADER_LEN as usize + 2 * (1000 + 4) + 10;
         std::fs::write(&path, &good[..cut]).expect("write");
         let mut got = Vec::new();
         while let Some(b) = r.next_block().await {
@@ -803,12 +805,43 @@ mod disk_only {
         }
         assert_eq!(got.len(), 4);
         assert_eq!(got[0].as_ref().expect("block 0"), &data[0]);
-        for (i, b) in got.iter().enumerate().skip(1) {
+        assert_eq!(got[1].as_ref().expect("block 1"), &data[1]);
+        for (i, b) in got.iter().enumerate().skip(2) {
             assert!(
                 matches!(b, Err(StoreError::Corrupt { block: Some(n), reason: "file truncated", .. }) if *n == i as u64),
                 "block {i}: {b:?}"
             );
         }
+    }
+
+    /// Blocks larger than one read of the page cache round-trip, and a cut
+    /// at a block boundary makes the next block truncated.
+    #[tokio::test]
+    async fn large_blocks_read_back_and_a_cut_at_a_boundary_is_corruption() {
+        let h = DiskHarness::new().await;
+        let k = key("large", 0);
+        let block_size = 300_000u32;
+        let data = blocks(2 * block_size as usize + 1234, block_size, 9);
+        put(&h.store, &k, block_size, &data).await;
+        assert_eq!(read_ok(&h.store, &k, 0, 0).await, data);
+        let mut r = h.store.open(&k, 1, 0).await.expect("open");
+        let path = h.store.shard_path(&k);
+        let good = std::fs::read(&path).expect("read");
+        let boundary = HEADER_LEN as usize + 2 * (block_size as usize + 4);
+        std::fs::write(&path, &good[..boundary]).expect("write");
+        assert_eq!(
+            r.next_block().await.expect("block 1").expect("verifies"),
+            data[1]
+        );
+        assert!(matches!(
+            r.next_block().await,
+            Some(Err(StoreError::Corrupt {
+                block: Some(2),
+                reason: "file truncated",
+                ..
+            }))
+        ));
+        assert!(r.next_block().await.is_none());
     }
 
     /// Blob ids (`<prefix><n>`) whose shards share directory `fanout`.
