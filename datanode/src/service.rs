@@ -52,6 +52,7 @@ use sluice_proto::datanode::{
     NodeStatusRequest, NodeStatusResponse, PutShardRequest, PutShardResponse, ShardBlock,
     ShardInfo,
 };
+use sluice_proto::shard::MAX_MESSAGE_BYTES;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -76,7 +77,6 @@ pub const DEFAULT_LIST_LIMIT: u32 = 1000;
 pub const MAX_LIST_LIMIT: u32 = 10_000;
 /// Most shards one HasShards call may ask about.
 pub const MAX_HAS_SHARDS: usize = 1000;
-use sluice_proto::shard::MAX_MESSAGE_BYTES;
 
 /// The blocks of one GetShard, as [`DatanodeService::shard_blocks`] queues
 /// them: a stream that ends after the last block or with the error that
