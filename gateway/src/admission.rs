@@ -30,7 +30,9 @@
 //!   the shard channels, those waiting for datanode credit and those queued
 //!   in HTTP/2: blocks are never copied on their way (see
 //!   `crate::blob::write`), so a permit's bytes are exactly the bytes it
-//!   keeps alive.
+//!   keeps alive. Full-stripe buffers kept for reuse between stripes are
+//!   kept only inside the budget's unused bytes (`crate::blob` trims them
+//!   after every new write permit), so they add nothing to this bound.
 //! * **read buffers ≤ `read_budget_bytes`**: a stripe being fetched holds
 //!   `(k + m) * block_len` (room to reconstruct from parity); once decoded it
 //!   keeps `k * block_len` until every chunk cut from it has been written to

@@ -98,6 +98,30 @@ impl Codec {
             .collect()
     }
 
+    /// Computes the `m` parity blocks of a stripe whose `k` data blocks of
+    /// `len` bytes each fill the start of `buf`, into the rest of `buf`
+    /// (whatever it held there is overwritten). For a stripe kept in one
+    /// reused buffer with its parity (see `blob::stripe_buffers`).
+    ///
+    /// # Panics
+    /// If `buf` is not `(k + m) * len` bytes.
+    pub fn encode_parity_in_place(&self, buf: &mut [u8], len: usize) {
+        assert_eq!(
+            buf.len(),
+            self.total_shards() * len,
+            "a buffer of k + m blocks"
+        );
+        if len == 0 {
+            return;
+        }
+        let (data, parity) = buf.split_at_mut(self.data_shards() * len);
+        let data: Vec<&[u8]> = data.chunks_exact(len).collect();
+        let mut parity: Vec<&mut [u8]> = parity.chunks_exact_mut(len).collect();
+        self.rs
+            .encode_sep(&data, &mut parity)
+            .expect("encode_sep with k equal data blocks and m parity blocks");
+    }
+
     /// Rebuilds the missing data blocks of a stripe in place. `blocks` has
     /// `k + m` entries (index = shard index), `None` where a block is
     /// missing; at least k must be present and all of equal length. Parity
@@ -170,6 +194,35 @@ mod tests {
             }
             assert_eq!(rebuild(&codec, &blocks, &[], len), stripe.to_vec());
         }
+    }
+
+    #[test]
+    fn parity_in_place_overwrites_what_the_buffer_held() {
+        let codec = Codec::new(4, 2).expect("codec");
+        let stripe = payload(4 * 1000, 9);
+        let expected = codec.encode(stripe.clone());
+        // A reused buffer: the data in front, stale bytes where parity goes.
+        let mut buf = vec![0xA5u8; 6 * 1000];
+        buf[..4000].copy_from_slice(&stripe);
+        codec.encode_parity_in_place(&mut buf, 1000);
+        let blocks: Vec<&[u8]> = buf.chunks_exact(1000).collect();
+        assert_eq!(blocks.len(), 6);
+        for (i, block) in blocks.iter().enumerate() {
+            assert_eq!(*block, expected[i].as_ref(), "block {i}");
+        }
+        let erased = [1, 4];
+        assert_eq!(
+            rebuild(
+                &codec,
+                &blocks
+                    .iter()
+                    .map(|b| Bytes::copy_from_slice(b))
+                    .collect::<Vec<_>>(),
+                &erased,
+                4000
+            ),
+            stripe.to_vec()
+        );
     }
 
     #[test]

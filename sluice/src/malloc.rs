@@ -12,7 +12,9 @@
 //!   arenas, and when freed they stay in the arenas' free lists, fragmented,
 //!   instead of going back to the kernel. A fixed threshold keeps every
 //!   buffer of that size in its own mapping, unmapped on free, so RSS
-//!   follows the live bytes the budgets count. Measured (`sluice-bench soak
+//!   follows the live bytes the budgets count (the gateway's reused
+//!   full-stripe buffers are kept only inside its write budget's unused
+//!   bytes: `gateway/src/blob/stripe_buffers.rs`). Measured (`sluice-bench soak
 //!   --shapes sdk-default,overload --overload-duration 60s`): gateway peak
 //!   289 -> 165 MiB (sdk-default, budgets 384 MiB), 51.4 -> 40.0 MiB
 //!   (overload, budgets 24 MiB); datanodes 24-26 -> 22 MiB (overload).

@@ -41,9 +41,12 @@ impl BlobStore {
 
     /// A write-budget permit of `bytes` if one is free right now and no
     /// client request is queued for one (FIFO: heal never waits in the
-    /// queue, so it never delays a client write).
+    /// queue, so it never delays a client write). Idle stripe buffers
+    /// beyond the budget's unused bytes are freed before it returns.
     pub(crate) fn heal_try_write_permit(&self, bytes: u64) -> Option<BufferPermit> {
-        self.inner.write_budget.try_acquire(bytes)
+        let permit = self.inner.write_budget.try_acquire(bytes)?;
+        self.inner.stripe_buffers.trim();
+        Some(permit)
     }
 
     /// Bytes of the write budget (the largest permit there can be).

@@ -11,8 +11,10 @@
 //! blocks the body reader, so a slow datanode slows the client instead of
 //! growing memory.
 //!
-//! Blocks are `Bytes` slices of the stripe buffer (parity blocks: their own
-//! buffers) all the way to the socket: the request body hands each block
+//! Blocks are `Bytes` slices of the stripe buffer all the way to the
+//! socket (a full stripe's buffer holds its parity too and is reused, see
+//! [`super::stripe_buffers`]; a short stripe's parity blocks have buffers
+//! of their own): the request body hands each block
 //! itself to HTTP/2 between a few bytes of gRPC and protobuf framing (see
 //! [`super::put_shard`]), wrapped so that it carries its stripe's permit. The
 //! permit goes back when HTTP/2 has written (or, on a reset, dropped) the
@@ -43,11 +45,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::put_shard::{Frame, StreamFailure, put_shard, shard_requests};
 use super::shard_failure::ShardFailure;
+use super::stripe_buffers::{StripeBuffer, StripeBuffers};
 use super::{BlobError, BlobStore, SHARD_STALL_TIMEOUT};
 use crate::admission::BufferPermit;
 use crate::credit::CreditError;
 use crate::datanodes::MAX_MESSAGE_BYTES;
 use crate::epoch::EpochGuard;
+use crate::erasure::Codec;
 use crate::layout::Layout;
 
 /// One shard's stream: its channel, its RPC task and whether it failed.
@@ -345,10 +349,13 @@ impl BlobWriter<'_> {
         self.check_quorum()
     }
 
-    /// Encodes one stripe and sends block `i` to shard `i`; `permit` is
+    /// Sends block `i` of an encoded stripe to shard `i`; `permit` is
     /// released once every live shard stream has sent its block.
-    async fn send_stripe(&mut self, stripe: Bytes, permit: BufferPermit) -> Result<(), BlobError> {
-        let blocks = self.store.inner.codec.encode(stripe);
+    async fn send_stripe(
+        &mut self,
+        blocks: Vec<Bytes>,
+        permit: BufferPermit,
+    ) -> Result<(), BlobError> {
         let permit = Arc::new(permit);
         for (shard, block) in self.shards.iter_mut().zip(blocks) {
             if !shard.is_alive() {
@@ -446,6 +453,66 @@ pub(super) fn stripe_capacity(len: Option<u64>, consumed: u64, stripe_bytes: usi
     }
 }
 
+/// A stripe being copied out of the body's chunks: a full one into a
+/// reused buffer with room for its parity (see [`super::stripe_buffers`]),
+/// a short one (a body's last) into a buffer of its own.
+struct Fill {
+    buf: FillBuffer,
+    /// Payload bytes copied in so far.
+    len: usize,
+}
+
+enum FillBuffer {
+    Full(StripeBuffer),
+    Short(BytesMut),
+}
+
+impl Fill {
+    /// Room for a stripe of `cap` payload bytes of `k` blocks of at most
+    /// `block_size`; full stripes come from `buffers`.
+    fn new(buffers: &StripeBuffers, k: usize, block_size: usize, cap: usize) -> Fill {
+        let buf = if cap == k * block_size {
+            FillBuffer::Full(buffers.take())
+        } else {
+            FillBuffer::Short(BytesMut::with_capacity(k * Layout::block_len_for(cap, k)))
+        };
+        Fill { buf, len: 0 }
+    }
+
+    /// Appends `bytes` (the caller keeps within the stripe's capacity).
+    fn extend(&mut self, bytes: &[u8]) {
+        match &mut self.buf {
+            FillBuffer::Full(b) => {
+                b.as_mut_slice()[self.len..self.len + bytes.len()].copy_from_slice(bytes)
+            }
+            FillBuffer::Short(b) => b.extend_from_slice(bytes),
+        }
+        self.len += bytes.len();
+    }
+
+    /// The stripe's k + m blocks (index = shard index).
+    fn encode(self, codec: &Codec) -> Vec<Bytes> {
+        let (k, shards) = (codec.data_shards(), codec.total_shards());
+        match self.buf {
+            FillBuffer::Full(mut b) => {
+                // Shorter blocks when the body ended inside the stripe (its
+                // length was not known, or it was shorter than declared):
+                // the payload stays where it is, zero-padded to k blocks,
+                // with the parity after it.
+                let block = Layout::block_len_for(self.len, k);
+                let buf = b.as_mut_slice();
+                buf[self.len..k * block].fill(0);
+                codec.encode_parity_in_place(&mut buf[..shards * block], block);
+                let stripe = b.freeze();
+                (0..shards)
+                    .map(|i| stripe.slice(i * block..(i + 1) * block))
+                    .collect()
+            }
+            FillBuffer::Short(b) => codec.encode(padded(b, k)),
+        }
+    }
+}
+
 /// Zero-pads a short stripe in place to `k` equal blocks (the capacity was
 /// reserved for it, so nothing is reallocated).
 fn padded(mut buf: BytesMut, k: usize) -> Bytes {
@@ -509,6 +576,7 @@ where
     let config = &store.inner.config;
     let (k, block_size) = (config.data_shards, config.block_size);
     let stripe_bytes = k * block_size;
+    let (codec, buffers) = (&store.inner.codec, &store.inner.stripe_buffers);
     let nodes = writer.nodes.clone();
     // On any early return the shard writers drop (with the writer, after
     // the full datanodes were noted), which aborts their RPCs.
@@ -529,7 +597,7 @@ where
             Some(p) => p,
             None => writer.stripe_permit(cap).await?,
         };
-        let mut buf = BytesMut::new();
+        let mut fill: Option<Fill> = None;
         let mut stripe = None;
         while stripe.is_none() {
             let mut chunk = match pending.take() {
@@ -554,25 +622,23 @@ where
             if chunk.is_empty() {
                 continue;
             }
-            if buf.is_empty() && cap == stripe_bytes && chunk.len() >= cap {
+            if fill.is_none() && cap == stripe_bytes && chunk.len() >= cap {
                 // A whole stripe inside the chunk: no copy.
-                stripe = Some(chunk.split_to(cap));
+                stripe = Some(codec.encode(chunk.split_to(cap)));
             } else {
-                if buf.capacity() == 0 {
-                    buf.reserve(k * Layout::block_len_for(cap, k));
-                }
-                let take = (cap - buf.len()).min(chunk.len());
-                buf.extend_from_slice(&chunk.split_to(take));
-                if buf.len() == cap {
-                    stripe = Some(padded(std::mem::take(&mut buf), k));
+                let f = fill.get_or_insert_with(|| Fill::new(buffers, k, block_size, cap));
+                let take = (cap - f.len).min(chunk.len());
+                f.extend(&chunk.split_to(take));
+                if f.len == cap {
+                    stripe = fill.take().map(|f| f.encode(codec));
                 }
             }
             if !chunk.is_empty() {
                 pending = Some(chunk);
             }
         }
-        if stripe.is_none() && !buf.is_empty() {
-            stripe = Some(padded(buf, k));
+        if stripe.is_none() {
+            stripe = fill.filter(|f| f.len > 0).map(|f| f.encode(codec));
         }
         match stripe {
             Some(s) => writer.send_stripe(s, permit).await?,
@@ -642,6 +708,58 @@ mod tests {
         assert_eq!(stripe_capacity(Some(3000), 1024, 1024), 1024);
         assert_eq!(stripe_capacity(Some(3000), 3000, 1024), 0);
         assert_eq!(stripe_capacity(Some(3000), 4000, 1024), 0);
+    }
+
+    #[test]
+    fn a_reused_stripe_buffer_encodes_as_a_fresh_one() {
+        use crate::admission::{BudgetKind, BufferBudget, GatewayStats};
+        let (k, block) = (4, 1000);
+        let codec = Codec::new(k, 2).expect("codec");
+        let budget = BufferBudget::new(BudgetKind::Write, 1 << 20, GatewayStats::new());
+        let buffers = StripeBuffers::new(6 * block, 4, budget);
+        // Leave stale bytes in the one idle buffer.
+        let mut stale = buffers.take();
+        stale.as_mut_slice().fill(0xEE);
+        drop(stale);
+        let payload: Vec<u8> = (0..k * block).map(|i| (i * 13 % 251) as u8).collect();
+        let mut fill = Fill::new(&buffers, k, block, k * block);
+        assert!(matches!(fill.buf, FillBuffer::Full(_)));
+        assert_eq!(buffers.idle(), 0, "the stale buffer was taken");
+        for piece in payload.chunks(777) {
+            fill.extend(piece);
+        }
+        let blocks = fill.encode(&codec);
+        assert_eq!(blocks, codec.encode(Bytes::from(payload.clone())));
+        // While a block is alive the buffer is not handed out again.
+        let kept = blocks[5].clone();
+        drop(blocks);
+        let other = buffers.take();
+        assert_ne!(
+            other.as_ref().as_ptr(),
+            kept.as_ptr().wrapping_sub(5 * block)
+        );
+        drop(other);
+        drop(kept);
+        // A body of unknown length that ends inside a full-size stripe, in
+        // a reused buffer full of stale bytes: blocks of ceil(2501 / 4),
+        // the padding zeroed.
+        let mut stale = buffers.take();
+        stale.as_mut_slice().fill(0xEE);
+        let stale_at = stale.as_ref().as_ptr();
+        drop(stale);
+        let mut fill = Fill::new(&buffers, k, block, k * block);
+        match &fill.buf {
+            FillBuffer::Full(b) => assert_eq!(b.as_ref().as_ptr(), stale_at, "the stale buffer"),
+            FillBuffer::Short(_) => panic!("a full-size stripe gets a reused buffer"),
+        }
+        fill.extend(&payload[..2501]);
+        let blocks = fill.encode(&codec);
+        assert!(blocks.iter().all(|b| b.len() == 626));
+        assert_eq!(blocks[3][625], 0, "padding");
+        assert_eq!(
+            blocks,
+            codec.encode(Bytes::copy_from_slice(&payload[..2501]))
+        );
     }
 
     #[test]
