@@ -100,6 +100,12 @@ pub struct Config {
     /// `RESOURCE_EXHAUSTED` (bytes; default 1 GiB; 0 = no reserve).
     #[serde(with = "sluice_auth::byte_size")]
     pub reserved_free_bytes: ByteSize,
+    /// Keep a shard's pages in the page cache after it is fsynced (default
+    /// false: they are dropped with `posix_fadvise(POSIX_FADV_DONTNEED)`
+    /// once durable, so written shards do not grow the page cache; reads
+    /// cache what they read as before). True suits a node whose shards are
+    /// read back soon after they are written and whose RAM holds them.
+    pub keep_written_pages: bool,
     /// Read rate of scrub (bytes per second; default 10 MiB/s; 0 disables
     /// scrub). See [`crate::scrub`].
     #[serde(with = "sluice_auth::byte_size")]
@@ -177,6 +183,7 @@ impl Default for Config {
             gc_grace: Duration::from_secs(600),
             gc_max_ops_per_sec: DEFAULT_GC_MAX_OPS_PER_SEC,
             reserved_free_bytes: ByteSize(DEFAULT_RESERVED_FREE_BYTES),
+            keep_written_pages: false,
             scrub_bandwidth_bytes_per_sec: ByteSize(DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC),
             scrub_interval: DEFAULT_SCRUB_INTERVAL,
             metrics_listen: None,
