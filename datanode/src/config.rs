@@ -382,14 +382,16 @@ mod tests {
         assert_eq!(c.gc_grace, Duration::from_secs(600));
         assert_eq!(c.gc_max_ops_per_sec, 2000);
         assert_eq!(c.reserved_free_bytes, ByteSize(1 << 30));
+        assert!(!c.keep_written_pages);
         assert_eq!(c.scrub_bandwidth_bytes_per_sec, ByteSize(10 << 20));
         assert_eq!(c.scrub_interval, Duration::from_secs(7 * 24 * 3600));
         insecure(&c).validate().expect("valid");
 
         let c: Config = toml::from_str(
-            "reserved_free_bytes = 0\nscrub_bandwidth_bytes_per_sec = 0\nscrub_interval = \"50ms\"",
+            "reserved_free_bytes = 0\nscrub_bandwidth_bytes_per_sec = 0\nscrub_interval = \"50ms\"\nkeep_written_pages = true",
         )
         .expect("parse disk fields");
+        assert!(c.keep_written_pages);
         assert_eq!(c.reserved_free_bytes, ByteSize(0));
         assert_eq!(c.scrub_bandwidth_bytes_per_sec, ByteSize(0));
         assert_eq!(c.scrub_interval, Duration::from_millis(50));
@@ -444,6 +446,7 @@ mod tests {
         assert_eq!(c.gc_grace, Duration::from_secs(600));
         assert_eq!(c.gc_max_ops_per_sec, DEFAULT_GC_MAX_OPS_PER_SEC);
         assert_eq!(c.reserved_free_bytes, ByteSize(DEFAULT_RESERVED_FREE_BYTES));
+        assert!(!c.keep_written_pages);
         assert_eq!(
             c.scrub_bandwidth_bytes_per_sec,
             ByteSize(DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC)

@@ -99,7 +99,7 @@ pub async fn run(
     }
     crate::space::log_filesystem(&config.data_dir);
     let store = DiskStore::open(&config.data_dir, config.node_id).await?;
-    store.keep_written_pages(config.keep_written_pages);
+    store.set_keep_written_pages(config.keep_written_pages);
     let locks = BlobLocks::new();
     let space = Arc::new(DiskSpace::new(
         &config.data_dir,

@@ -6,17 +6,16 @@
 //! directory; commit fsyncs it, renames it over the final name and fsyncs
 //! the directory. Temp files left by a crash are removed at open.
 //!
-//! Once a shard file is fsynced (at commit, and at each partial fsync of a
-//! credited stream) its pages are dropped from the page cache with
-//! `posix_fadvise(POSIX_FADV_DONTNEED)` unless the store keeps written
-//! pages ([`DiskStore::keep_written_pages`]). A clean page is dropped,
-//! never a dirty one, so this changes no durability: it keeps the page
-//! cache from growing with every byte written, and the next shard's writes
-//! reuse the freed pages instead of taking (and the kernel later
-//! reclaiming) fresh ones. Copying into the page cache was 20-21 % of a
-//! 1 MiB PutObject load's server CPU without it, 1.2 % with it (perf,
-//! `sluice dev` on a VM whose free pages are handed back to the host, so
-//! every fresh page was also a hypervisor fault); see the README.
+//! Once a shard file is fsynced its pages are dropped from the page cache
+//! with `posix_fadvise(POSIX_FADV_DONTNEED)` (Linux) unless the store keeps
+//! written pages ([`DiskStore::set_keep_written_pages`]): the whole file at
+//! commit; at a partial fsync of a credited stream only its full pages, so
+//! the next block's write does not have to read the partly written last
+//! page back. Only clean pages are dropped, so this changes no durability:
+//! it keeps the page cache from growing with every byte written, and the
+//! next shards' writes reuse the freed pages instead of taking (and the
+//! kernel later reclaiming) fresh ones. The README's issue-14 section has
+//! the measurements.
 //!
 //! A listing page ([`ShardStore::list`], store order: fan-out directory,
 //! then blob id) reads the cursor's directory, sorts its shard names and
@@ -144,10 +143,10 @@ impl DiskStore {
         })
     }
 
-    /// Whether fsynced shard files keep their pages in the page cache
+    /// Sets whether fsynced shard files keep their pages in the page cache
     /// (default false: dropped once durable; see the module docs). Applies
     /// to the fsyncs that follow.
-    pub fn keep_written_pages(&self, keep: bool) {
+    pub fn set_keep_written_pages(&self, keep: bool) {
         self.inner.keep_written_pages.store(keep, Ordering::Relaxed);
     }
 
@@ -314,20 +313,39 @@ impl Inner {
         Ok(())
     }
 
-    /// Accounts for a shard file of `new_len` bytes replacing one of
-    /// `old_len` bytes (`None`: there was none).
     /// After an fsync of a shard file: drops its pages from the page cache
-    /// unless written pages are kept. Advice only (an error is logged, not
-    /// returned: the data is durable either way).
-    fn written_pages_synced(&self, file: &File, path: &Path) {
+    /// unless written pages are kept: the full pages of the first
+    /// `synced_len` bytes or, with `None`, all of them. Advice only: an error is logged, not returned
+    /// (the data is durable either way).
+    fn written_pages_synced(&self, file: &File, path: &Path, synced_len: Option<u64>) {
         if self.keep_written_pages.load(Ordering::Relaxed) {
             return;
         }
-        if let Err(e) = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed) {
-            tracing::debug!(path = %path.display(), error = %e, "posix_fadvise(DONTNEED) failed");
+        #[cfg(target_os = "linux")]
+        {
+            // The kernel drops the page a range ends inside when the range
+            // ends at the end of the file, so the range stops at the last
+            // full page instead.
+            let len = match synced_len {
+                Some(len) => {
+                    let full_pages = len - len % rustix::param::page_size() as u64;
+                    match std::num::NonZeroU64::new(full_pages) {
+                        Some(len) => Some(len),
+                        None => return,
+                    }
+                }
+                None => None,
+            };
+            if let Err(e) = rustix::fs::fadvise(file, 0, len, rustix::fs::Advice::DontNeed) {
+                tracing::debug!(path = %path.display(), error = %e, "posix_fadvise(DONTNEED) failed");
+            }
         }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (file, path, synced_len);
     }
 
+    /// Accounts for a shard file of `new_len` bytes replacing one of
+    /// `old_len` bytes (`None`: there was none).
     fn account_put(&self, old_len: Option<u64>, new_len: u64) {
         match old_len {
             Some(old) => {
@@ -666,12 +684,14 @@ impl ShardWriter for DiskWriter {
         let file = Arc::clone(&self.file);
         let path = self.tmp.clone();
         let inner = Arc::clone(&self.inner);
+        let written = self.rule.committed();
+        let synced_len = format::stored_len(written.payload_bytes, written.blocks);
         blocking(move || {
             let started = Instant::now();
             // Data and the length needed to read it back: fdatasync.
             file.sync_data().map_err(StoreError::io("fsync", &path))?;
             metrics::record_partial_fsync(&inner.node_label, started.elapsed());
-            inner.written_pages_synced(&file, &path);
+            inner.written_pages_synced(&file, &path, Some(synced_len));
             Ok(())
         })
         .await?;
@@ -692,8 +712,6 @@ impl ShardWriter for DiskWriter {
         blocking(move || {
             let started = Instant::now();
             file.sync_all().map_err(StoreError::io("fsync", &tmp))?;
-            inner.written_pages_synced(&file, &tmp);
-            drop(file);
             {
                 let _guard = inner.lock(fanout);
                 let old_len = match fs::metadata(&final_path) {
@@ -708,6 +726,7 @@ impl ShardWriter for DiskWriter {
                 sync_dir(dir)?;
             }
             metrics::record_fsync(&inner.node_label, started.elapsed());
+            inner.written_pages_synced(&file, &final_path, None);
             Ok(())
         })
         .await?;
@@ -907,19 +926,21 @@ mod tests {
         assert_eq!(parse_shard_name("abc.256"), None);
     }
 
-    /// Bytes of `path` in the page cache, from util-linux's `fincore`
-    /// (mincore(2) of the whole file, whole pages).
+    /// Bytes of `path` in the page cache, from `fincore` (util-linux;
+    /// Debian's util-linux-extra): mincore(2) of the whole file, whole pages.
+    #[cfg(target_os = "linux")]
     fn resident_bytes(path: &Path) -> u64 {
         let out = std::process::Command::new("fincore")
             .args(["--bytes", "--noheadings", "--output", "RES"])
             .arg(path)
             .output()
-            .expect("run fincore (util-linux)");
+            .expect("run fincore (util-linux; Debian: util-linux-extra)");
         assert!(out.status.success(), "fincore {}: {out:?}", path.display());
         let text = String::from_utf8(out.stdout).expect("fincore prints UTF-8");
         text.trim().parse().expect("fincore prints a byte count")
     }
 
+    #[cfg(target_os = "linux")]
     fn block(len: usize, fill: u8) -> Block {
         let data = vec![fill; len];
         Block {
@@ -929,8 +950,9 @@ mod tests {
     }
 
     /// Writes two 64 KiB blocks with a partial fsync between them (as a
-    /// credited stream does), checking what stays cached after the fsync;
-    /// returns the committed file's path.
+    /// credited stream does); returns the committed file's path and the
+    /// bytes cached right after the partial fsync.
+    #[cfg(target_os = "linux")]
     async fn write_two_blocks(store: &DiskStore, blob: &str) -> (PathBuf, u64) {
         let key = ShardKey::new(blob, 0).expect("key");
         let mut writer = store.create(&key, 65536).await.expect("create");
@@ -942,28 +964,45 @@ mod tests {
         (store.shard_path(&key), after_sync)
     }
 
-    // The file system of the temp dir must have a page cache of its own
-    // (ext4, XFS; not tmpfs, whose pages are the file's only copy).
+    /// A temp dir on a file system with a page cache of its own: tmpfs
+    /// pages are the file's only copy and are never dropped, so a tmpfs
+    /// `/tmp` is replaced by the crate's directory.
+    #[cfg(target_os = "linux")]
+    fn disk_backed_temp_dir() -> tempfile::TempDir {
+        const TMPFS_MAGIC: u64 = 0x0102_1994;
+        let tmp = std::env::temp_dir();
+        let on_tmpfs = rustix::fs::statfs(&tmp)
+            .map(|s| s.f_type as u64 == TMPFS_MAGIC)
+            .unwrap_or(false);
+        if on_tmpfs {
+            tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).expect("temp dir")
+        } else {
+            tempfile::tempdir().expect("temp dir")
+        }
+    }
+
+    #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn fsynced_shards_leave_the_page_cache_unless_kept() {
-        let dir = tempfile::tempdir().expect("temp dir");
+        let dir = disk_backed_temp_dir();
         let store = DiskStore::open(dir.path(), 1).await.expect("open");
+        let first_block_len = HEADER_LEN + 65536 + 4;
         let stored_len = HEADER_LEN + 2 * (65536 + 4);
+        let page = rustix::param::page_size() as u64;
 
-        store.keep_written_pages(true);
+        store.set_keep_written_pages(true);
         let (kept, after_sync) = write_two_blocks(&store, "kept").await;
-        assert!(
-            after_sync >= HEADER_LEN + 65536 + 4,
-            "{after_sync} bytes cached"
-        );
+        assert!(after_sync >= first_block_len, "{after_sync} bytes cached");
         assert!(
             resident_bytes(&kept) >= stored_len,
             "kept pages were dropped"
         );
 
-        store.keep_written_pages(false);
+        store.set_keep_written_pages(false);
         let (dropped, after_sync) = write_two_blocks(&store, "dropped").await;
-        assert_eq!(after_sync, 0, "the partial fsync left pages cached");
+        // The partial fsync keeps only the page the written bytes end in,
+        // which the next block's write fills further.
+        assert_eq!(after_sync, page, "the partial fsync's pages");
         assert_eq!(resident_bytes(&dropped), 0, "the commit left pages cached");
 
         // Dropped pages are read back from the disk, intact.
