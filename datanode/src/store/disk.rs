@@ -315,8 +315,8 @@ impl Inner {
 
     /// After an fsync of a shard file: drops its pages from the page cache
     /// unless written pages are kept: the full pages of the first
-    /// `synced_len` bytes or, with `None`, all of them. Advice only: an error is logged, not returned
-    /// (the data is durable either way).
+    /// `synced_len` bytes or, with `None`, all of them. Advice only: an
+    /// error is logged, not returned (the data is durable either way).
     fn written_pages_synced(&self, file: &File, path: &Path, synced_len: Option<u64>) {
         if self.keep_written_pages.load(Ordering::Relaxed) {
             return;
