@@ -22,8 +22,9 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use bytes::Bytes;
 use futures::Stream;
 use http::HeaderMap;
-use md5::{Digest as _, Md5};
+use md5_many::{Digest as _, Md5};
 use s3s::{S3Error, S3ErrorCode, TrailingHeaders};
+use sha2::Digest as _;
 use sluice_proto::meta::Checksums;
 
 /// A checksum algorithm S3 clients may ask for.
@@ -616,6 +617,47 @@ mod tests {
             out.extend_from_slice(&chunk?);
         }
         Ok(out)
+    }
+
+    #[test]
+    fn md5_matches_rfc_1321_and_an_independent_implementation() {
+        // RFC 1321, appendix A.5 (the test suite).
+        for (input, hex) in [
+            (&b""[..], "d41d8cd98f00b204e9800998ecf8427e"),
+            (b"a", "0cc175b9c0f1b6a831c399e269772661"),
+            (b"abc", "900150983cd24fb0d6963f7d28e17f72"),
+            (b"message digest", "f96b697d7cb7938d525a2f31aaf161d0"),
+            (
+                b"abcdefghijklmnopqrstuvwxyz",
+                "c3fcd3d76192e4007dfb496cca67e13b",
+            ),
+            (
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+                "d174ab98d277d9f5a5611c2c9f419d9f",
+            ),
+            (
+                b"12345678901234567890123456789012345678901234567890123456789012345678901234567890",
+                "57edf4a22be3c955ac49da2e2107b67a",
+            ),
+        ] {
+            assert_eq!(hex::encode(Md5::digest(input)), hex);
+        }
+        // Bodies arrive in chunks of any size: every length around the
+        // 64-byte block and its padding boundary (55/56/63/64 bytes), in
+        // chunks that straddle blocks, against md-5 as the oracle.
+        let data: Vec<u8> = (0..70_000u32).map(|i| (i * 31 + 7) as u8).collect();
+        for len in (0..200).chain([4095, 4096, 65_536, 70_000]) {
+            let input = &data[..len];
+            let oracle: [u8; 16] = <md5::Md5 as md5::Digest>::digest(input).into();
+            for chunk in [1, 7, 63, 64, 65, 1000] {
+                let mut h = Md5::new();
+                for c in input.chunks(chunk) {
+                    h.update(c);
+                }
+                let got: [u8; 16] = h.finalize().into();
+                assert_eq!(got, oracle, "{len} bytes in chunks of {chunk}");
+            }
+        }
     }
 
     #[tokio::test]
