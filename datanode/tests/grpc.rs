@@ -387,7 +387,10 @@ async fn client_reset_mid_stream_discards_the_shard() -> Result<()> {
     let mut uploader = c.clone();
     let call = tokio::spawn(async move { uploader.put_shard(ReceiverStream::new(rx)).await });
     tx.send(header("reset", 0)).await?;
+    // Two blocks: the store holds a first block alone in memory and
+    // creates the temp file when the second comes.
     tx.send(block(&payload(BLOCK, 1))).await?;
+    tx.send(block(&payload(BLOCK, 2))).await?;
     wait_for("temp file of the upload", || temp_files(dir.path()) == 1).await;
     // The gateway gives up: dropping the call resets the HTTP/2 stream.
     call.abort();

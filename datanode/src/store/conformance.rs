@@ -271,15 +271,18 @@ async fn dropped_writer_leaves_nothing<H: Harness>() {
     put(s, &k, 1000, &old).await;
     let stats = s.stats();
 
+    // Two blocks, and one block synced: a disk writer has created its temp
+    // file either way (it holds a first block alone in memory).
     let mut w = s.create(&k, 1000).await.expect("create");
-    w.write_block(blocks(1000, 1000, 5).remove(0))
-        .await
-        .expect("write");
+    for b in blocks(2000, 1000, 5) {
+        w.write_block(b).await.expect("write");
+    }
     let mut fresh = s.create(&key("blob-f", 3), 1000).await.expect("create");
     fresh
         .write_block(blocks(10, 1000, 6).remove(0))
         .await
         .expect("write");
+    fresh.sync().await.expect("sync");
     if H::HAS_TEMP_FILES {
         assert_eq!(h.temp_files(), 2);
     }
@@ -737,9 +740,10 @@ mod disk_only {
         let h = DiskHarness::new().await;
         put(&h.store, &key("kept", 0), 8, &blocks(9, 8, 0)).await;
         let mut w = h.store.create(&key("crashed", 0), 8).await.expect("create");
-        w.write_block(blocks(8, 8, 1).remove(0))
-            .await
-            .expect("write");
+        // Two blocks: the first alone would still be held in memory.
+        for b in blocks(16, 8, 1) {
+            w.write_block(b).await.expect("write");
+        }
         // A crash: the writer never runs its drop.
         std::mem::forget(w);
         assert_eq!(h.temp_files(), 1);
