@@ -325,36 +325,26 @@ async fn bad_checksum_or_protocol_stores_nothing() -> Result<()> {
         .expect_err("short block not last");
     assert_eq!(err.code(), Code::InvalidArgument);
     // A stream that ends without its end message, or whose end message
-    // does not match what arrived, or that goes on after it.
-    let msgs = vec![header("bad", 2), block(&data[..BLOCK])];
+    // does not match what arrived, or that goes on after it. Two blocks
+    // each, so the store has created a temp file (it holds a first block
+    // alone in memory) that the refusal must remove.
+    let two = || [block(&data[..BLOCK]), block(&data[BLOCK..2 * BLOCK])];
+    let msgs = [vec![header("bad", 2)], two().to_vec()].concat();
     let err = c
         .put_shard(tokio_stream::iter(msgs))
         .await
         .expect_err("no end message");
     assert_eq!(err.code(), Code::Aborted, "{}", err.message());
-    for (what, msgs) in [
-        (
-            "end counts 2 blocks",
-            vec![
-                header("bad", 3),
-                block(&data[..BLOCK]),
-                end(2, BLOCK as u64),
-            ],
-        ),
-        (
-            "end counts 1 byte",
-            vec![header("bad", 3), block(&data[..BLOCK]), end(1, 1)],
-        ),
+    let two_blocks = 2 * BLOCK as u64;
+    for (what, after) in [
+        ("end counts 3 blocks", vec![end(3, two_blocks)]),
+        ("end counts 1 byte", vec![end(2, 1)]),
         (
             "block after the end",
-            vec![
-                header("bad", 3),
-                block(&data[..BLOCK]),
-                end(1, BLOCK as u64),
-                block(&data[..BLOCK]),
-            ],
+            vec![end(2, two_blocks), block(&data[..BLOCK])],
         ),
     ] {
+        let msgs = [vec![header("bad", 3)], two().to_vec(), after].concat();
         let err = c.put_shard(tokio_stream::iter(msgs)).await.expect_err(what);
         assert_eq!(
             err.code(),

@@ -520,6 +520,7 @@ impl ShardStore for DiskStore {
             block_size,
             rule,
             state: WriterState::Open,
+            abandoned: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -632,7 +633,10 @@ enum WriterState {
     Committed,
 }
 
-/// A shard being written to its temp file; dropping it removes the file.
+/// A shard being written to its temp file; dropping it removes the file,
+/// also when a trip to the blocking pool that the caller gave up on
+/// creates it afterwards, and such a trip's commit never renames it into
+/// place (`abandoned`).
 ///
 /// Each trip to the blocking pool costs two thread switches and a wake-up,
 /// which on a 1 MiB PutObject (six single-block shards) were a large part
@@ -644,7 +648,9 @@ enum WriterState {
 /// rename, directory fsync); a longer one writes its first two blocks in
 /// one trip and each later block in its own. The held block is part of
 /// what the caller counts as received and not yet fsynced (the datanode's
-/// write budget), as a block in a blocking write is.
+/// write budget), as a block in a blocking write is. Errors of creating the
+/// temp file (a missing directory, `EROFS`, `EDQUOT`) come from that first
+/// trip, not from [`ShardStore::create`].
 pub struct DiskWriter {
     inner: Arc<Inner>,
     key: ShardKey,
@@ -657,6 +663,10 @@ pub struct DiskWriter {
     block_size: u32,
     rule: BlockRule,
     state: WriterState,
+    /// Set by `Drop` (under the fan-out lock) when the shard is not
+    /// committed; a trip still running checks it after creating the temp
+    /// file and, under the same lock, before the commit's rename.
+    abandoned: Arc<AtomicBool>,
 }
 
 impl DiskWriter {
@@ -668,6 +678,7 @@ impl DiskWriter {
             held: self.held.take(),
             block_size: self.block_size,
             path: self.tmp.clone(),
+            abandoned: Arc::clone(&self.abandoned),
         }
     }
 }
@@ -678,6 +689,7 @@ struct Pending {
     held: Option<Block>,
     block_size: u32,
     path: PathBuf,
+    abandoned: Arc<AtomicBool>,
 }
 
 impl Pending {
@@ -692,6 +704,15 @@ impl Pending {
             None => {
                 let file =
                     File::create_new(&self.path).map_err(StoreError::io("create", &self.path))?;
+                // The writer was dropped while this trip waited: its `Drop`
+                // found no file to remove, so this trip removes it. (A drop
+                // after this check finds the file.)
+                if self.abandoned.load(Ordering::SeqCst) {
+                    let _ = fs::remove_file(&self.path);
+                    return Err(StoreError::io("create", &self.path)(std::io::Error::other(
+                        "the shard writer was dropped",
+                    )));
+                }
                 header = format::encode_header(self.block_size);
                 bufs.push(IoSlice::new(&header));
                 Arc::new(file)
@@ -767,6 +788,7 @@ impl ShardWriter for DiskWriter {
         let committed = self.rule.committed();
         let new_len = format::stored_len(committed.payload_bytes, committed.blocks);
         let pending = self.take_pending();
+        let abandoned = Arc::clone(&pending.abandoned);
         let inner = Arc::clone(&self.inner);
         let (tmp, final_path) = (self.tmp.clone(), self.final_path.clone());
         let fanout = fanout_of(self.key.blob_id());
@@ -776,6 +798,12 @@ impl ShardWriter for DiskWriter {
             file.sync_all().map_err(StoreError::io("fsync", &tmp))?;
             {
                 let _guard = inner.lock(fanout);
+                if abandoned.load(Ordering::SeqCst) {
+                    // Dropped mid-commit: the caller's locks are gone.
+                    return Err(StoreError::io("rename", &tmp)(std::io::Error::other(
+                        "the shard writer was dropped",
+                    )));
+                }
                 let old_len = match fs::metadata(&final_path) {
                     Ok(m) => Some(m.len()),
                     Err(e) if e.kind() == ErrorKind::NotFound => None,
@@ -800,8 +828,15 @@ impl ShardWriter for DiskWriter {
 impl Drop for DiskWriter {
     fn drop(&mut self) {
         if self.state != WriterState::Committed {
-            // A single unlink; the open handle (if a blocking write still
-            // holds it) only keeps the orphaned inode until it is closed.
+            // Under the fan-out lock, so a commit trip still running either
+            // renamed before this or sees the flag before its rename.
+            {
+                let _guard = self.inner.lock(fanout_of(self.key.blob_id()));
+                self.abandoned.store(true, Ordering::SeqCst);
+            }
+            // A single unlink. A trip still running keeps writing to its
+            // open handle (an orphaned inode once this unlinks it), or
+            // creates the file after this and removes it itself.
             if let Err(e) = fs::remove_file(&self.tmp)
                 && e.kind() != ErrorKind::NotFound
             {
@@ -1181,6 +1216,67 @@ mod tests {
         ));
         assert_eq!(store.stats(), stats);
         assert_eq!(read_all(&store, &key).await, [block(64, 9).data]);
+    }
+
+    /// Temp files under the store's shard directories.
+    fn temp_files(data_dir: &Path) -> usize {
+        fs::read_dir(data_dir.join("shards"))
+            .expect("shards dir")
+            .flat_map(|d| fs::read_dir(d.expect("entry").path()).expect("fan-out dir"))
+            .filter(|f| {
+                let name = f.as_ref().expect("entry").file_name();
+                name.to_string_lossy().contains(TMP_MARKER)
+            })
+            .count()
+    }
+
+    /// The caller gives up on a trip to the blocking pool before it runs
+    /// (a PutShard stream reset, a shutdown): the trip that would create
+    /// the temp file for a second block, for a partial fsync, or for the
+    /// commit runs after the writer's `Drop`. Nothing may be left: no temp
+    /// file, and no shard renamed into place outside the caller's locks.
+    #[test]
+    fn a_trip_that_runs_after_its_writer_is_dropped_leaves_nothing() {
+        use futures::FutureExt as _;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let store = DiskStore::open(dir.path(), 1).await.expect("open");
+            let stats = store.stats();
+            for (i, ending) in ["second block", "sync", "commit"].into_iter().enumerate() {
+                let key = ShardKey::new(format!("dropped-{i}"), 0).expect("key");
+                let mut writer = store.create(&key, 64).await.expect("create");
+                writer.write_block(block(64, 1)).await.expect("held");
+                // The pool's one thread is busy, so the trip waits.
+                let (release, wait) = std::sync::mpsc::channel::<()>();
+                let busy = tokio::task::spawn_blocking(move || wait.recv());
+                let polled_once = match ending {
+                    "second block" => writer.write_block(block(64, 2)).now_or_never().is_some(),
+                    "sync" => writer.sync().now_or_never().is_some(),
+                    _ => {
+                        let commit = writer.commit().now_or_never().is_some();
+                        writer = store.create(&key, 64).await.expect("create");
+                        commit
+                    }
+                };
+                assert!(!polled_once, "{ending}: the trip is queued");
+                drop(writer);
+                release.send(()).expect("release");
+                busy.await.expect("busy task").expect("released");
+                // The queued trip has run once the next one has.
+                tokio::task::spawn_blocking(|| ()).await.expect("drain");
+                assert_eq!(temp_files(dir.path()), 0, "{ending}: a temp file was left");
+                assert!(
+                    matches!(store.open(&key, 0, 0).await, Err(StoreError::NotFound(_))),
+                    "{ending}: a shard appeared"
+                );
+                assert_eq!(store.stats(), stats, "{ending}");
+            }
+        });
     }
 
     #[test]
