@@ -34,7 +34,8 @@
 //! ([`ShardStore::quarantine`]), keeping at most [`MAX_QUARANTINED_FILES`]
 //! there (the oldest are deleted).
 //!
-//! All file I/O runs on the blocking pool; memory per reader is one block,
+//! All file I/O runs on the blocking pool (but a dropped writer's unlink of
+//! its temp file, on the dropping thread); memory per reader is one block,
 //! per writer at most two (the held first block and the next, written
 //! together; see [`DiskWriter`]).
 
@@ -697,6 +698,10 @@ impl Pending {
     /// does not exist yet, then writes the held block and `next`, in one
     /// vectored write. Returns the file.
     fn write(self, next: Option<&Block>) -> Result<Arc<File>, StoreError> {
+        // The writer was dropped while this trip waited in the pool's queue.
+        if self.abandoned.load(Ordering::SeqCst) {
+            return Err(dropped_writer("write", &self.path));
+        }
         let header;
         let mut bufs: Vec<IoSlice<'_>> = Vec::with_capacity(5);
         let file = match self.file {
@@ -704,14 +709,12 @@ impl Pending {
             None => {
                 let file =
                     File::create_new(&self.path).map_err(StoreError::io("create", &self.path))?;
-                // The writer was dropped while this trip waited: its `Drop`
-                // found no file to remove, so this trip removes it. (A drop
-                // after this check finds the file.)
+                // Dropped since the check above: its `Drop` may have found
+                // no file to remove, so this trip removes it. (A drop after
+                // this check finds the file.)
                 if self.abandoned.load(Ordering::SeqCst) {
-                    let _ = fs::remove_file(&self.path);
-                    return Err(StoreError::io("create", &self.path)(std::io::Error::other(
-                        "the shard writer was dropped",
-                    )));
+                    remove_temp_file(&self.path);
+                    return Err(dropped_writer("create", &self.path));
                 }
                 header = format::encode_header(self.block_size);
                 bufs.push(IoSlice::new(&header));
@@ -799,10 +802,10 @@ impl ShardWriter for DiskWriter {
             {
                 let _guard = inner.lock(fanout);
                 if abandoned.load(Ordering::SeqCst) {
-                    // Dropped mid-commit: the caller's locks are gone.
-                    return Err(StoreError::io("rename", &tmp)(std::io::Error::other(
-                        "the shard writer was dropped",
-                    )));
+                    // The caller gave up: never rename. (Defence in depth:
+                    // `Drop` unlinks the temp file after setting the flag,
+                    // so a rename after that fails anyway.)
+                    return Err(dropped_writer("rename", &tmp));
                 }
                 let old_len = match fs::metadata(&final_path) {
                     Ok(m) => Some(m.len()),
@@ -827,20 +830,25 @@ impl ShardWriter for DiskWriter {
 
 impl Drop for DiskWriter {
     fn drop(&mut self) {
-        if self.state != WriterState::Committed {
-            // Under the fan-out lock, so a commit trip still running either
-            // renamed before this or sees the flag before its rename.
-            {
-                let _guard = self.inner.lock(fanout_of(self.key.blob_id()));
-                self.abandoned.store(true, Ordering::SeqCst);
-            }
-            // A single unlink. A trip still running keeps writing to its
-            // open handle (an orphaned inode once this unlinks it), or
-            // creates the file after this and removes it itself.
-            if let Err(e) = fs::remove_file(&self.tmp)
-                && e.kind() != ErrorKind::NotFound
-            {
-                tracing::warn!(path = %self.tmp.display(), error = %e, "failed to remove temp shard file");
+        // `Failed`: a trip may still be running (its future was dropped),
+        // or one failed; `Open`: none is, and the file exists only if one
+        // created it.
+        match self.state {
+            WriterState::Committed => {}
+            WriterState::Open if self.file.is_none() => {}
+            WriterState::Open => remove_temp_file(&self.tmp),
+            WriterState::Failed => {
+                // Under the fan-out lock, so a commit trip still running
+                // either renamed before this or sees the flag before its
+                // rename.
+                {
+                    let _guard = self.inner.lock(fanout_of(self.key.blob_id()));
+                    self.abandoned.store(true, Ordering::SeqCst);
+                }
+                // A trip still running keeps writing to its open handle (an
+                // orphaned inode once this unlinks it), or creates the file
+                // after this and removes it itself.
+                remove_temp_file(&self.tmp);
             }
         }
     }
@@ -940,6 +948,20 @@ fn read_span(file: &File, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
     // next block's.
     stored.truncate(len);
     Ok(stored)
+}
+
+/// Removes a temp shard file, logging a failure other than its absence.
+fn remove_temp_file(path: &Path) {
+    if let Err(e) = fs::remove_file(path)
+        && e.kind() != ErrorKind::NotFound
+    {
+        tracing::warn!(path = %path.display(), error = %e, "failed to remove temp shard file");
+    }
+}
+
+/// The error of a trip that finds its writer dropped.
+fn dropped_writer(op: &'static str, path: &Path) -> StoreError {
+    StoreError::io(op, path)(std::io::Error::other("the shard writer was dropped"))
 }
 
 /// Runs blocking file I/O on the blocking pool.

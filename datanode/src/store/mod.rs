@@ -243,7 +243,9 @@ impl StoreError {
 ///   and for a durable store only once it survives a crash;
 /// * committing over an existing key replaces it atomically: a reader sees
 ///   the old or the new shard, never a mix;
-/// * a writer dropped before `commit` leaves nothing behind;
+/// * a writer dropped before `commit` leaves nothing behind (a commit
+///   dropped while it runs may still have made the shard visible, as a
+///   crash right after it would);
 /// * every block read is checked against its stored CRC32C, and a mismatch
 ///   is reported as [`StoreError::Corrupt`] for that block only.
 pub trait ShardStore: Clone + Send + Sync + 'static {
