@@ -702,10 +702,8 @@ impl Pending {
         if self.abandoned.load(Ordering::SeqCst) {
             return Err(dropped_writer("write", &self.path));
         }
-        let header;
-        let mut bufs: Vec<IoSlice<'_>> = Vec::with_capacity(5);
-        let file = match self.file {
-            Some(file) => file,
+        let (file, created) = match self.file {
+            Some(file) => (file, false),
             None => {
                 let file =
                     File::create_new(&self.path).map_err(StoreError::io("create", &self.path))?;
@@ -716,23 +714,30 @@ impl Pending {
                     remove_temp_file(&self.path);
                     return Err(dropped_writer("create", &self.path));
                 }
-                header = format::encode_header(self.block_size);
-                bufs.push(IoSlice::new(&header));
-                Arc::new(file)
+                (Arc::new(file), true)
             }
         };
-        let crcs: Vec<[u8; 4]> = self
-            .held
-            .iter()
-            .chain(next)
-            .map(|b| b.crc32c.to_le_bytes())
-            .collect();
-        for (block, crc) in self.held.iter().chain(next).zip(&crcs) {
-            bufs.push(IoSlice::new(&block.data));
-            bufs.push(IoSlice::new(crc));
+        // The header of a created file, then each block and its CRC: at
+        // most five slices, on the stack.
+        let header = format::encode_header(self.block_size);
+        let mut crcs = [[0u8; 4]; 2];
+        for (crc, block) in crcs.iter_mut().zip(self.held.iter().chain(next)) {
+            *crc = block.crc32c.to_le_bytes();
         }
-        if !bufs.is_empty() {
-            write_all_vectored(&file, &mut bufs).map_err(StoreError::io("write", &self.path))?;
+        let mut bufs = [IoSlice::new(&[]); 5];
+        let mut n = 0;
+        if created {
+            bufs[n] = IoSlice::new(&header);
+            n += 1;
+        }
+        for (block, crc) in self.held.iter().chain(next).zip(&crcs) {
+            bufs[n] = IoSlice::new(&block.data);
+            bufs[n + 1] = IoSlice::new(crc);
+            n += 2;
+        }
+        if n > 0 {
+            write_all_vectored(&file, &mut bufs[..n])
+                .map_err(StoreError::io("write", &self.path))?;
         }
         Ok(file)
     }
