@@ -4,7 +4,7 @@
 //! `UNAUTHENTICATED`, a wrong-role (or wrong-id) certificate
 //! `PERMISSION_DENIED`, and nothing changes; a plaintext client cannot talk
 //! to a TLS server; a PutShard beyond the sender's credit is refused and
-//! not stored.
+//! not stored, and so is a block whose CRC32C does not match its bytes.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -294,8 +294,10 @@ async fn raw_call(channel: Channel, path: &'static str) -> std::result::Result<(
     .map(drop)
 }
 
+/// Block size of the shards the tests send.
+const BLOCK: usize = 64 * 1024;
+
 fn shard_messages(blob: &str, gateway_id: &str, blocks: usize) -> Vec<PutShardRequest> {
-    const BLOCK: usize = 64 * 1024;
     let data = vec![7u8; BLOCK];
     let mut msgs = vec![PutShardRequest {
         msg: Some(Msg::Header(ShardHeader {
@@ -457,6 +459,66 @@ async fn datanode_refuses_unauthenticated_wrong_role_and_uncredited_writes() -> 
         .await
         .map_err(anyhow::Error::msg)?;
     ensure!(present == [true], "a refused DeleteBlobs deleted the shard");
+    Ok(())
+}
+
+/// Over mutual TLS, whose records already refuse changed bytes, a datanode
+/// still recomputes each received block's CRC32C: the CRC it stores must
+/// be that of the bytes it stores (the ShardWriter contract), or a shard
+/// counted in the write quorum would be unreadable until scrub finds it.
+/// A block sent with a CRC that does not match its bytes (a gateway bug,
+/// or memory changed between the CRC and the send) is refused with
+/// `INVALID_ARGUMENT` and nothing is stored; the same over plaintext is
+/// datanode/tests/grpc.rs, `bad_checksum_or_protocol_stores_nothing`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_block_whose_crc_does_not_match_is_refused() -> Result<()> {
+    let c = TestCluster::start_without_gateway(1, 1, Overrides::default()).await?;
+    let dn = c.datanodes[0].addr();
+    let channel = as_role(dn, Role::Datanode, Role::Gateway, "gw-crc").await?;
+    let mut credits = DatanodeClient::new(channel.clone())
+        .credits(CreditStreamRequest {
+            gateway_id: String::new(),
+        })
+        .await?
+        .into_inner();
+    DatanodeClient::new(channel.clone())
+        .report_credits(sluice_proto::datanode::CreditReport {
+            gateway_id: String::new(),
+            wanted_bytes: 4 * BLOCK as u64,
+            returned_bytes: 0,
+        })
+        .await?;
+    let mut granted = 0u64;
+    while granted < 4 * BLOCK as u64 {
+        let grant = tokio::time::timeout(TIMEOUT, credits.message())
+            .await
+            .context("waiting for a grant")??
+            .context("credit stream ended")?;
+        granted += grant.bytes;
+    }
+    let mut msgs = shard_messages("e1.crc", "", 2);
+    let Some(Msg::Block(second)) = &mut msgs[2].msg else {
+        anyhow::bail!("message 2 is not a block: {:?}", msgs[2]);
+    };
+    second.crc32c ^= 1;
+    let refused = put_shard(channel.clone(), msgs).await;
+    match &refused {
+        Err(status) if status.code() == Code::InvalidArgument => ensure!(
+            status.message().contains("block 1"),
+            "refusal names another block: {}",
+            status.message()
+        ),
+        other => anyhow::bail!("PutShard with a wrong CRC on block 1: {other:?}"),
+    }
+    // The same gateway's well-formed shard is stored: the refusal was the
+    // CRC's, not the credit's.
+    put_shard(channel, shard_messages("e1.good", "", 2))
+        .await
+        .context("PutShard with right CRCs")?;
+    let present = has_shards(dn, &[("e1.crc".into(), 0), ("e1.good".into(), 0)])
+        .await
+        .map_err(anyhow::Error::msg)?;
+    ensure!(present == [false, true], "stored shards: {present:?}");
     Ok(())
 }
 
