@@ -334,6 +334,31 @@ async fn put_shard(
         .map(drop)
 }
 
+/// Asks the datanode for `bytes` of credit on `channel` and waits until
+/// `credits` (the caller's open credit stream) has granted them.
+async fn report_and_wait_for_credit(
+    channel: &Channel,
+    credits: &mut tonic::Streaming<sluice_proto::datanode::CreditGrant>,
+    bytes: u64,
+) -> Result<()> {
+    DatanodeClient::new(channel.clone())
+        .report_credits(sluice_proto::datanode::CreditReport {
+            gateway_id: String::new(),
+            wanted_bytes: bytes,
+            returned_bytes: 0,
+        })
+        .await?;
+    let mut granted = 0u64;
+    while granted < bytes {
+        let grant = tokio::time::timeout(TIMEOUT, credits.message())
+            .await
+            .context("waiting for a grant")??
+            .context("credit stream ended")?;
+        granted += grant.bytes;
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn datanode_refuses_unauthenticated_wrong_role_and_uncredited_writes() -> Result<()> {
     let c = TestCluster::start_without_gateway(1, 1, Overrides::default()).await?;
@@ -393,21 +418,7 @@ async fn datanode_refuses_unauthenticated_wrong_role_and_uncredited_writes() -> 
         Code::FailedPrecondition,
     )?;
     // With credit granted, the same gateway writes within it.
-    DatanodeClient::new(channel.clone())
-        .report_credits(sluice_proto::datanode::CreditReport {
-            gateway_id: String::new(),
-            wanted_bytes: 2 * 64 * 1024,
-            returned_bytes: 0,
-        })
-        .await?;
-    let mut granted = 0u64;
-    while granted < 2 * 64 * 1024 {
-        let grant = tokio::time::timeout(TIMEOUT, credits.message())
-            .await
-            .context("waiting for a grant")??
-            .context("credit stream ended")?;
-        granted += grant.bytes;
-    }
+    report_and_wait_for_credit(&channel, &mut credits, 2 * 64 * 1024).await?;
     put_shard(channel, shard_messages("e1.credited", "", 2))
         .await
         .context("PutShard within credit")?;
@@ -481,21 +492,7 @@ async fn over_tls_a_block_whose_crc_does_not_match_is_refused() -> Result<()> {
         })
         .await?
         .into_inner();
-    DatanodeClient::new(channel.clone())
-        .report_credits(sluice_proto::datanode::CreditReport {
-            gateway_id: String::new(),
-            wanted_bytes: 4 * BLOCK as u64,
-            returned_bytes: 0,
-        })
-        .await?;
-    let mut granted = 0u64;
-    while granted < 4 * BLOCK as u64 {
-        let grant = tokio::time::timeout(TIMEOUT, credits.message())
-            .await
-            .context("waiting for a grant")??
-            .context("credit stream ended")?;
-        granted += grant.bytes;
-    }
+    report_and_wait_for_credit(&channel, &mut credits, 4 * BLOCK as u64).await?;
     let mut msgs = shard_messages("e1.crc", "", 2);
     let Some(Msg::Block(second)) = &mut msgs[2].msg else {
         anyhow::bail!("message 2 is not a block: {:?}", msgs[2]);

@@ -719,15 +719,15 @@ impl Pending {
         };
         // The header of a created file, then each block and its CRC: at
         // most five slices, on the stack.
-        let header = format::encode_header(self.block_size);
+        let header = created.then(|| format::encode_header(self.block_size));
         let mut crcs = [[0u8; 4]; 2];
         for (crc, block) in crcs.iter_mut().zip(self.held.iter().chain(next)) {
             *crc = block.crc32c.to_le_bytes();
         }
         let mut bufs = [IoSlice::new(&[]); 5];
         let mut n = 0;
-        if created {
-            bufs[n] = IoSlice::new(&header);
+        if let Some(header) = &header {
+            bufs[n] = IoSlice::new(header);
             n += 1;
         }
         for (block, crc) in self.held.iter().chain(next).zip(&crcs) {
