@@ -241,22 +241,42 @@ pub struct S3TlsFiles {
     pub key: PathBuf,
 }
 
-/// An S3 HTTP client for the AWS SDK trusting only `ca_pem`.
-pub fn https_client(ca_pem: &str) -> aws_sdk_s3::config::SharedHttpClient {
+/// How long the tests' S3 clients keep an unused connection in their pool:
+/// below the gateway's `header_read_timeout` (10 s), so a client never
+/// picks a pooled connection the gateway is closing.
+///
+/// hyper's client pool (hyper-util's legacy client, under the SDK) opens a
+/// connection for a request and, when another pooled connection frees
+/// first, sends the request there and pools the new connection unused. The
+/// gateway closes a connection that sent nothing within
+/// `header_read_timeout` (`sluice_gateway::listener`), while hyper keeps
+/// an idle connection 90 s: a request that picks it just as the gateway
+/// closes it fails with "connection closed before message completed". The
+/// SDK's retries hide that race; `TestCluster::s3_without_retries`, which
+/// must see every `503 SlowDown`, does not retry it.
+pub const S3_CLIENT_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// The HTTP client of the tests' S3 clients: rustls, trusting only
+/// `ca_pem` when given (the SDK's default roots otherwise), idle
+/// connections dropped after [`S3_CLIENT_POOL_IDLE_TIMEOUT`].
+pub fn s3_http_client(ca_pem: Option<&str>) -> aws_sdk_s3::config::SharedHttpClient {
     use aws_smithy_http_client::tls;
-    let trust = tls::TrustStore::empty()
-        .with_native_roots(false)
-        .with_pem_certificate(ca_pem.as_bytes());
-    let context = tls::TlsContext::builder()
-        .with_trust_store(trust)
-        .build()
-        .expect("TLS context");
-    aws_smithy_http_client::Builder::new()
+    let mut builder = aws_smithy_http_client::Builder::new()
+        .pool_idle_timeout(S3_CLIENT_POOL_IDLE_TIMEOUT)
         .tls_provider(tls::Provider::Rustls(
             tls::rustls_provider::CryptoMode::AwsLc,
-        ))
-        .tls_context(context)
-        .build_https()
+        ));
+    if let Some(ca_pem) = ca_pem {
+        let trust = tls::TrustStore::empty()
+            .with_native_roots(false)
+            .with_pem_certificate(ca_pem.as_bytes());
+        let context = tls::TlsContext::builder()
+            .with_trust_store(trust)
+            .build()
+            .expect("TLS context");
+        builder = builder.tls_context(context);
+    }
+    builder.build_https()
 }
 
 // ---------------------------------------------------------------------------
@@ -939,11 +959,8 @@ impl TestCluster {
         secret_key: &str,
         ca_pem: Option<&str>,
     ) -> aws_sdk_s3::Client {
-        let mut builder = aws_sdk_s3::Config::builder();
-        if let Some(ca) = ca_pem {
-            builder = builder.http_client(https_client(ca));
-        }
-        let config = builder
+        let config = aws_sdk_s3::Config::builder()
+            .http_client(s3_http_client(ca_pem))
             .behavior_version(BehaviorVersion::latest())
             .endpoint_url(self.s3_endpoint())
             .region(Region::new(REGION))
