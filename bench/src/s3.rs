@@ -194,8 +194,6 @@ impl Intercept for CountErrors {
 /// Numbers the retry partitions of the clients of this process.
 static CLIENTS_BUILT: AtomicU64 = AtomicU64::new(0);
 
-/// A path-style client for `options` whose failed attempts are counted in
-/// `tally`, with a retry partition (and so a retry quota) of its own.
 /// An HTTPS client trusting only the CA in the PEM file `ca_bundle`.
 ///
 /// # Panics
@@ -220,6 +218,8 @@ fn https_client(ca_bundle: &std::path::Path) -> aws_sdk_s3::config::SharedHttpCl
         .build_https()
 }
 
+/// A path-style client for `options` whose failed attempts are counted in
+/// `tally`, with a retry partition (and so a retry quota) of its own.
 pub fn build_client(options: &ClientOptions, tally: Arc<ErrorTally>) -> aws_sdk_s3::Client {
     let partition = format!(
         "sluice-bench-{}",
