@@ -256,6 +256,12 @@ pub struct S3TlsFiles {
 /// must see every `503 SlowDown`, does not retry it.
 pub const S3_CLIENT_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
+// A shorter gateway default would bring the race back: fail the build.
+const _: () = assert!(
+    S3_CLIENT_POOL_IDLE_TIMEOUT.as_millis()
+        < sluice_gateway::listener::DEFAULT_HEADER_READ_TIMEOUT.as_millis()
+);
+
 /// The HTTP client of the tests' S3 clients: rustls, trusting only
 /// `ca_pem` when given (the SDK's default roots otherwise), idle
 /// connections dropped after [`S3_CLIENT_POOL_IDLE_TIMEOUT`].
