@@ -241,30 +241,35 @@ pub struct S3TlsFiles {
     pub key: PathBuf,
 }
 
-/// How long the tests' S3 clients keep an unused connection in their pool:
-/// below the gateway's `header_read_timeout` (10 s), so a client never
-/// picks a pooled connection the gateway is closing.
+/// How long the tests' S3 clients keep an idle connection in their pool:
+/// well below the gateway's `header_read_timeout` (10 s), so a client does
+/// not pick a pooled connection the gateway is closing.
 ///
 /// hyper's client pool (hyper-util's legacy client, under the SDK) opens a
 /// connection for a request and, when another pooled connection frees
 /// first, sends the request there and pools the new connection unused. The
 /// gateway closes a connection that sent nothing within
-/// `header_read_timeout` (`sluice_gateway::listener`), while hyper keeps
-/// an idle connection 90 s: a request that picks it just as the gateway
-/// closes it fails with "connection closed before message completed". The
-/// SDK's retries hide that race; `TestCluster::s3_without_retries`, which
-/// must see every `503 SlowDown`, does not retry it.
+/// `header_read_timeout` (`sluice_gateway::listener`; over TLS the
+/// handshake counts as the first byte, and a request head must follow
+/// within it), while hyper keeps an idle connection 90 s: a request that
+/// picks it just as the gateway closes it fails with "connection closed
+/// before message completed". The SDK's retries hide that race;
+/// `TestCluster::s3_without_retries`, which must see every
+/// `503 SlowDown`, does not retry it.
 pub const S3_CLIENT_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
-// A shorter gateway default would bring the race back: fail the build.
+// A gateway default closer to it would bring the race back (the pool's
+// idle clock starts after the connect): fail the build.
 const _: () = assert!(
-    S3_CLIENT_POOL_IDLE_TIMEOUT.as_millis()
-        < sluice_gateway::listener::DEFAULT_HEADER_READ_TIMEOUT.as_millis()
+    2 * S3_CLIENT_POOL_IDLE_TIMEOUT.as_millis()
+        <= sluice_gateway::listener::DEFAULT_HEADER_READ_TIMEOUT.as_millis()
 );
 
 /// The HTTP client of the tests' S3 clients: rustls, trusting only
 /// `ca_pem` when given (the SDK's default roots otherwise), idle
-/// connections dropped after [`S3_CLIENT_POOL_IDLE_TIMEOUT`].
+/// connections dropped after [`S3_CLIENT_POOL_IDLE_TIMEOUT`], no proxy
+/// (the SDK's default client would read proxy settings from the
+/// environment; the tests talk to loopback only).
 pub fn s3_http_client(ca_pem: Option<&str>) -> aws_sdk_s3::config::SharedHttpClient {
     use aws_smithy_http_client::tls;
     let mut builder = aws_smithy_http_client::Builder::new()

@@ -19,7 +19,9 @@ const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
 
 /// An S3 client that signs nothing (S3's anonymous requests).
 fn anonymous(c: &TestCluster) -> aws_sdk_s3::Client {
+    let ca = c.s3_tls.as_ref().map(|t| t.ca.cert_pem.as_str());
     let config = aws_sdk_s3::Config::builder()
+        .http_client(super::fixtures::s3_http_client(ca))
         .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
         .endpoint_url(c.s3_endpoint())
         .region(aws_sdk_s3::config::Region::new("us-east-1"))

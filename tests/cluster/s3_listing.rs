@@ -41,6 +41,7 @@ impl ResolveDns for Loopback {
 fn virtual_hosted_client(c: &TestCluster) -> aws_sdk_s3::Client {
     use aws_smithy_http_client::tls;
     let http = aws_smithy_http_client::Builder::new()
+        .pool_idle_timeout(crate::fixtures::S3_CLIENT_POOL_IDLE_TIMEOUT)
         .tls_provider(tls::Provider::Rustls(
             tls::rustls_provider::CryptoMode::AwsLc,
         ))
