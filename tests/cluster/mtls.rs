@@ -418,7 +418,7 @@ async fn datanode_refuses_unauthenticated_wrong_role_and_uncredited_writes() -> 
         Code::FailedPrecondition,
     )?;
     // With credit granted, the same gateway writes within it.
-    report_and_wait_for_credit(&channel, &mut credits, 2 * 64 * 1024).await?;
+    report_and_wait_for_credit(&channel, &mut credits, 2 * BLOCK as u64).await?;
     put_shard(channel, shard_messages("e1.credited", "", 2))
         .await
         .context("PutShard within credit")?;
