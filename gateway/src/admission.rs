@@ -38,7 +38,9 @@
 //!   keeps `k * block_len` until every chunk cut from it has been written to
 //!   the client and dropped by hyper.
 //! * **outside the budgets, each bounded by a constant**:
-//!   - per client connection: hyper's HTTP/1 read buffer, at most
+//!   - per client connection: hyper's first read buffer and response-head
+//!     buffer (`CONNECTION_STATE_BYTES`, 16 KiB, however little it sends);
+//!     its HTTP/1 read buffer grows to at most
 //!     `HTTP1_MAX_BUF_BYTES` (64 KiB), and while it uploads the body chunk
 //!     being cut into stripes (a slice of an earlier read buffer, at most as
 //!     large); HTTP/2 client connections: their receive windows
@@ -61,13 +63,16 @@
 //!
 //! ```text
 //! gateway RSS ≤ base + buffer_budget_bytes + read_budget_bytes
+//!             + 16 KiB × connections served (≤ max_connections)
 //!             + 2 × 64 KiB × uploading connections (≤ max_inflight_requests)
 //!             + 256 KiB × open GetShard streams + allocator overhead
 //! ```
 //!
-//! Measured under the soak benchmark, with glibc tuned as
-//! `sluice/src/malloc.rs` says, the gateway stayed within 0.2 MiB of
-//! `base + budgets` at 24 MiB of budgets and 32 requests in flight.
+//! Measured under the soak's overload shape, with glibc tuned as
+//! `sluice/src/malloc.rs` says (24 MiB of budgets, 32 requests in flight,
+//! 1,024 client connections): the gateway peaked 3.1-5.5 MiB above
+//! `base + budgets` (2026-12-05), inside the 20 MiB the connection terms
+//! above give that shape; with 256 client connections 2.2 MiB.
 //!
 //! # Deadlock freedom
 //!

@@ -74,6 +74,15 @@ pub use precheck::{MAX_PRESIGNED_EXPIRES_SECS, precheck};
 /// so an uploading connection holds at most about twice this outside the
 /// buffer budget. (hyper's default, ~400 KiB, held 58 MiB over 80 uploads.)
 pub const HTTP1_MAX_BUF_BYTES: usize = 64 * 1024;
+/// Memory of each client connection being served outside any budget
+/// (bytes): hyper's first read buffer and its response-head buffer, 8 KiB
+/// each (hyper 1.x `INIT_BUFFER_SIZE`), allocated for every connection
+/// however little it sends; its task and protocol state take less than the
+/// untouched parts of those buffers leave (the overload soak shape measured
+/// ~4.4 KiB of RSS per connection, going from 256 to 1,024 connections).
+/// An uploading connection's larger buffer is counted apart (twice
+/// [`HTTP1_MAX_BUF_BYTES`]).
+pub const CONNECTION_STATE_BYTES: usize = 16 * 1024;
 /// HTTP/2 receive window of each client stream (bytes): body bytes a client
 /// may send before the gateway reads them.
 pub const HTTP2_STREAM_WINDOW_BYTES: u32 = 256 * 1024;

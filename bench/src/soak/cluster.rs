@@ -34,6 +34,10 @@ use super::options::Knobs;
 use crate::error::BoxError;
 use crate::rss::ProcTarget;
 use crate::s3::{ChecksumMode, ClientOptions, ErrorTally, build_client, ensure_bucket};
+use sluice_gateway::config::DEFAULT_MAX_INFLIGHT_REQUESTS;
+use sluice_gateway::datanodes::STREAM_WINDOW_BYTES;
+use sluice_gateway::listener::DEFAULT_MAX_CONNECTIONS;
+use sluice_gateway::server::{CONNECTION_STATE_BYTES, HTTP1_MAX_BUF_BYTES};
 
 /// Datanodes in the cluster: k + m of the gateway's default 4+2 layout.
 pub const DATANODES: u64 = 6;
@@ -720,6 +724,31 @@ pub fn role_budgets(knobs: &Knobs) -> BTreeMap<Role, u64> {
     ])
 }
 
+/// What the gateway's memory formula (README, "Memory formula") adds to its
+/// budgets for a shape's client connections, bytes:
+/// [`CONNECTION_STATE_BYTES`] per connection served (the load's requests
+/// at once plus the read-back's objects at once, at most the gateway's
+/// [`DEFAULT_MAX_CONNECTIONS`]), twice [`HTTP1_MAX_BUF_BYTES`] per upload
+/// admitted at once (at most `max_inflight_requests`), and
+/// [`STREAM_WINDOW_BYTES`] of read-ahead per GetShard stream of an object
+/// being read back (at most one stream per datanode).
+pub fn gateway_connections_bytes(
+    knobs: &Knobs,
+    requests: usize,
+    readers: usize,
+    datanodes: usize,
+) -> u64 {
+    let connections = (requests + readers).min(DEFAULT_MAX_CONNECTIONS) as u64;
+    let max_inflight = knobs
+        .max_inflight
+        .map_or(DEFAULT_MAX_INFLIGHT_REQUESTS as u64, |k| k.value);
+    let uploading = (requests as u64).min(max_inflight);
+    let streams = (readers * datanodes) as u64;
+    connections * CONNECTION_STATE_BYTES as u64
+        + uploading * 2 * HTTP1_MAX_BUF_BYTES as u64
+        + streams * u64::from(STREAM_WINDOW_BYTES)
+}
+
 /// Creates the bucket if needed and puts (then deletes) a small object.
 async fn probe_write(
     client: &aws_sdk_s3::Client,
@@ -778,6 +807,45 @@ mod tests {
         assert_eq!(b[&Role::Meta], 64);
         assert_eq!(b[&Role::Datanode], 8);
         assert_eq!(b[&Role::Gateway], 20);
+    }
+
+    #[test]
+    fn gateway_connection_terms_follow_the_memory_formula() {
+        let knobs = |max_inflight: Option<u64>| Knobs {
+            meta_sled_cache: Knob {
+                value: 0,
+                explicit: false,
+            },
+            datanode_write_budget: Knob {
+                value: 0,
+                explicit: false,
+            },
+            gateway_buffer_budget: Knob {
+                value: 0,
+                explicit: false,
+            },
+            gateway_read_budget: Knob {
+                value: 0,
+                explicit: false,
+            },
+            max_inflight: max_inflight.map(|value| Knob {
+                value,
+                explicit: true,
+            }),
+            stall_timeout: None,
+        };
+        const KIB: u64 = 1024;
+        // Overload: 64 x 16 requests (capped at 1,024 connections), 32
+        // admitted uploads, 4 objects read back from 6 datanodes.
+        assert_eq!(
+            gateway_connections_bytes(&knobs(Some(32)), 1024, 4, 6),
+            1024 * 16 * KIB + 32 * 128 * KIB + 24 * 256 * KIB
+        );
+        // Seed: 5 uploads, the gateway's default 256 in flight, no read-back.
+        assert_eq!(
+            gateway_connections_bytes(&knobs(None), 5, 0, 6),
+            5 * 16 * KIB + 5 * 128 * KIB
+        );
     }
 
     /// A one-datanode "cluster" for the kill/wipe/restart path: its binary

@@ -13,8 +13,8 @@ use std::time::Duration;
 use bytesize::ByteSize;
 use serde::Serialize;
 
-use super::cluster::Cluster;
-use super::config::GatewayAccess;
+use super::cluster::{Cluster, gateway_connections_bytes};
+use super::config::{GatewayAccess, Role};
 use super::error::SoakError;
 use super::options::{LoadShape, Plan, ShapeName};
 use super::verdict::{
@@ -241,6 +241,26 @@ pub async fn run_shape(
     };
 
     let exited = cluster.exited();
+    let knobs = match shape {
+        ShapeName::Overload => &plan.overload_knobs,
+        ShapeName::Seed | ShapeName::SdkDefault => &plan.normal_knobs,
+    };
+    let datanodes = cluster
+        .processes
+        .iter()
+        .filter(|p| p.role == Role::Datanode)
+        .count();
+    let readers = if read_back.is_some() {
+        plan.verify_concurrency
+    } else {
+        0
+    };
+    let gateway_connections = gateway_connections_bytes(
+        knobs,
+        load.concurrent * load.part_concurrent,
+        readers,
+        datanodes,
+    );
     let inputs: Vec<ProcessInput> = cluster
         .processes
         .iter()
@@ -249,6 +269,11 @@ pub async fn run_shape(
             pid: p.pid,
             baseline_bytes: p.baseline_bytes,
             budget_bytes: p.budget_bytes,
+            connections_bytes: if p.role == Role::Gateway {
+                gateway_connections
+            } else {
+                0
+            },
         })
         .collect();
     let warmup = (shape == ShapeName::Seed).then_some(plan.warmup.as_secs_f64());
@@ -472,6 +497,7 @@ mod tests {
             pid: 1,
             baseline_mib: Some(20.0),
             budget_mib: 24.0,
+            connections_mib: 0.0,
             bound_mib: Some(44.0),
             warmup_end_mib: Some(30.0),
             warmup_level_mib: Some(30.0),

@@ -62,6 +62,9 @@ pub struct ProcessInput {
     pub baseline_bytes: Option<u64>,
     /// Sum of the role's budgets, bytes.
     pub budget_bytes: u64,
+    /// What the memory formula adds for the shape's client connections
+    /// (the gateway's; 0 for other roles), bytes.
+    pub connections_bytes: u64,
 }
 
 /// RSS figures of one process over one shape, MiB.
@@ -75,7 +78,9 @@ pub struct ProcessFigures {
     pub baseline_mib: Option<f64>,
     /// The role's budgets.
     pub budget_mib: f64,
-    /// baseline + budgets + slack.
+    /// The formula's terms for the shape's client connections.
+    pub connections_mib: f64,
+    /// baseline + budgets + connections + slack.
     pub bound_mib: Option<f64>,
     /// RSS at the end of the warm-up (seed shape).
     pub warmup_end_mib: Option<f64>,
@@ -131,6 +136,7 @@ pub fn process_figures(
                 .is_some();
             let baseline_mib = input.baseline_bytes.map(bytes_to_mib);
             let budget_mib = bytes_to_mib(input.budget_bytes);
+            let connections_mib = bytes_to_mib(input.connections_bytes);
             let max = |it: &mut dyn Iterator<Item = f64>| it.reduce(f64::max);
             let (warmup_end_mib, warmup_level_mib, max_after_warmup_mib) = match warmup_s {
                 Some(w) => {
@@ -160,7 +166,9 @@ pub fn process_figures(
                 pid: input.pid,
                 baseline_mib,
                 budget_mib,
-                bound_mib: baseline_mib.map(|b| b + budget_mib + bytes_to_mib(rules.slack)),
+                connections_mib,
+                bound_mib: baseline_mib
+                    .map(|b| b + budget_mib + connections_mib + bytes_to_mib(rules.slack)),
                 warmup_end_mib,
                 warmup_level_mib,
                 max_after_warmup_mib,
@@ -338,6 +346,7 @@ mod tests {
             pid: 1,
             baseline_bytes: Some(baseline_mib * MIB),
             budget_bytes: budget_mib * MIB,
+            connections_bytes: 0,
         }
     }
 
@@ -423,6 +432,24 @@ mod tests {
         let check = check_bound(&figs);
         assert!(check.pass, "{}", check.detail);
         assert!(check.detail.contains("dn1"), "{}", check.detail);
+    }
+
+    #[test]
+    fn the_gateway_connection_terms_raise_its_bound() {
+        // Gateway: baseline 20 + budgets 24 = 44 without the connection
+        // terms (no slack here); a peak of 47 fails that and passes 44 + 6.
+        let samples = [sample(1.0, &[Some(47.0), Some(20.0)])];
+        let mut inputs = [input("gateway", 20, 24), input("dn1", 17, 8)];
+        let figs = process_figures(&inputs, &names(), &samples, None, &rules());
+        assert_eq!(figs[0].bound_mib, Some(44.0));
+        assert!(!check_bound(&figs).pass);
+        inputs[0].connections_bytes = 6 * MIB;
+        let figs = process_figures(&inputs, &names(), &samples, None, &rules());
+        assert_eq!(figs[0].connections_mib, 6.0);
+        assert_eq!(figs[0].bound_mib, Some(50.0));
+        assert_eq!(figs[1].bound_mib, Some(25.0));
+        let check = check_bound(&figs);
+        assert!(check.pass, "{}", check.detail);
     }
 
     #[test]
