@@ -77,10 +77,11 @@ pub const HTTP1_MAX_BUF_BYTES: usize = 64 * 1024;
 /// Memory of each client connection being served outside any budget
 /// (bytes): hyper's first read buffer and its response-head buffer, 8 KiB
 /// each (hyper 1.x `INIT_BUFFER_SIZE`), allocated for every connection
-/// however little it sends; its task and protocol state take less than the
-/// untouched parts of those buffers leave (the overload soak shape measured
-/// ~4.4 KiB of RSS per connection, going from 256 to 1,024 connections).
-/// An uploading connection's larger buffer is counted apart (twice
+/// however little it sends. Its task and protocol state are a few KiB more,
+/// but pages of those buffers stay untouched: under the soak's overload
+/// shape the gateway peaked 0.8-3.3 MiB higher with 1,024 client
+/// connections than with 256, 1.1-4.4 KiB per connection. An uploading
+/// connection's larger buffer is counted apart (twice
 /// [`HTTP1_MAX_BUF_BYTES`]).
 pub const CONNECTION_STATE_BYTES: usize = 16 * 1024;
 /// HTTP/2 receive window of each client stream (bytes): body bytes a client

@@ -677,7 +677,8 @@ async fn run_on_cluster(
             pid: p.pid,
             baseline_bytes: p.baseline_bytes,
             budget_bytes: p.budget_bytes,
-            connections_bytes: 0,
+            // The heal phase's few reads are left to the slack.
+            client_terms_bytes: 0,
         })
         .collect();
     let rss_rows: Vec<Sample> = samples
@@ -1001,7 +1002,7 @@ mod tests {
                 pid: 1,
                 baseline_mib: Some(10.0),
                 budget_mib: 10.0,
-                connections_mib: 0.0,
+                client_terms_mib: 0.0,
                 bound_mib: Some(20.0),
                 warmup_end_mib: None,
                 warmup_level_mib: None,

@@ -34,9 +34,6 @@ use super::options::Knobs;
 use crate::error::BoxError;
 use crate::rss::ProcTarget;
 use crate::s3::{ChecksumMode, ClientOptions, ErrorTally, build_client, ensure_bucket};
-use sluice_gateway::config::DEFAULT_MAX_INFLIGHT_REQUESTS;
-use sluice_gateway::datanodes::STREAM_WINDOW_BYTES;
-use sluice_gateway::listener::DEFAULT_MAX_CONNECTIONS;
 use sluice_gateway::server::{CONNECTION_STATE_BYTES, HTTP1_MAX_BUF_BYTES};
 
 /// Datanodes in the cluster: k + m of the gateway's default 4+2 layout.
@@ -106,7 +103,8 @@ pub struct Process {
     pub log: PathBuf,
     /// `http://127.0.0.1:PORT/metrics`, when the binary serves metrics.
     pub metrics_url: Option<String>,
-    /// The role's memory budgets summed (the RSS bound is baseline + this), bytes.
+    /// The role's memory budgets summed (the RSS bound is baseline + this
+    /// + the gateway's client terms + slack), bytes.
     pub budget_bytes: u64,
     /// RSS right after the cluster became writable, bytes.
     pub baseline_bytes: Option<u64>,
@@ -724,29 +722,35 @@ pub fn role_budgets(knobs: &Knobs) -> BTreeMap<Role, u64> {
     ])
 }
 
+/// How a shape's load meets the gateway, for its memory-formula terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLoad {
+    /// Requests the load sends at once (one connection each).
+    pub requests: usize,
+    /// The gateway's `max_inflight_requests`.
+    pub max_inflight: usize,
+    /// The gateway's `max_connections`.
+    pub max_connections: usize,
+    /// S3 over HTTPS (`--s3-https`).
+    pub tls: bool,
+}
+
+/// The README formula's "~80 KiB × TLS connections" (rustls's record and
+/// plaintext buffers of an S3 connection), bytes.
+pub const S3_TLS_CONNECTION_BYTES: u64 = 80 * 1024;
+
 /// What the gateway's memory formula (README, "Memory formula") adds to its
-/// budgets for a shape's client connections, bytes:
-/// [`CONNECTION_STATE_BYTES`] per connection served (the load's requests
-/// at once plus the read-back's objects at once, at most the gateway's
-/// [`DEFAULT_MAX_CONNECTIONS`]), twice [`HTTP1_MAX_BUF_BYTES`] per upload
-/// admitted at once (at most `max_inflight_requests`), and
-/// [`STREAM_WINDOW_BYTES`] of read-ahead per GetShard stream of an object
-/// being read back (at most one stream per datanode).
-pub fn gateway_connections_bytes(
-    knobs: &Knobs,
-    requests: usize,
-    readers: usize,
-    datanodes: usize,
-) -> u64 {
-    let connections = (requests + readers).min(DEFAULT_MAX_CONNECTIONS) as u64;
-    let max_inflight = knobs
-        .max_inflight
-        .map_or(DEFAULT_MAX_INFLIGHT_REQUESTS as u64, |k| k.value);
-    let uploading = (requests as u64).min(max_inflight);
-    let streams = (readers * datanodes) as u64;
-    connections * CONNECTION_STATE_BYTES as u64
-        + uploading * 2 * HTTP1_MAX_BUF_BYTES as u64
-        + streams * u64::from(STREAM_WINDOW_BYTES)
+/// budgets for a shape's load, bytes: [`CONNECTION_STATE_BYTES`] per
+/// connection (at most `max_connections`), [`S3_TLS_CONNECTION_BYTES`] more
+/// per connection over HTTPS, and twice [`HTTP1_MAX_BUF_BYTES`] per upload
+/// admitted at once (at most `max_inflight`). RSS is sampled during the load
+/// only, so the read-back's terms are not added.
+pub fn gateway_client_bytes(load: ClientLoad) -> u64 {
+    let per_connection =
+        CONNECTION_STATE_BYTES as u64 + if load.tls { S3_TLS_CONNECTION_BYTES } else { 0 };
+    let connections = load.requests.min(load.max_connections) as u64;
+    let uploading = load.requests.min(load.max_inflight) as u64;
+    connections * per_connection + uploading * 2 * HTTP1_MAX_BUF_BYTES as u64
 }
 
 /// Creates the bucket if needed and puts (then deletes) a small object.
@@ -810,42 +814,42 @@ mod tests {
     }
 
     #[test]
-    fn gateway_connection_terms_follow_the_memory_formula() {
-        let knobs = |max_inflight: Option<u64>| Knobs {
-            meta_sled_cache: Knob {
-                value: 0,
-                explicit: false,
-            },
-            datanode_write_budget: Knob {
-                value: 0,
-                explicit: false,
-            },
-            gateway_buffer_budget: Knob {
-                value: 0,
-                explicit: false,
-            },
-            gateway_read_budget: Knob {
-                value: 0,
-                explicit: false,
-            },
-            max_inflight: max_inflight.map(|value| Knob {
-                value,
-                explicit: true,
-            }),
-            stall_timeout: None,
-        };
+    fn gateway_client_terms_follow_the_memory_formula() {
         const KIB: u64 = 1024;
-        // Overload: 64 x 16 requests (capped at 1,024 connections), 32
-        // admitted uploads, 4 objects read back from 6 datanodes.
+        let overload = ClientLoad {
+            requests: 64 * 16,
+            max_inflight: 32,
+            max_connections: 1024,
+            tls: false,
+        };
+        // 1,024 connections and 32 admitted uploads.
         assert_eq!(
-            gateway_connections_bytes(&knobs(Some(32)), 1024, 4, 6),
-            1024 * 16 * KIB + 32 * 128 * KIB + 24 * 256 * KIB
+            gateway_client_bytes(overload),
+            1024 * 16 * KIB + 32 * 128 * KIB
         );
-        // Seed: 5 uploads, the gateway's default 256 in flight, no read-back.
+        // Connections past max_connections wait unserved.
         assert_eq!(
-            gateway_connections_bytes(&knobs(None), 5, 0, 6),
-            5 * 16 * KIB + 5 * 128 * KIB
+            gateway_client_bytes(ClientLoad {
+                requests: 4096,
+                ..overload
+            }),
+            1024 * 16 * KIB + 32 * 128 * KIB
         );
+        // Over HTTPS each connection adds its TLS buffers.
+        assert_eq!(
+            gateway_client_bytes(ClientLoad {
+                tls: true,
+                ..overload
+            }),
+            1024 * (16 + 80) * KIB + 32 * 128 * KIB
+        );
+        // Seed: 5 uploads, none refused.
+        let seed = ClientLoad {
+            requests: 5,
+            max_inflight: 256,
+            ..overload
+        };
+        assert_eq!(gateway_client_bytes(seed), 5 * 16 * KIB + 5 * 128 * KIB);
     }
 
     /// A one-datanode "cluster" for the kill/wipe/restart path: its binary

@@ -9,14 +9,15 @@
 //!   5 uploads x 1 part in flight x 100 parts of 10 MiB for 30 minutes,
 //!   objects deleted once completed. PASS: zero errors, every process's
 //!   RSS after the warm-up grows less than max(5 %, 16 MiB) of its RSS at
-//!   the end of the warm-up, every peak within baseline + budgets.
+//!   the end of the warm-up, every peak within its bound (baseline +
+//!   budgets + the gateway's client terms + slack; see `verdict`).
 //! * **sdk-default** — 8 uploads x 10 parts of 8 MiB, all in parallel (aws
 //!   CLI / boto3 defaults), on the same cluster. PASS: all complete, zero
 //!   SlowDown, every object reads back byte-identical (the RSS bound is
 //!   reported, not required).
 //! * **overload** — on a cluster restarted with small budgets, 64 uploads x
 //!   16 parts in parallel for 3 minutes. PASS: SlowDown seen, every peak
-//!   within baseline + budgets, no process died, every completed upload
+//!   within its bound, no process died, every completed upload
 //!   reads back byte-identical.
 //!
 //! Every shape also requires that no process died. `--smoke` shrinks all

@@ -178,9 +178,10 @@ pub struct SoakOptions {
     /// [default: 16MiB; smoke 64MiB].
     #[arg(long)]
     pub rss_growth_floor: Option<ByteSize>,
-    /// Extra allowance over baseline + budgets in the peak-RSS checks, per process: what no
-    /// budget counts (allocator metadata, thread stacks, per-connection HTTP/2 and HTTP/1
-    /// state; see README, "Memory formula") [default: 4MiB; smoke 256MiB].
+    /// Extra allowance over baseline + budgets (+ the gateway's client terms) in the peak-RSS
+    /// checks, per process: what the memory formula does not count (allocator metadata,
+    /// thread stacks, the roles' mutual-TLS connections; see README, "Memory formula")
+    /// [default: 4MiB; smoke 256MiB].
     #[arg(long)]
     pub rss_slack: Option<ByteSize>,
 }
@@ -522,8 +523,8 @@ mod tests {
         assert_eq!(p.min_free_disk, 10 * GIB);
         assert_eq!(p.rss.growth_pct, 5.0);
         assert_eq!(p.rss.growth_floor, 16 * MIB);
-        // base + budgets, plus 4 MiB for what no budget counts (allocator
-        // metadata, thread stacks, per-connection HTTP state).
+        // base + budgets (+ the gateway's client terms), plus 4 MiB for
+        // what the formula does not count (allocator metadata, thread stacks).
         assert_eq!(p.rss.slack, 4 * MIB);
         assert_eq!(p.overload_knobs.datanode_write_budget.value, 8 * MIB);
         assert!(!p.overload_knobs.datanode_write_budget.explicit);

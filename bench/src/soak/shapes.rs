@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use serde::Serialize;
+use sluice_gateway::config::Config as GatewayConfig;
 
-use super::cluster::{Cluster, gateway_connections_bytes};
-use super::config::{GatewayAccess, Role};
+use super::cluster::{ClientLoad, Cluster, gateway_client_bytes};
+use super::config::{GatewayAccess, KnobOutcome, Role};
 use super::error::SoakError;
 use super::options::{LoadShape, Plan, ShapeName};
 use super::verdict::{
@@ -241,26 +242,13 @@ pub async fn run_shape(
     };
 
     let exited = cluster.exited();
-    let knobs = match shape {
-        ShapeName::Overload => &plan.overload_knobs,
-        ShapeName::Seed | ShapeName::SdkDefault => &plan.normal_knobs,
-    };
-    let datanodes = cluster
-        .processes
-        .iter()
-        .filter(|p| p.role == Role::Datanode)
-        .count();
-    let readers = if read_back.is_some() {
-        plan.verify_concurrency
-    } else {
-        0
-    };
-    let gateway_connections = gateway_connections_bytes(
-        knobs,
-        load.concurrent * load.part_concurrent,
-        readers,
-        datanodes,
-    );
+    let gateway_clients = gateway_client_bytes(ClientLoad {
+        requests: load.concurrent * load.part_concurrent,
+        max_inflight: applied_max_inflight(&cluster.knobs),
+        // The soak leaves it to the gateway's default.
+        max_connections: GatewayConfig::default().max_connections,
+        tls: plan.s3_https,
+    });
     let inputs: Vec<ProcessInput> = cluster
         .processes
         .iter()
@@ -269,8 +257,8 @@ pub async fn run_shape(
             pid: p.pid,
             baseline_bytes: p.baseline_bytes,
             budget_bytes: p.budget_bytes,
-            connections_bytes: if p.role == Role::Gateway {
-                gateway_connections
+            client_terms_bytes: if p.role == Role::Gateway {
+                gateway_clients
             } else {
                 0
             },
@@ -431,9 +419,39 @@ fn read_back_check(report: Option<&VerifyReport>, completed: u64, min_completed:
     Check::required("read_back_identical", pass, detail)
 }
 
+/// The gateway's `max_inflight_requests`: the value the soak wrote into its
+/// config, else the gateway's default.
+fn applied_max_inflight(knobs: &[KnobOutcome]) -> usize {
+    knobs
+        .iter()
+        .find(|k| k.role == Role::Gateway && k.key == "max_inflight_requests" && k.applied)
+        .and_then(|k| k.value.parse().ok())
+        .unwrap_or(GatewayConfig::default().max_inflight_requests)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_inflight_is_the_applied_value_else_the_gateway_default() {
+        let outcome = |role, key: &'static str, value: &str, applied| KnobOutcome {
+            role,
+            key,
+            value: value.into(),
+            applied,
+        };
+        let default = GatewayConfig::default().max_inflight_requests;
+        assert_eq!(applied_max_inflight(&[]), default);
+        let written = [
+            outcome(Role::Datanode, "write_budget_bytes", "8388608", true),
+            outcome(Role::Gateway, "max_inflight_requests", "32", true),
+        ];
+        assert_eq!(applied_max_inflight(&written), 32);
+        // The binary did not know the key: the gateway runs its default.
+        let unknown = [outcome(Role::Gateway, "max_inflight_requests", "32", false)];
+        assert_eq!(applied_max_inflight(&unknown), default);
+    }
     use crate::report::{ServerCpu, Shape};
     use crate::stats::LatencyStats;
     use crate::verify::{Outcome, Problem};
@@ -497,7 +515,7 @@ mod tests {
             pid: 1,
             baseline_mib: Some(20.0),
             budget_mib: 24.0,
-            connections_mib: 0.0,
+            client_terms_mib: 0.0,
             bound_mib: Some(44.0),
             warmup_end_mib: Some(30.0),
             warmup_level_mib: Some(30.0),

@@ -5,8 +5,10 @@
 //!
 //! * **baseline**: RSS right after the cluster became writable.
 //! * **bound**: baseline + the role's configured budgets (meta: sled
-//!   cache; datanode: write budget; gateway: buffer + read budgets) +
-//!   `--rss-slack`. **peak**: the largest sample of the shape.
+//!   cache; datanode: write budget; gateway: buffer + read budgets) + for
+//!   the gateway the memory formula's terms for the shape's clients
+//!   (`gateway_client_bytes` in `super::cluster`) + `--rss-slack`.
+//!   **peak**: the largest sample of the shape.
 //! * **warm-up end** (seed shape): the last sample at or before the
 //!   warm-up (reported as the RSS at minute 5 of the default run).
 //! * **warm-up level** (seed shape): the largest sample of the second half
@@ -62,9 +64,10 @@ pub struct ProcessInput {
     pub baseline_bytes: Option<u64>,
     /// Sum of the role's budgets, bytes.
     pub budget_bytes: u64,
-    /// What the memory formula adds for the shape's client connections
-    /// (the gateway's; 0 for other roles), bytes.
-    pub connections_bytes: u64,
+    /// What the memory formula adds for the shape's clients (the
+    /// gateway's connections, uploads and read-ahead; 0 for other roles),
+    /// bytes.
+    pub client_terms_bytes: u64,
 }
 
 /// RSS figures of one process over one shape, MiB.
@@ -78,9 +81,9 @@ pub struct ProcessFigures {
     pub baseline_mib: Option<f64>,
     /// The role's budgets.
     pub budget_mib: f64,
-    /// The formula's terms for the shape's client connections.
-    pub connections_mib: f64,
-    /// baseline + budgets + connections + slack.
+    /// The formula's terms for the shape's clients.
+    pub client_terms_mib: f64,
+    /// baseline + budgets + client terms + slack.
     pub bound_mib: Option<f64>,
     /// RSS at the end of the warm-up (seed shape).
     pub warmup_end_mib: Option<f64>,
@@ -136,7 +139,7 @@ pub fn process_figures(
                 .is_some();
             let baseline_mib = input.baseline_bytes.map(bytes_to_mib);
             let budget_mib = bytes_to_mib(input.budget_bytes);
-            let connections_mib = bytes_to_mib(input.connections_bytes);
+            let client_terms_mib = bytes_to_mib(input.client_terms_bytes);
             let max = |it: &mut dyn Iterator<Item = f64>| it.reduce(f64::max);
             let (warmup_end_mib, warmup_level_mib, max_after_warmup_mib) = match warmup_s {
                 Some(w) => {
@@ -166,9 +169,9 @@ pub fn process_figures(
                 pid: input.pid,
                 baseline_mib,
                 budget_mib,
-                connections_mib,
+                client_terms_mib,
                 bound_mib: baseline_mib
-                    .map(|b| b + budget_mib + connections_mib + bytes_to_mib(rules.slack)),
+                    .map(|b| b + budget_mib + client_terms_mib + bytes_to_mib(rules.slack)),
                 warmup_end_mib,
                 warmup_level_mib,
                 max_after_warmup_mib,
@@ -213,7 +216,8 @@ pub fn check_growth(figures: &[ProcessFigures]) -> Check {
     Check::required("rss_growth_after_warmup", bad.is_empty(), detail)
 }
 
-/// Every process's peak stayed within baseline + budgets (+ slack).
+/// Every process's peak stayed within its bound (baseline + budgets +
+/// client terms + slack).
 pub fn check_bound(figures: &[ProcessFigures]) -> Check {
     let mut bad = Vec::new();
     let mut tightest: Option<(f64, &ProcessFigures)> = None;
@@ -346,7 +350,7 @@ mod tests {
             pid: 1,
             baseline_bytes: Some(baseline_mib * MIB),
             budget_bytes: budget_mib * MIB,
-            connections_bytes: 0,
+            client_terms_bytes: 0,
         }
     }
 
@@ -435,17 +439,17 @@ mod tests {
     }
 
     #[test]
-    fn the_gateway_connection_terms_raise_its_bound() {
-        // Gateway: baseline 20 + budgets 24 = 44 without the connection
-        // terms (no slack here); a peak of 47 fails that and passes 44 + 6.
+    fn the_gateway_client_terms_raise_its_bound() {
+        // Gateway: baseline 20 + budgets 24 = 44 without the client terms
+        // (no slack here); a peak of 47 fails that and passes 44 + 6.
         let samples = [sample(1.0, &[Some(47.0), Some(20.0)])];
         let mut inputs = [input("gateway", 20, 24), input("dn1", 17, 8)];
         let figs = process_figures(&inputs, &names(), &samples, None, &rules());
         assert_eq!(figs[0].bound_mib, Some(44.0));
         assert!(!check_bound(&figs).pass);
-        inputs[0].connections_bytes = 6 * MIB;
+        inputs[0].client_terms_bytes = 6 * MIB;
         let figs = process_figures(&inputs, &names(), &samples, None, &rules());
-        assert_eq!(figs[0].connections_mib, 6.0);
+        assert_eq!(figs[0].client_terms_mib, 6.0);
         assert_eq!(figs[0].bound_mib, Some(50.0));
         assert_eq!(figs[1].bound_mib, Some(25.0));
         let check = check_bound(&figs);
