@@ -432,6 +432,9 @@ fn applied_max_inflight(knobs: &[KnobOutcome]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::{ServerCpu, Shape};
+    use crate::stats::LatencyStats;
+    use crate::verify::{Outcome, Problem};
 
     #[test]
     fn max_inflight_is_the_applied_value_else_the_gateway_default() {
@@ -452,9 +455,6 @@ mod tests {
         let unknown = [outcome(Role::Gateway, "max_inflight_requests", "32", false)];
         assert_eq!(applied_max_inflight(&unknown), default);
     }
-    use crate::report::{ServerCpu, Shape};
-    use crate::stats::LatencyStats;
-    use crate::verify::{Outcome, Problem};
 
     fn load(concurrent: usize) -> LoadShape {
         LoadShape {

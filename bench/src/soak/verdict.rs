@@ -64,9 +64,8 @@ pub struct ProcessInput {
     pub baseline_bytes: Option<u64>,
     /// Sum of the role's budgets, bytes.
     pub budget_bytes: u64,
-    /// What the memory formula adds for the shape's clients (the
-    /// gateway's connections, uploads and read-ahead; 0 for other roles),
-    /// bytes.
+    /// What the memory formula adds for the shape's load (the gateway's
+    /// connections and admitted uploads; 0 for other roles), bytes.
     pub client_terms_bytes: u64,
 }
 
