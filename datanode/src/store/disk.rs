@@ -904,7 +904,10 @@ enum Io {
     /// Only what the dentry and page caches hold (`openat2`'s
     /// `RESOLVE_CACHED`, Linux 5.12; `preadv2`'s `RWF_NOWAIT`, Linux 4.14):
     /// runs on an async worker and fails with [`ReadFail::WouldBlock`]
-    /// where it would wait for the disk or a lock. Costs the worker what
+    /// where it would wait for a read from the disk or a lock (on a miss
+    /// the kernel may still submit readahead before it answers `EAGAIN`,
+    /// and an atime update can touch the journal unless the file system is
+    /// mounted `noatime`, as in deploy/vm/README.md). Costs the worker what
     /// the blocking pool would have spent: a copy out of the page cache and
     /// the block's CRC check (tens of microseconds for 256 KiB).
     Cached,
@@ -936,34 +939,34 @@ impl ReadFail {
 }
 
 /// Whether reads try the caches first ([`Io::Cached`]); off for good once
-/// the kernel or file system says it cannot (`ENOSYS`, `EINVAL`,
-/// `EOPNOTSUPP`), so an old kernel pays one failed syscall, not one per
-/// read.
+/// the kernel, a file system or a seccomp filter says it cannot (`ENOSYS`,
+/// `EINVAL`, `EOPNOTSUPP`, `EPERM`), so an old kernel pays one failed
+/// syscall, not one per read. (The process needs glibc 2.26 or later for
+/// `preadv2`.)
 static CACHED_READS: AtomicBool = AtomicBool::new(true);
 
 fn cached_reads_enabled() -> bool {
     cfg!(target_os = "linux") && CACHED_READS.load(Ordering::Relaxed)
 }
 
-/// Maps an I/O error of `op` on `path` under `io`: a cached read's
-/// would-block (or unsupported) becomes [`ReadFail::WouldBlock`].
+/// Maps an I/O error of `op` on `path` under `io`: every failure of a
+/// cached read (would block, unsupported, or any other) becomes
+/// [`ReadFail::WouldBlock`].
 fn io_fail(io: Io, op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ReadFail {
     move |e| {
-        if io == Io::Cached {
-            match rustix::io::Errno::from_io_error(&e) {
-                Some(rustix::io::Errno::AGAIN) => return ReadFail::WouldBlock,
-                Some(
-                    rustix::io::Errno::NOSYS
-                    | rustix::io::Errno::INVAL
-                    | rustix::io::Errno::OPNOTSUPP,
-                ) => {
-                    CACHED_READS.store(false, Ordering::Relaxed);
-                    return ReadFail::WouldBlock;
-                }
-                _ => {}
-            }
+        if io == Io::Blocking {
+            return ReadFail::Store(StoreError::io(op, path)(e));
         }
-        ReadFail::Store(StoreError::io(op, path)(e))
+        use rustix::io::Errno;
+        if let Some(Errno::NOSYS | Errno::INVAL | Errno::OPNOTSUPP | Errno::PERM) =
+            Errno::from_io_error(&e)
+        {
+            CACHED_READS.store(false, Ordering::Relaxed);
+        }
+        // Any failure of a cached read is retried blocking, which reports
+        // the error that stands (an EIO again, say) or succeeds (a seccomp
+        // filter that refuses `openat2` or `preadv2` with EPERM).
+        ReadFail::WouldBlock
     }
 }
 
@@ -1362,6 +1365,10 @@ mod tests {
             matches!(cached(0, 2), Err(ReadFail::WouldBlock)),
             "a cached open of dropped pages waits for nothing"
         );
+        assert!(
+            CACHED_READS.load(Ordering::Relaxed),
+            "this kernel and file system support cached reads"
+        );
 
         // The store's reader falls back to the blocking pool, which caches
         // the pages; the cached path then serves them, identical.
@@ -1389,6 +1396,30 @@ mod tests {
         let only = reader.ready_block().expect("the block").expect("intact");
         assert_eq!(only.data, Bytes::from(vec![2u8; 65536]));
 
+        // The second block's pages dropped (those wholly inside it): the
+        // reader opens from the cache and reads that block blocking.
+        let page = rustix::param::page_size() as u64;
+        let second_at = HEADER_LEN + 65536 + 4;
+        let file = File::open(&path).expect("open");
+        rustix::fs::fadvise(
+            &file,
+            second_at.next_multiple_of(page),
+            None,
+            rustix::fs::Advice::DontNeed,
+        )
+        .expect("fadvise");
+        let reader = cached(0, 2).expect("the first block is cached");
+        assert!(matches!(
+            read_block(&reader.file, &key, &path, reader.geometry, 1, Io::Cached),
+            Err(ReadFail::WouldBlock)
+        ));
+        let mut reader = store.open(&key, 0, 2).await.expect("open");
+        for fill in [1u8, 2] {
+            let b = reader.next_block().await.expect("a block").expect("intact");
+            assert_eq!(b.data, Bytes::from(vec![fill; 65536]));
+        }
+        assert!(reader.next_block().await.is_none());
+
         // A byte changed in the page cache (a write through it) is refused.
         let file = fs::OpenOptions::new()
             .write(true)
@@ -1415,6 +1446,19 @@ mod tests {
             open_reader(missing_path, missing, 0, 0, Io::Cached),
             Err(ReadFail::Store(StoreError::NotFound(_)))
         ));
+
+        // A shard shorter than its header is Corrupt from the cache too.
+        let short = ShardKey::new("short", 0).expect("key");
+        let short_path = store.shard_path(&short);
+        fs::write(&short_path, b"abc").expect("write");
+        assert!(matches!(
+            open_reader(short_path, short, 0, 0, Io::Cached),
+            Err(ReadFail::Store(StoreError::Corrupt { block: None, .. }))
+        ));
+        assert!(
+            CACHED_READS.load(Ordering::Relaxed),
+            "no failure turned cached reads off"
+        );
     }
 
     async fn temp_store() -> (tempfile::TempDir, DiskStore) {

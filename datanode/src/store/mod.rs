@@ -355,7 +355,8 @@ pub trait ShardReader: Send + 'static {
     fn next_block(&mut self) -> impl Future<Output = Option<Result<Block, StoreError>>> + Send;
 
     /// A block already read (a disk store reads the first block of the
-    /// range with the header, in one trip to the blocking pool), taken
+    /// range with the header: from the page cache on the async worker, or
+    /// in one trip to the blocking pool), taken
     /// without waiting; `None` if the next block must be read. What
     /// [`next_block`](Self::next_block) would have returned next.
     fn ready_block(&mut self) -> Option<Result<Block, StoreError>> {
