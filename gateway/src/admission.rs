@@ -56,7 +56,8 @@
 //!     16 MiB) is refused before its data is read. Unsigned chunks are re-framed to at most 64 KiB
 //!     (`crate::aws_chunked`).
 //!   - per open `GetShard` stream: unread read-ahead, at most
-//!     `STREAM_WINDOW_BYTES` (256 KiB; see `crate::datanodes`).
+//!     `STREAM_WINDOW_BYTES` (256 KiB + 64 B, one default block's
+//!     message; see `crate::datanodes`).
 //!   - per request: its task, HTTP/2 stream state and digests (a few KiB).
 //!
 //! So:
@@ -65,7 +66,7 @@
 //! gateway RSS ≤ base + buffer_budget_bytes + read_budget_bytes
 //!             + 16 KiB × connections served (≤ max_connections)
 //!             + 2 × 64 KiB × uploading connections (≤ max_inflight_requests)
-//!             + 256 KiB × open GetShard streams + allocator overhead
+//!             + (256 KiB + 64 B) × open GetShard streams + allocator overhead
 //! ```
 //!
 //! Measured under the soak's overload shape, with glibc tuned as

@@ -19,10 +19,19 @@ use tonic::transport::Channel;
 
 /// HTTP/2 receive window of each stream from a datanode (bytes): how far a
 /// `GetShard` stream may read ahead of the stripe being decoded (one block
-/// of the default 256 KiB). These bytes sit in the gateway outside the
-/// read budget, so the window is small; the datanode's own receive windows
-/// (for `PutShard`) are what is sized to the credit.
-pub const STREAM_WINDOW_BYTES: u32 = 256 * 1024;
+/// of the default 256 KiB, as the whole gRPC message that carries it).
+/// These bytes sit in the gateway outside the read budget, so the window
+/// is small; the datanode's own receive windows (for `PutShard`) are what
+/// is sized to the credit. A window of exactly 256 KiB left the last
+/// ~20 bytes of every block's message (its framing) waiting for a
+/// `WINDOW_UPDATE`: a round trip through both ends' connection tasks
+/// before the gateway could check the block's CRC.
+pub const STREAM_WINDOW_BYTES: u32 = 256 * 1024 + BLOCK_MESSAGE_FRAMING_BYTES;
+/// Bytes of a `GetShard` answer's message besides its block's data,
+/// rounded up: the 5-byte gRPC prefix and `ShardBlock`'s protobuf keys,
+/// lengths and CRC (at most 21 for a block of up to 8 MiB;
+/// `sluice_proto::framing::block_message`).
+pub const BLOCK_MESSAGE_FRAMING_BYTES: u32 = 64;
 /// HTTP/2 receive window of each datanode connection (bytes). Deliberately
 /// far above what the streams need together: read-ahead of streams whose
 /// readers wait for a read permit must never fill the connection window,
@@ -355,6 +364,32 @@ impl Datanodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The message of a default-size block fits one stream window, so a
+    /// datanode sends it whole without waiting for a `WINDOW_UPDATE`; the
+    /// framing allowance covers the largest block too.
+    #[test]
+    fn a_default_block_message_fits_one_stream_window() {
+        use sluice_proto::framing::{GET_SHARD_RESPONSE_BLOCK_FIELD, block_message};
+        let message_len = |block_len: usize| {
+            let data = bytes::Bytes::from(vec![0xa5u8; block_len]);
+            let (head, tail) = block_message(GET_SHARD_RESPONSE_BLOCK_FIELD, &data, u32::MAX);
+            head.len() + data.len() + tail.len()
+        };
+        let default_block = crate::config::Config::default().block_size.as_u64() as usize;
+        assert_eq!(default_block, 256 * 1024);
+        let len = message_len(default_block);
+        assert!(len > default_block, "the framing is counted");
+        assert!(
+            len <= STREAM_WINDOW_BYTES as usize,
+            "{len} bytes > the window"
+        );
+        let framing = message_len(crate::config::MAX_BLOCK_SIZE) - crate::config::MAX_BLOCK_SIZE;
+        assert!(
+            framing <= BLOCK_MESSAGE_FRAMING_BYTES as usize,
+            "{framing} bytes of framing"
+        );
+    }
 
     fn entry(id: u64, port: u16, live: bool) -> DatanodeEntry {
         DatanodeEntry {
