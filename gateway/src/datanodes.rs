@@ -22,10 +22,15 @@ use tonic::transport::Channel;
 /// of the default 256 KiB, as the whole gRPC message that carries it).
 /// These bytes sit in the gateway outside the read budget, so the window
 /// is small; the datanode's own receive windows (for `PutShard`) are what
-/// is sized to the credit. A window of exactly 256 KiB left the last
-/// ~20 bytes of every block's message (its framing) waiting for a
-/// `WINDOW_UPDATE`: a round trip through both ends' connection tasks
-/// before the gateway could check the block's CRC.
+/// is sized to the credit. A window of exactly 256 KiB left the last 19
+/// bytes of every block's message (13 bytes of data and the CRC field,
+/// its prefix and lengths going first) waiting for a `WINDOW_UPDATE`: a
+/// round trip through both ends' connection tasks before the gateway
+/// could check the block's CRC. Now the first block of a stream (a 1 MiB
+/// object's whole shard) goes in one go, and a later block does when the
+/// one before it was credited back in full; h2 credits back in batches,
+/// so a later block may still wait (a guarantee would take ~1.5 blocks of
+/// window, which the memory formula would count).
 pub const STREAM_WINDOW_BYTES: u32 = 256 * 1024 + BLOCK_MESSAGE_FRAMING_BYTES;
 /// Bytes of a `GetShard` answer's message besides its block's data,
 /// rounded up: the 5-byte gRPC prefix and `ShardBlock`'s protobuf keys,
@@ -366,8 +371,9 @@ mod tests {
     use super::*;
 
     /// The message of a default-size block fits one stream window, so a
-    /// datanode sends it whole without waiting for a `WINDOW_UPDATE`; the
-    /// framing allowance covers the largest block too.
+    /// datanode sends a stream's first block whole without waiting for a
+    /// `WINDOW_UPDATE`; the framing allowance covers the largest block
+    /// too.
     #[test]
     fn a_default_block_message_fits_one_stream_window() {
         use sluice_proto::framing::{GET_SHARD_RESPONSE_BLOCK_FIELD, block_message};
