@@ -538,16 +538,15 @@ impl ShardStore for DiskStore {
         // A shard whose inode and first block are cached is opened on this
         // thread: no trip to the blocking pool and back.
         if cached_reads_enabled() {
-            match open_reader(
+            let opened = open_reader(
                 path.clone(),
                 key.clone(),
                 first_block,
                 block_count,
                 Io::Cached,
-            ) {
-                Ok(reader) => return Ok(reader),
-                Err(ReadFail::Store(e)) => return Err(e),
-                Err(ReadFail::WouldBlock) => {}
+            );
+            if let Some(opened) = ReadFail::settled(opened) {
+                return opened;
             }
         }
         let key = key.clone();
@@ -866,10 +865,8 @@ impl ShardReader for DiskReader {
                 index,
                 Io::Cached,
             );
-            match read {
-                Ok(block) => return Some(Ok(block)),
-                Err(ReadFail::Store(e)) => return Some(Err(e)),
-                Err(ReadFail::WouldBlock) => {}
+            if let Some(read) = ReadFail::settled(read) {
+                return Some(read);
             }
         }
         let (file, key, path, geometry) = (
@@ -928,6 +925,15 @@ impl From<StoreError> for ReadFail {
 }
 
 impl ReadFail {
+    /// A read's outcome, `None` if it would have waited.
+    fn settled<T>(read: Result<T, ReadFail>) -> Option<Result<T, StoreError>> {
+        match read {
+            Ok(v) => Some(Ok(v)),
+            Err(ReadFail::Store(e)) => Some(Err(e)),
+            Err(ReadFail::WouldBlock) => None,
+        }
+    }
+
     /// The store error of a failed read (a blocking read never gets
     /// `WouldBlock`; were it to, it is an I/O error of `op` on `path`).
     fn into_store(self, op: &'static str, path: &Path) -> StoreError {
@@ -1018,11 +1024,10 @@ fn open_reader(
             next,
             io,
         );
-        reader.ready = match block {
-            Ok(block) => Some(Ok(block)),
-            Err(ReadFail::Store(e)) => Some(Err(e)),
-            Err(ReadFail::WouldBlock) => return Err(ReadFail::WouldBlock),
+        let Some(block) = ReadFail::settled(block) else {
+            return Err(ReadFail::WouldBlock);
         };
+        reader.ready = Some(block);
         reader.next += 1;
     }
     Ok(reader)
@@ -1094,40 +1099,30 @@ fn read_block(
 /// ([`preadv2_nowait`]): `EAGAIN` where a page is not cached.
 fn read_span(file: &File, offset: u64, len: u64, io: Io) -> std::io::Result<Vec<u8>> {
     let len = len as usize;
-    match io {
-        Io::Blocking => {
-            let mut stored = Vec::with_capacity(len);
-            while stored.len() < len {
-                let at = offset + stored.len() as u64;
-                match rustix::io::pread(file, rustix::buffer::spare_capacity(&mut stored), at) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(rustix::io::Errno::INTR) => {}
-                    Err(e) => return Err(e.into()),
-                }
+    let mut stored = Vec::with_capacity(len);
+    while stored.len() < len {
+        let at = offset + stored.len() as u64;
+        let read = match io {
+            Io::Blocking => {
+                rustix::io::pread(file, rustix::buffer::spare_capacity(&mut stored), at)
+                    .map_err(std::io::Error::from)
             }
-            // The allocation may hold more than `len`; what lies past it is
-            // the next block's.
-            stored.truncate(len);
-            Ok(stored)
+            #[cfg(target_os = "linux")]
+            Io::Cached => preadv2_nowait(file, &mut stored, len, at),
+            #[cfg(not(target_os = "linux"))]
+            Io::Cached => Err(ErrorKind::WouldBlock.into()),
+        };
+        match read {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
-        #[cfg(target_os = "linux")]
-        Io::Cached => {
-            let mut stored = Vec::with_capacity(len);
-            while stored.len() < len {
-                let at = offset + stored.len() as u64;
-                match preadv2_nowait(file, &mut stored, len, at) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(stored)
-        }
-        #[cfg(not(target_os = "linux"))]
-        Io::Cached => Err(ErrorKind::WouldBlock.into()),
     }
+    // A blocking read may fill more than `len` of the allocation; what lies
+    // past it is the next block's.
+    stored.truncate(len);
+    Ok(stored)
 }
 
 /// `preadv2(RWF_NOWAIT)` of up to `len - buf.len()` bytes at `offset`,
