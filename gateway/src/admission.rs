@@ -58,6 +58,10 @@
 //!   - per open `GetShard` stream: unread read-ahead, at most
 //!     `STREAM_WINDOW_BYTES` (256 KiB + 64 B, one default block's
 //!     message; see `crate::datanodes`).
+//!   - per block piece a GET holds: the h2 read buffer the piece was cut
+//!     from, which it keeps alive (h2 reads a connection's frames, at most
+//!     `MAX_FRAME_BYTES` each, into one buffer of 8 KiB doubling to at
+//!     most 256 KiB); beyond the piece's own bytes, up to 256 KiB.
 //!   - per request: its task, HTTP/2 stream state and digests (a few KiB).
 //!
 //! So:
@@ -66,7 +70,8 @@
 //! gateway RSS ≤ base + buffer_budget_bytes + read_budget_bytes
 //!             + 16 KiB × connections served (≤ max_connections)
 //!             + 2 × 64 KiB × uploading connections (≤ max_inflight_requests)
-//!             + (256 KiB + 64 B) × open GetShard streams + allocator overhead
+//!             + (256 KiB + 64 B) × open GetShard streams
+//!             + 256 KiB × block pieces held by GETs + allocator overhead
 //! ```
 //!
 //! Measured under the soak's overload shape, with glibc tuned as

@@ -37,6 +37,25 @@ pub const STREAM_WINDOW_BYTES: u32 = 256 * 1024 + BLOCK_MESSAGE_FRAMING_BYTES;
 /// lengths and CRC (at most 21 for a block of up to 8 MiB;
 /// `sluice_proto::framing::block_message`).
 pub const BLOCK_MESSAGE_FRAMING_BYTES: u32 = 64;
+/// Largest HTTP/2 DATA frame the gateway accepts from a datanode (bytes;
+/// its `SETTINGS_MAX_FRAME_SIZE`, RFC 9113 section 6.5.2, 16,384 by
+/// default). A datanode sends a block's data in frames of its own (the
+/// few bytes of gRPC and protobuf framing before and after it go in two
+/// small ones, `datanode/src/framed.rs`), so a default block's data
+/// crosses in at least 3 frames instead of 16 (3 where the stream window
+/// holds the whole block, as for a stream's first block): fewer, larger
+/// TLS writes on the datanode and fewer, larger chunks handed to hyper on
+/// the gateway, so the client too is woken fewer times per GET (figures in
+/// the README's issue-14 section). Small enough that h2's buffer for one
+/// frame stays below glibc's mmap threshold (128 KiB, asserted in
+/// `sluice/src/malloc.rs`): with 256 KiB frames (one per block's data)
+/// most frame buffers were mappings of their own, ~130 page faults per
+/// GET, and a GET cost more CPU than with 16 KiB frames. Memory: the
+/// chunks cut from a frame are slices of h2's buffer, so a held chunk
+/// keeps that buffer alive (see the README's memory formula).
+pub const MAX_FRAME_BYTES: u32 = 112 * 1024;
+// A frame size HTTP/2 allows (RFC 9113 section 6.5.2).
+const _: () = assert!(MAX_FRAME_BYTES >= 16_384 && MAX_FRAME_BYTES <= 16_777_215);
 /// HTTP/2 receive window of each datanode connection (bytes). Deliberately
 /// far above what the streams need together: read-ahead of streams whose
 /// readers wait for a read permit must never fill the connection window,
@@ -352,7 +371,8 @@ impl Datanodes {
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
             .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+            .max_frame_size(MAX_FRAME_BYTES);
         let channel = transport.dial(endpoint);
         node.channel = Some(channel.clone());
         Ok(channel)
@@ -390,6 +410,8 @@ mod tests {
             len <= STREAM_WINDOW_BYTES as usize,
             "{len} bytes > the window"
         );
+        // A default block's data crosses in three frames.
+        assert_eq!(default_block.div_ceil(MAX_FRAME_BYTES as usize), 3);
         let framing = message_len(crate::config::MAX_BLOCK_SIZE) - crate::config::MAX_BLOCK_SIZE;
         assert!(
             framing <= BLOCK_MESSAGE_FRAMING_BYTES as usize,

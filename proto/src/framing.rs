@@ -140,7 +140,8 @@ impl BlockDecoder {
         BlockDecoder {
             field,
             max_message,
-            // Room for a 256 KiB block's ~17 frames and the start of the
+            // Room for a 256 KiB block's ~17 frames at HTTP/2's default
+            // 16 KiB (5 from the gateway's datanodes) and the start of the
             // next message: the deque is not grown 4 -> 8 -> 16 -> 32 on
             // every stream.
             pending: Pieces {
@@ -254,7 +255,7 @@ impl Pieces {
                 "length past the end of the message",
             ));
         }
-        // Sized up front: a block arrives in ~17 frames of 16 KiB, and
+        // Sized up front: a block arrives in up to ~17 frames, and
         // growing the deque piece by piece reallocated it four times per
         // split (three splits per block).
         let mut spanned = 0;

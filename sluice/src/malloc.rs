@@ -18,6 +18,10 @@
 //!   --shapes sdk-default,overload --overload-duration 60s`): gateway peak
 //!   289 -> 165 MiB (sdk-default, budgets 384 MiB), 51.4 -> 40.0 MiB
 //!   (overload, budgets 24 MiB); datanodes 24-26 -> 22 MiB (overload).
+//!   The gateway's largest HTTP/2 frame from a datanode, with its 9-byte
+//!   head, is kept below it (`sluice_gateway::datanodes::MAX_FRAME_BYTES`,
+//!   asserted below), so h2 reads a frame into a heap buffer of about its
+//!   size; only its buffer grown by doubling past 128 KiB is a mapping.
 //! * `M_ARENA_MAX` = [`ARENA_MAX`]. glibc creates up to 8 arenas per core,
 //!   one per thread that allocates concurrently (tokio workers and
 //!   blocking-pool threads doing disk I/O), and each keeps its own free
@@ -28,6 +32,7 @@
 
 /// Allocations of at least this many bytes get their own mapping.
 pub const MMAP_THRESHOLD_BYTES: i32 = 128 * 1024;
+const _: () = assert!(sluice_gateway::datanodes::MAX_FRAME_BYTES as i32 + 9 < MMAP_THRESHOLD_BYTES);
 /// Most malloc arenas.
 pub const ARENA_MAX: i32 = 2;
 
