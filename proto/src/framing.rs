@@ -335,6 +335,7 @@ mod tests {
     #[test]
     fn framed_blocks_are_what_prost_encodes() {
         for len in [0usize, 1, 127, 128, 16_383, 16_384, 262_144, 1 << 20] {
+            // Test data, at most the 1 MiB of the longest `len` above.
             let data = Bytes::from((0..len).map(|i| (i * 7 + 3) as u8).collect::<Vec<u8>>());
             for crc in [0u32, 1, 0xdead_beef] {
                 let block = ShardBlock {

@@ -32,6 +32,8 @@
 
 /// Allocations of at least this many bytes get their own mapping.
 pub const MMAP_THRESHOLD_BYTES: i32 = 128 * 1024;
+// The gateway's largest frame from a datanode and its 9-byte head (RFC 9113
+// section 4.1) fit below the threshold: see the docs above.
 const _: () = assert!(sluice_gateway::datanodes::MAX_FRAME_BYTES as i32 + 9 < MMAP_THRESHOLD_BYTES);
 /// Most malloc arenas.
 pub const ARENA_MAX: i32 = 2;
