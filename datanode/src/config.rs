@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sluice_auth::byte_size::ByteSize;
-use sluice_auth::is_endpoint;
+use sluice_net::is_endpoint;
+use sluice_util::byte_size::ByteSize;
 
 /// Largest accepted `shard_channel_depth` (blocks).
 pub const MAX_SHARD_CHANNEL_DEPTH: usize = 1024;
@@ -65,12 +65,12 @@ pub struct Config {
     /// release derives the default from the cgroup memory limit). A gateway
     /// needs credit for a whole block, so keep it at least
     /// `gateways × block size`; see [`Config::write_budget`].
-    #[serde(with = "sluice_auth::byte_size::optional")]
+    #[serde(with = "sluice_util::byte_size::optional")]
     pub write_budget_bytes: Option<ByteSize>,
     /// For PutShard streams that use credits: fsync the shard's temp file
     /// after every this many bytes written, and re-grant them (bytes,
     /// 1..=write budget).
-    #[serde(with = "sluice_auth::byte_size")]
+    #[serde(with = "sluice_util::byte_size")]
     pub credit_fsync_bytes: ByteSize,
     /// For PutShard streams that use credits: fsync what is written when no
     /// block has arrived for this long, so a sender waiting for credit does
@@ -98,7 +98,7 @@ pub struct Config {
     /// Free bytes the data dir's filesystem keeps: below it the node
     /// heartbeats `writable = false` and PutShard refuses new shards with
     /// `RESOURCE_EXHAUSTED` (bytes; default 1 GiB; 0 = no reserve).
-    #[serde(with = "sluice_auth::byte_size")]
+    #[serde(with = "sluice_util::byte_size")]
     pub reserved_free_bytes: ByteSize,
     /// Keep a shard's pages in the page cache after it is fsynced (default
     /// false: they are dropped with `posix_fadvise(POSIX_FADV_DONTNEED)`
@@ -108,7 +108,7 @@ pub struct Config {
     pub keep_written_pages: bool,
     /// Read rate of scrub (bytes per second; default 10 MiB/s; 0 disables
     /// scrub). See [`crate::scrub`].
-    #[serde(with = "sluice_auth::byte_size")]
+    #[serde(with = "sluice_util::byte_size")]
     pub scrub_bandwidth_bytes_per_sec: ByteSize,
     /// From the start of one scrub pass to the start of the next (default
     /// 7 days; any positive humantime, "100ms" in tests).
@@ -145,7 +145,7 @@ pub struct Config {
     /// `node_id`), key and the cluster CA, for mutual TLS on its server and
     /// to meta. Exactly one of this and `insecure_cluster` is required.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster_tls: Option<sluice_auth::ClusterTls>,
+    pub cluster_tls: Option<sluice_net::ClusterTls>,
     /// Serve and dial cluster gRPC in plaintext, every caller allowed (a
     /// warning is logged at start). Default false.
     pub insecure_cluster: bool,
@@ -312,10 +312,10 @@ impl Config {
         if self.max_streams_per_connection == 0 {
             return Err(ConfigError::Zero("max_streams_per_connection"));
         }
-        sluice_auth::validate_choice(
+        sluice_net::validate_choice(
             self.cluster_tls.as_ref(),
             self.insecure_cluster,
-            sluice_auth::Role::Datanode,
+            sluice_net::Role::Datanode,
             Some(&self.node_id.to_string()),
         )
         .map_err(|e| ConfigError::ClusterSecurity(e.to_string()))?;

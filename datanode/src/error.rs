@@ -19,7 +19,7 @@ pub enum Error {
     Store(#[from] StoreError),
     /// Cluster TLS could not be set up.
     #[error("cluster TLS")]
-    Auth(#[from] sluice_auth::AuthError),
+    Auth(#[from] sluice_net::AuthError),
     /// The gRPC server failed.
     #[error("serve datanode gRPC")]
     Serve(#[from] tonic::transport::Error),

@@ -42,7 +42,7 @@ pub(crate) struct Membership<S> {
     /// For the credit in use and the write budget reported to meta.
     pub credits: Arc<crate::grants::CreditHub>,
     /// How meta is dialed.
-    pub transport: sluice_auth::Transport,
+    pub transport: sluice_net::Transport,
 }
 
 /// The heartbeat of node `id` at `addr` on disk `disk_id`, from a fresh

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_auth::net::Listener;
+use sluice_net::net::Listener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -69,11 +69,11 @@ pub async fn run(
 ) -> Result<(), Error> {
     config.validate()?;
     let listener = listener.into();
-    let transport = sluice_auth::Transport::for_listener(
+    let transport = sluice_net::Transport::for_listener(
         &listener,
         config.cluster_tls.as_ref(),
         config.insecure_cluster,
-        sluice_auth::Role::Datanode,
+        sluice_net::Role::Datanode,
     )?;
     transport.warn_if_insecure("datanode");
     metrics::describe();
@@ -177,7 +177,7 @@ pub async fn run(
     // for Nagle.
     let incoming = listener.incoming();
     let server = transport
-        .server(sluice_auth::policy::DATANODE_SERVER)?
+        .server(sluice_net::policy::DATANODE_SERVER)?
         .initial_stream_window_size(receive_window(options.write_budget))
         .initial_connection_window_size(receive_window(options.write_budget))
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))

@@ -274,7 +274,7 @@ impl<S: ShardStore> DatanodeService<S> {
 
     async fn put(
         &self,
-        caller: Option<sluice_auth::Identity>,
+        caller: Option<sluice_net::Identity>,
         mut stream: Streaming<PutShardRequest>,
     ) -> Result<PutShardResponse, Status> {
         let header = match stream.message().await? {
@@ -451,7 +451,7 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
         let _stream = self.shard_stream_permit()?;
         let result = tokio::select! {
             () = self.cancel.cancelled() => Err(RequestError::ShuttingDown.into()),
-            r = self.put(sluice_auth::caller(&request).cloned(), request.into_inner()) => r,
+            r = self.put(sluice_net::caller(&request).cloned(), request.into_inner()) => r,
         };
         if let Err(status) = &result {
             self.log_failure("PutShard", status);
@@ -535,7 +535,7 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
         &self,
         request: Request<CreditStreamRequest>,
     ) -> Result<Response<Self::CreditsStream>, Status> {
-        let caller = sluice_auth::caller(&request).cloned();
+        let caller = sluice_net::caller(&request).cloned();
         let gateway = credit_account(caller, request.into_inner().gateway_id).unwrap_or_default();
         let (session, mailbox) = self.credits.connect(&gateway).map_err(|e| {
             let status = Status::from(e);
@@ -558,7 +558,7 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
         &self,
         request: Request<CreditReport>,
     ) -> Result<Response<CreditReportResponse>, Status> {
-        let caller = sluice_auth::caller(&request).cloned();
+        let caller = sluice_net::caller(&request).cloned();
         let r = request.into_inner();
         let gateway = credit_account(caller, r.gateway_id).unwrap_or_default();
         self.credits
@@ -660,7 +660,7 @@ mod tests;
 /// RPCs and PutShard), whatever the request's `gateway_id` says; in
 /// insecure mode it is the request's `gateway_id` (`None` when empty: a
 /// PutShard without credit).
-fn credit_account(caller: Option<sluice_auth::Identity>, requested: String) -> Option<String> {
+fn credit_account(caller: Option<sluice_net::Identity>, requested: String) -> Option<String> {
     match caller {
         Some(identity) => Some(identity.id),
         None => (!requested.is_empty()).then_some(requested),

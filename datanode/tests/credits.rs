@@ -7,7 +7,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use sluice_auth::byte_size::ByteSize;
 use sluice_datanode::{Config, MAX_MESSAGE_BYTES, block_crc32c, run};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::put_shard_request::Msg;
@@ -15,6 +14,7 @@ use sluice_proto::datanode::{
     CreditGrant, CreditReport, CreditStreamRequest, GetShardRequest, PutShardRequest,
     PutShardResponse, ShardBlock, ShardEnd, ShardHeader,
 };
+use sluice_util::byte_size::ByteSize;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;

@@ -9,13 +9,13 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use sluice_auth::byte_size::ByteSize;
 use sluice_datanode::{Config, Error, block_crc32c, run};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::put_shard_request::Msg;
 use sluice_proto::datanode::{
     DeleteBlobsRequest, GetShardRequest, PutShardRequest, ShardBlock, ShardEnd, ShardHeader,
 };
+use sluice_util::byte_size::ByteSize;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use sluice_auth::byte_size::ByteSize;
 use sluice_datanode::gc::{GcError, GcPass, MetaOracle, collect};
 use sluice_datanode::locks::BlobLocks;
 use sluice_datanode::store::{Block, DiskStore, ShardKey, ShardStore, ShardWriter};
@@ -23,6 +22,7 @@ use sluice_proto::blob_id::new_blob_id;
 use sluice_proto::datanode::ListShardsRequest;
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::meta as pb;
+use sluice_util::byte_size::ByteSize;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use sluice_auth::byte_size::ByteSize;
 use sluice_datanode::store::list_position;
 use sluice_datanode::{Config, MAX_MESSAGE_BYTES, block_crc32c, run};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
@@ -15,6 +14,7 @@ use sluice_proto::datanode::{
     DeleteBlobsRequest, GetShardRequest, ListShardsRequest, NodeStatusRequest, PutShardRequest,
     PutShardResponse, ShardBlock, ShardEnd, ShardHeader,
 };
+use sluice_util::byte_size::ByteSize;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;

@@ -897,7 +897,7 @@ mod tests {
     fn view(acl: pb::CannedAcl, policy: &str) -> BucketView {
         BucketView::new(pb::Bucket {
             name: "b".into(),
-            acl: acl as i32,
+            acl: acl.into(),
             policy: policy.into(),
             ..Default::default()
         })

@@ -657,7 +657,7 @@ mod tests {
     async fn fixed_store(entries: Vec<DatanodeEntry>) -> (BlobStore, Arc<FixedDatanodes>) {
         let directory = Arc::new(FixedDatanodes::new(
             entries,
-            sluice_auth::Transport::Insecure,
+            sluice_net::Transport::Insecure,
         ));
         let store = BlobStore::start_with_directory(
             BlobStoreConfig::default(),

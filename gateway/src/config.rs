@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sluice_auth::byte_size::ByteSize;
+use sluice_util::byte_size::ByteSize;
 
 /// Largest `k + m` the Reed–Solomon code over GF(2^8) supports.
 pub const MAX_TOTAL_SHARDS: usize = 256;
@@ -72,7 +72,7 @@ pub struct Config {
     pub parity_shards: u32,
     /// Bytes per shard block in a full stripe, at most 8 MiB (default 262144,
     /// so a 4+2 stripe holds 1 MiB of payload).
-    #[serde(with = "sluice_auth::byte_size")]
+    #[serde(with = "sluice_util::byte_size")]
     pub block_size: ByteSize,
     /// Shards that must be durable before a blob is committed, in `k..=k+m`.
     /// `None` (the default) means `k + 1`.
@@ -108,7 +108,7 @@ pub struct Config {
     #[serde(with = "humantime_serde")]
     pub body_timeout: Duration,
     /// See `body_timeout` (integer or bytesize string, default 16 KiB).
-    #[serde(with = "sluice_auth::byte_size")]
+    #[serde(with = "sluice_util::byte_size")]
     pub body_min_bytes: ByteSize,
     /// Idle time of an S3 connection before TCP keepalive probes start
     /// (default 60 s); `"0s"` turns TCP keepalive off.
@@ -121,7 +121,7 @@ pub struct Config {
     /// Largest signed `aws-chunked` chunk accepted (default 16 MiB). s3s
     /// holds a signed chunk whole to check its signature; a larger one is
     /// refused with `400 InvalidRequest` before its data is read.
-    #[serde(with = "sluice_auth::byte_size")]
+    #[serde(with = "sluice_util::byte_size")]
     pub max_aws_chunk_bytes: ByteSize,
     /// Largest object body stored inline in its metadata record instead of
     /// erasure-coded shards (default 4 KiB; integer or bytesize string; 0
@@ -131,7 +131,7 @@ pub struct Config {
     /// while it is read (at most this per request in flight) and is kept,
     /// replicated, in meta's store. MinIO inlines up to 128 KiB in xl.meta,
     /// Garage up to 3 KiB in its object table.
-    #[serde(with = "sluice_auth::byte_size")]
+    #[serde(with = "sluice_util::byte_size")]
     pub inline_max_bytes: ByteSize,
     /// Most background deletions in flight of blobs this gateway wrote but
     /// whose commit meta refused (released blobs are deleted by meta, not
@@ -155,12 +155,12 @@ pub struct Config {
     /// (one stripe costs `(k + m) * block_size`); a request waits, FIFO,
     /// for its next stripe's share and stops reading its socket meanwhile.
     /// Unset = [`DEFAULT_BUFFER_BUDGET_BYTES`]; see [`Config::buffer_budget`].
-    #[serde(with = "sluice_auth::byte_size::optional")]
+    #[serde(with = "sluice_util::byte_size::optional")]
     pub buffer_budget_bytes: Option<ByteSize>,
     /// Bytes of decoded stripes all GETs together may hold (the read-side
     /// twin of `buffer_budget_bytes`). Unset = [`DEFAULT_READ_BUDGET_BYTES`];
     /// see [`Config::read_budget`].
-    #[serde(with = "sluice_auth::byte_size::optional")]
+    #[serde(with = "sluice_util::byte_size::optional")]
     pub read_budget_bytes: Option<ByteSize>,
     /// Longest a request waits for a stripe buffer, and a shard block for
     /// datanode credit, before the request ends with `503 SlowDown`
@@ -181,7 +181,7 @@ pub struct Config {
     pub heal_enabled: bool,
     /// Shard bytes per second the heal worker may write (integer or
     /// bytesize string, default 32 MiB); 0 disables heal.
-    #[serde(with = "sluice_auth::byte_size")]
+    #[serde(with = "sluice_util::byte_size")]
     pub heal_bandwidth_bytes_per_sec: ByteSize,
     /// How often the degraded list is polled (default 10 s).
     #[serde(with = "humantime_serde")]
@@ -200,55 +200,20 @@ pub struct Config {
     /// existing shards, one per blob per pass, toward the placement the
     /// current datanode set gives (e.g. onto a new datanode); see
     /// `crate::heal::mover`. Draining nodes are emptied at the heal rate.
-    #[serde(with = "sluice_auth::byte_size")]
+    #[serde(with = "sluice_util::byte_size")]
     pub rebalance_bandwidth_bytes_per_sec: ByteSize,
     /// `[cluster_tls]`: this gateway's certificate (role `gateway`; each
     /// gateway process needs its own id, which the datanodes use for its
     /// credit), key and the cluster CA, for mutual TLS to meta and the
     /// datanodes. Exactly one of this and `insecure_cluster` is required.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster_tls: Option<sluice_auth::ClusterTls>,
+    pub cluster_tls: Option<sluice_net::ClusterTls>,
     /// Dial meta and the datanodes in plaintext (a warning is logged at
     /// start). Default false.
     pub insecure_cluster: bool,
 }
 
-/// A secret string from the config: serialized as itself, shown as
-/// `<redacted>` by Debug so a logged config never carries it.
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(pub String);
-
-impl Secret {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::ops::Deref for Secret {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<String> for Secret {
-    fn from(s: String) -> Self {
-        Secret(s)
-    }
-}
-
-impl From<&str> for Secret {
-    fn from(s: &str) -> Self {
-        Secret(s.to_string())
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+pub use sluice_util::Secret;
 
 /// `[s3_tls]` of the gateway config: the S3 listener's certificate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -505,7 +470,7 @@ impl Config {
         if let Some(bad) = self
             .meta_endpoints
             .iter()
-            .find(|e| !sluice_auth::is_endpoint(e))
+            .find(|e| !sluice_net::is_endpoint(e))
         {
             return Err(ConfigError::MetaEndpoint(bad.clone()));
         }
@@ -546,10 +511,10 @@ impl Config {
         // The data path's rules (shards, block size, quorum, intervals,
         // budgets) are written once, on the config the gateway derives.
         self.blob_store_config().check()?;
-        sluice_auth::validate_choice(
+        sluice_net::validate_choice(
             self.cluster_tls.as_ref(),
             self.insecure_cluster,
-            sluice_auth::Role::Gateway,
+            sluice_net::Role::Gateway,
             None,
         )
         .map_err(|e| ConfigError::ClusterSecurity(e.to_string()))?;

@@ -85,7 +85,7 @@ pub enum PoolError {
         id: u64,
         addr: String,
         #[source]
-        source: sluice_auth::AuthError,
+        source: sluice_net::AuthError,
     },
 }
 
@@ -165,7 +165,7 @@ pub trait DatanodeDirectory: Send + Sync + 'static {
     fn list(&self) -> ListFuture<'_>;
     /// How the datanodes are dialed (mutual TLS, plaintext, or an
     /// in-process network).
-    fn transport(&self) -> &sluice_auth::Transport;
+    fn transport(&self) -> &sluice_net::Transport;
 }
 
 impl DatanodeDirectory for MetaClient {
@@ -176,7 +176,7 @@ impl DatanodeDirectory for MetaClient {
         })
     }
 
-    fn transport(&self) -> &sluice_auth::Transport {
+    fn transport(&self) -> &sluice_net::Transport {
         MetaClient::transport(self)
     }
 }
@@ -187,12 +187,12 @@ impl DatanodeDirectory for MetaClient {
 /// entries given, so it is bounded by what the caller passes.
 pub struct FixedDatanodes {
     entries: Mutex<Vec<DatanodeEntry>>,
-    transport: sluice_auth::Transport,
+    transport: sluice_net::Transport,
 }
 
 impl FixedDatanodes {
     /// `entries`, dialed with `transport`.
-    pub fn new(entries: Vec<DatanodeEntry>, transport: sluice_auth::Transport) -> Self {
+    pub fn new(entries: Vec<DatanodeEntry>, transport: sluice_net::Transport) -> Self {
         FixedDatanodes {
             entries: Mutex::new(entries),
             transport,
@@ -211,7 +211,7 @@ impl DatanodeDirectory for FixedDatanodes {
         Box::pin(std::future::ready(Ok(entries)))
     }
 
-    fn transport(&self) -> &sluice_auth::Transport {
+    fn transport(&self) -> &sluice_net::Transport {
         &self.transport
     }
 }
@@ -236,7 +236,7 @@ struct Node {
 pub struct Datanodes {
     nodes: Mutex<HashMap<u64, Node>>,
     /// How datanodes are dialed (mutual TLS or plaintext).
-    transport: Option<sluice_auth::Transport>,
+    transport: Option<sluice_net::Transport>,
 }
 
 impl Datanodes {
@@ -246,7 +246,7 @@ impl Datanodes {
     }
 
     /// An empty pool dialing with `transport`.
-    pub fn with_transport(transport: sluice_auth::Transport) -> Self {
+    pub fn with_transport(transport: sluice_net::Transport) -> Self {
         Datanodes {
             nodes: Mutex::default(),
             transport: Some(transport),
@@ -358,9 +358,9 @@ impl Datanodes {
         let transport = self
             .transport
             .as_ref()
-            .unwrap_or(&sluice_auth::Transport::Insecure);
+            .unwrap_or(&sluice_net::Transport::Insecure);
         let endpoint = transport
-            .endpoint(&node.addr, sluice_auth::Role::Datanode)
+            .endpoint(&node.addr, sluice_net::Role::Datanode)
             .map_err(|source| PoolError::BadAddress {
                 id,
                 addr: node.addr.clone(),

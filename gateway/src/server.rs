@@ -106,7 +106,7 @@ pub enum Error {
     #[error("loading the S3 TLS certificate: {0}")]
     Tls(#[from] TlsError),
     #[error("cluster TLS: {0}")]
-    Auth(#[from] sluice_auth::AuthError),
+    Auth(#[from] sluice_net::AuthError),
 }
 
 /// The id of one S3 request, as sent in `x-amz-request-id` and error
@@ -568,10 +568,10 @@ pub async fn run_with_meta(
             None
         }
     };
-    let transport = sluice_auth::Transport::from_config(
+    let transport = sluice_net::Transport::from_config(
         config.cluster_tls.as_ref(),
         config.insecure_cluster,
-        sluice_auth::Role::Gateway,
+        sluice_net::Role::Gateway,
     )?;
     transport.warn_if_insecure("gateway");
     // Meta and the datanodes are dialed with this transport.
@@ -746,7 +746,7 @@ mod tests {
             crate::blob::BlobStoreConfig::default(),
             Arc::new(crate::datanodes::FixedDatanodes::new(
                 Vec::new(),
-                sluice_auth::Transport::Insecure,
+                sluice_net::Transport::Insecure,
             )),
             crate::epoch::WriteEpochs::fixed(1),
         )

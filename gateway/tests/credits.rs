@@ -20,10 +20,10 @@ use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString,
     Unit,
 };
-use sluice_auth::byte_size::ByteSize;
 use sluice_gateway::blob::{BlobError, BlobStore, BlobStoreConfig};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::{CreditReport, CreditStreamRequest};
+use sluice_util::byte_size::ByteSize;
 
 const K: usize = 4;
 const M: usize = 2;

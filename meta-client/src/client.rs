@@ -102,7 +102,7 @@ struct Inner {
     rpc_timeout: Duration,
     faults: Option<Arc<dyn CallFaults>>,
     /// How meta nodes are dialed (mutual TLS, or plaintext).
-    transport: sluice_auth::Transport,
+    transport: sluice_net::Transport,
 }
 
 /// What a gateway reports with each epoch renewal (`RenewEpochRequest`).
@@ -144,7 +144,7 @@ impl MetaClient {
                 retry_deadline,
                 rpc_timeout,
                 faults: None,
-                transport: sluice_auth::Transport::Insecure,
+                transport: sluice_net::Transport::Insecure,
             }),
         }
     }
@@ -165,7 +165,7 @@ impl MetaClient {
     /// A client like this one (seeds, timeouts, faults) dialing with
     /// `transport` (mutual TLS under `[cluster_tls]`), with fresh
     /// channels; a client made by the constructors dials plaintext.
-    pub fn with_transport(&self, transport: sluice_auth::Transport) -> Self {
+    pub fn with_transport(&self, transport: sluice_net::Transport) -> Self {
         let current = self.inner.current.lock().expect("current lock").clone();
         MetaClient {
             inner: Arc::new(Inner {
@@ -182,7 +182,7 @@ impl MetaClient {
 
     /// How this client dials meta; the gateway dials datanodes the same
     /// way.
-    pub fn transport(&self) -> &sluice_auth::Transport {
+    pub fn transport(&self) -> &sluice_net::Transport {
         &self.inner.transport
     }
 
@@ -194,7 +194,7 @@ impl MetaClient {
         let endpoint = self
             .inner
             .transport
-            .endpoint(addr, sluice_auth::Role::Meta)
+            .endpoint(addr, sluice_net::Role::Meta)
             .map_err(|e| MetaError::Unavailable(format!("bad meta address {addr}: {e}")))?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true);
@@ -320,7 +320,7 @@ impl MetaClient {
             now_ms,
             op_id: new_op_id(),
             owner_key_id: owner_key_id.to_string(),
-            acl: acl as i32,
+            acl: acl.into(),
         };
         let r = self
             .call("CreateBucket", |mut c| {
@@ -525,7 +525,7 @@ impl MetaClient {
         let req = pb::PutObjectAclRequest {
             bucket: bucket.to_string(),
             key: key.to_string(),
-            acl: acl as i32,
+            acl: acl.into(),
             op_id: new_op_id(),
             version_id: version_id.to_string(),
         };

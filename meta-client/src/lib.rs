@@ -1,7 +1,7 @@
 //! The client side of the meta role, for the nodes that call it (gateway,
 //! datanode, the `sluice` admin commands): [`MetaClient`] over gRPC, the
 //! version-id text S3 shows, and the RSS a node reports. It depends on the
-//! wire contract (`sluice-proto`) and cluster transport (`sluice-auth`)
+//! wire contract (`sluice-proto`) and cluster transport (`sluice-net`)
 //! only, not on the meta server (openraft, sled).
 
 pub mod client;

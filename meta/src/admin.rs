@@ -41,7 +41,7 @@ pub(crate) struct AdminService<K: KvStore> {
     /// This node's memory budgets (the sled cache), for `status`.
     pub(crate) memory_budget: u64,
     /// How this node dials other meta nodes (`status` asks each voter).
-    pub(crate) transport: sluice_auth::Transport,
+    pub(crate) transport: sluice_net::Transport,
 }
 
 fn catch_up(ms: Option<u64>) -> Option<Duration> {

@@ -6,6 +6,7 @@
 //! Heartbeats and ListDatanodes are leader-only too: liveness lives in the
 //! leader's memory.
 
+use sluice_util::clock::wall_clock_ms;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,7 +109,7 @@ fn done(what: &str, applied: &Applied) -> Result<(), Status> {
 /// the Meta and Admin services.
 pub(crate) async fn propose(raft: &MetaRaft, command: Command) -> Result<Applied, Status> {
     let cmd = MetaCommand {
-        leader_now_ms: crate::sm::wall_clock_ms(),
+        leader_now_ms: wall_clock_ms(),
         command: Some(command),
     };
     match raft.client_write(cmd).await {
@@ -507,7 +508,7 @@ impl<K: KvStore> Meta for MetaService<K> {
             self.kv.as_ref(),
             r.node_id,
             &r.shards,
-            sm::wall_clock_ms(),
+            wall_clock_ms(),
             delete_delay_ms,
         )
         .map_err(sm_status)?;
@@ -530,7 +531,7 @@ impl<K: KvStore> Meta for MetaService<K> {
     ) -> Result<Response<pb::RenewEpochResponse>, Status> {
         let mut r = request.into_inner();
         // Load figures stay in leader memory, out of the Raft log.
-        let report = crate::GatewayReport {
+        let report = sluice_meta_client::GatewayReport {
             rss_bytes: std::mem::take(&mut r.rss_bytes),
             memory_budget_bytes: std::mem::take(&mut r.memory_budget_bytes),
             requests_total: std::mem::take(&mut r.requests_total),
@@ -539,7 +540,7 @@ impl<K: KvStore> Meta for MetaService<K> {
         let epoch = r.epoch;
         let applied = self.write(Command::RenewEpoch(r)).await?;
         done("RenewEpoch", &applied)?;
-        if report != crate::GatewayReport::default() {
+        if report != sluice_meta_client::GatewayReport::default() {
             self.loads.gateway(epoch, report);
         }
         Ok(Response::new(pb::RenewEpochResponse {}))
@@ -626,9 +627,9 @@ impl<K: KvStore> Meta for MetaService<K> {
 /// the request's `id` (the role is already checked by the policy layer).
 /// In insecure mode there is no identity and the call passes.
 fn speaks_for_itself<T>(request: &Request<T>, id: u64) -> Result<(), Status> {
-    match sluice_auth::caller(request) {
+    match sluice_net::caller(request) {
         None => Ok(()),
-        Some(c) if c.role == sluice_auth::Role::Datanode && c.numeric_id() == Some(id) => Ok(()),
+        Some(c) if c.role == sluice_net::Role::Datanode && c.numeric_id() == Some(id) => Ok(()),
         Some(c) => Err(Status::permission_denied(format!(
             "{c} may not speak for datanode {id}"
         ))),

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sluice_auth::byte_size::ByteSize;
-use sluice_auth::is_endpoint;
+use sluice_net::is_endpoint;
+use sluice_util::byte_size::ByteSize;
 
 /// Configuration of one meta node. Every field has a default (see
 /// [`Config::default`]); durations are humantime strings ("250ms", "6s"),
@@ -48,7 +48,7 @@ pub struct Config {
     /// `join = false` and no `voters` would initialize a cluster of its own.
     pub join: bool,
     /// sled page cache size in bytes. Default 64 MiB.
-    #[serde(with = "sluice_auth::byte_size")]
+    #[serde(with = "sluice_util::byte_size")]
     pub sled_cache_bytes: ByteSize,
     /// Raft election timeout range. Defaults 1s and 2s.
     #[serde(with = "humantime_serde")]
@@ -143,7 +143,7 @@ pub struct Config {
     /// Meta and Admin services and to the datanodes. Exactly one of this
     /// and `insecure_cluster` is required.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster_tls: Option<sluice_auth::ClusterTls>,
+    pub cluster_tls: Option<sluice_net::ClusterTls>,
     /// Serve and dial cluster gRPC in plaintext, every caller allowed (a
     /// warning is logged at start). Default false.
     pub insecure_cluster: bool,
@@ -290,10 +290,10 @@ impl Config {
         if self.reclaim_concurrency == 0 {
             return Err(ConfigError::Zero("reclaim_concurrency"));
         }
-        sluice_auth::validate_choice(
+        sluice_net::validate_choice(
             self.cluster_tls.as_ref(),
             self.insecure_cluster,
-            sluice_auth::Role::Meta,
+            sluice_net::Role::Meta,
             Some(&self.node_id.to_string()),
         )
         .map_err(|e| ConfigError::ClusterSecurity(e.to_string()))?;

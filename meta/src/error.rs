@@ -51,7 +51,7 @@ pub enum Error {
     Serve(#[from] tonic::transport::Error),
     /// Cluster TLS could not be set up.
     #[error("cluster TLS: {0}")]
-    Auth(#[from] sluice_auth::AuthError),
+    Auth(#[from] sluice_net::AuthError),
     /// The gRPC server task panicked.
     #[error("gRPC server task: {0}")]
     ServerTask(#[from] tokio::task::JoinError),

@@ -54,6 +54,3 @@ mod sweeper;
 pub use config::{Config, ConfigError};
 pub use error::Error;
 pub use node::run;
-/// The meta client lives in `sluice-meta-client` (no openraft, no sled);
-/// re-exported here for the `sluice` binary and the tests.
-pub use sluice_meta_client::{GatewayReport, MetaClient, MetaError, client, process_rss};

@@ -21,6 +21,7 @@
 //! `sluice_meta_lifecycle_aborted_total`: uploads proposed for abort
 //! (counted the same way).
 
+use sluice_util::clock::wall_clock_ms;
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
@@ -160,7 +161,7 @@ impl<K: KvStore> LifecycleSweeper<K> {
             if !is_leader(&self.raft) {
                 return Err(SweepError::NotLeader);
             }
-            let page = scan(self.kv.as_ref(), after.as_deref(), sm::wall_clock_ms())?;
+            let page = scan(self.kv.as_ref(), after.as_deref(), wall_clock_ms())?;
             if !page.found.is_empty() {
                 let n = page.found.len() as u64;
                 if let Applied::Released(_) = propose(&self.raft, command(page.found)).await? {

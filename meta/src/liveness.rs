@@ -8,9 +8,10 @@
 //! datanode reported with its last heartbeat (`writable`, free and used
 //! bytes) is kept with it, in memory like liveness itself.
 
+use sluice_util::clock::wall_clock_ms;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use openraft::ServerState;
 
@@ -81,13 +82,6 @@ pub(crate) struct Status {
     pub(crate) capacity: Capacity,
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 impl Liveness {
     pub(crate) fn new(window: Duration) -> Self {
         Liveness {
@@ -131,7 +125,7 @@ impl Liveness {
             id,
             Seen {
                 at: Instant::now(),
-                ms: now_ms(),
+                ms: wall_clock_ms(),
                 capacity,
             },
         );
@@ -143,7 +137,7 @@ impl Liveness {
             id,
             Seen {
                 at: Instant::now(),
-                ms: now_ms(),
+                ms: wall_clock_ms(),
                 capacity,
             },
         );

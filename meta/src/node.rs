@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, SnapshotPolicy};
-use sluice_auth::net::Listener;
+use sluice_net::net::Listener;
 use sluice_proto::admin::admin_server::AdminServer;
 use sluice_proto::meta::meta_server::MetaServer;
 use sluice_proto::raft::raft_server::RaftServer;
@@ -91,11 +91,11 @@ pub async fn run(
 ) -> Result<(), Error> {
     config.validate()?;
     let listener = listener.into();
-    let transport = sluice_auth::Transport::for_listener(
+    let transport = sluice_net::Transport::for_listener(
         &listener,
         config.cluster_tls.as_ref(),
         config.insecure_cluster,
-        sluice_auth::Role::Meta,
+        sluice_net::Role::Meta,
     )?;
     transport.warn_if_insecure("meta");
     sm::sessions::set_max_entries(config.session_table_max_entries);
@@ -242,7 +242,7 @@ pub async fn run(
     // waited for the peer's delayed ACK, ~40 ms.
     let incoming = listener.incoming();
     let server = transport
-        .server(sluice_auth::policy::META_SERVER)?
+        .server(sluice_net::policy::META_SERVER)?
         .add_service(
             RaftServer::new(RaftService::new(raft.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -18,6 +18,7 @@
 //! approximate, a pass reads at most [`MAX_PASS_RECORDS`]),
 //! `sluice_meta_reclaimed_blobs_total` (blob ids a datanode confirmed).
 
+use sluice_util::clock::wall_clock_ms;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -82,13 +83,13 @@ pub trait ShardDeleter: Send + Sync + 'static {
 /// channel per address (at most [`MAX_CHANNELS`]).
 pub struct GrpcDeleter {
     timeout: Duration,
-    transport: sluice_auth::Transport,
+    transport: sluice_net::Transport,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl GrpcDeleter {
     /// A deleter whose calls (connect included) time out after `timeout`.
-    pub fn new(timeout: Duration, transport: sluice_auth::Transport) -> Self {
+    pub fn new(timeout: Duration, transport: sluice_net::Transport) -> Self {
         GrpcDeleter {
             timeout,
             transport,
@@ -103,7 +104,7 @@ impl GrpcDeleter {
         }
         let endpoint = self
             .transport
-            .endpoint(addr, sluice_auth::Role::Datanode)
+            .endpoint(addr, sluice_net::Role::Datanode)
             .map_err(|e| DeleteError::Addr {
                 addr: addr.to_string(),
                 message: e.to_string(),
@@ -199,7 +200,7 @@ impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
 
     /// One pass: delete what is due and collect what was confirmed.
     pub(crate) async fn pass(&self) -> Result<PassStats, ReclaimError> {
-        let now = sm::wall_clock_ms();
+        let now = wall_clock_ms();
         let mut stats = PassStats::default();
         // node -> blob ids still to delete there.
         let mut by_node: BTreeMap<u64, Vec<String>> = BTreeMap::new();
@@ -278,7 +279,7 @@ impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
             return Err(ReclaimError::NotLeader);
         }
         let cmd = MetaCommand {
-            leader_now_ms: sm::wall_clock_ms(),
+            leader_now_ms: wall_clock_ms(),
             command: Some(Command::CollectPending(rpb::CollectPending {
                 done: vec![rpb::CollectedShards { node_id, blob_ids }],
             })),

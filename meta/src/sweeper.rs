@@ -36,6 +36,7 @@
 //! `sluice_meta_epochs_closed_total`: write epochs closed for an expired
 //! lease. `sluice_meta_sessions`: session table entries (gauge).
 
+use sluice_util::clock::wall_clock_ms;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,10 +82,6 @@ pub(crate) struct Sweeper<K: KvStore> {
     pub expiry: Duration,
 }
 
-fn now_ms() -> i64 {
-    sm::wall_clock_ms()
-}
-
 fn ms_of(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -107,7 +104,7 @@ const EXPIRE_ROUNDS: usize = 64;
 /// Proposes `command` (stamped with this leader's clock).
 pub(crate) async fn propose(raft: &MetaRaft, command: Command) -> Result<Applied, SweepError> {
     let cmd = MetaCommand {
-        leader_now_ms: now_ms(),
+        leader_now_ms: wall_clock_ms(),
         command: Some(command),
     };
     match raft.client_write(cmd).await {
@@ -397,7 +394,7 @@ impl<K: KvStore> Sweeper<K> {
 
     /// One sweep over every upload; returns how many were aborted.
     pub(crate) async fn sweep(&self) -> Result<u64, SweepError> {
-        let cutoff_ms = now_ms().saturating_sub(ms_of(self.expiry));
+        let cutoff_ms = wall_clock_ms().saturating_sub(ms_of(self.expiry));
         let mut aborted = 0u64;
         let mut after: Option<Vec<u8>> = None;
         loop {
@@ -429,7 +426,7 @@ impl<K: KvStore> Sweeper<K> {
             upload_id = %upload.upload_id
         );
         let cmd = MetaCommand {
-            leader_now_ms: crate::sm::wall_clock_ms(),
+            leader_now_ms: wall_clock_ms(),
             command: Some(Command::AbortUpload(upload)),
         };
         let written = self.raft.client_write(cmd).instrument(span.clone()).await;

@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use sluice_auth::byte_size::ByteSize;
-use sluice_meta::{Config, MetaClient, MetaError};
+use sluice_meta::Config;
+use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::meta::{self as pb, ErrorCode};
+use sluice_util::byte_size::ByteSize;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

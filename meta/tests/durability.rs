@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 use sluice_proto::blob_id::new_blob_id;
 use sluice_proto::datanode::datanode_server::{Datanode, DatanodeServer};
 use sluice_proto::datanode::*;
@@ -160,7 +160,7 @@ async fn reclaimer_deletes_released_blobs_after_the_delay() -> Result<()> {
     assert!(healthy.deleted.lock().unwrap().is_empty(), "deleted early");
     // A released blob cannot be committed again while it is pending.
     match client.put_object(object("k2", &x, vec![1, 2])).await {
-        Err(sluice_meta::MetaError::Refused {
+        Err(sluice_meta_client::MetaError::Refused {
             code: pb::ErrorCode::InvalidArgument,
             ..
         }) => {}
@@ -269,7 +269,7 @@ async fn the_leader_closes_an_epoch_whose_lease_ran_out() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     match client.renew_epoch(lapsed.epoch).await {
-        Err(sluice_meta::MetaError::Refused {
+        Err(sluice_meta_client::MetaError::Refused {
             code: pb::ErrorCode::EpochClosed,
             ..
         }) => {}
@@ -278,7 +278,7 @@ async fn the_leader_closes_an_epoch_whose_lease_ran_out() -> Result<()> {
     // Its late commit is refused; the renewed epoch still commits.
     let late = new_blob_id(lapsed.epoch, 1);
     match client.put_object(object("k", &late, vec![1])).await {
-        Err(sluice_meta::MetaError::Refused {
+        Err(sluice_meta_client::MetaError::Refused {
             code: pb::ErrorCode::EpochClosed,
             ..
         }) => {}

@@ -3,22 +3,16 @@
 //! (the datanodes' shard GC asks it), and the stale multipart upload
 //! sweeper.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use sluice_util::clock::wall_clock_ms;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use sluice_meta::{MetaClient, MetaError};
+use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::meta::{self as pb, ErrorCode};
 use tokio::net::TcpListener;
 
 mod common;
 use common::{Node, wait_for};
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// The blob id of test blob `name` in write epoch 1 (each test opens it
 /// first): the name's bytes in hex as the suffix.
@@ -105,7 +99,7 @@ async fn filter_unreferenced_follows_commits_and_restarts() -> Result<()> {
     open_epoch(&client).await?;
     assert!(client.create_bucket("b", 1).await?);
     client.put_object(object("k", "obj1")).await?;
-    create_upload(&client, "m", "u1", now_ms()).await?;
+    create_upload(&client, "m", "u1", wall_clock_ms()).await?;
     client.put_part("b", "m", part("u1", 1, "p1")).await?;
     client.put_part("b", "m", part("u1", 2, "p2")).await?;
     assert_eq!(
@@ -132,7 +126,7 @@ async fn filter_unreferenced_follows_commits_and_restarts() -> Result<()> {
                 part_number: 1,
                 etag: hex::encode([1u8; 16]),
             }],
-            now_ms: now_ms(),
+            now_ms: wall_clock_ms(),
             min_part_size: 5 << 20,
             checksums: None,
             ..Default::default()
@@ -189,7 +183,7 @@ async fn sweeper_aborts_stale_uploads_only() -> Result<()> {
     // Initiation is the leader's time, whatever the caller claims: "old"
     // claims to be a minute in the future and is still swept after 2 s.
     let created = Instant::now();
-    create_upload(&client, "old", "u-old", now_ms() + 60_000).await?;
+    create_upload(&client, "old", "u-old", wall_clock_ms() + 60_000).await?;
     client
         .put_part("b", "old", part("u-old", 1, "blob-old"))
         .await?;
@@ -210,7 +204,7 @@ async fn sweeper_aborts_stale_uploads_only() -> Result<()> {
     );
     // Created now, claiming to be an hour old: younger than the 2 s expiry
     // by the leader's clock for the rest of the test.
-    create_upload(&client, "fresh", "u-fresh", now_ms() - 3_600_000).await?;
+    create_upload(&client, "fresh", "u-fresh", wall_clock_ms() - 3_600_000).await?;
     client
         .put_part("b", "fresh", part("u-fresh", 1, "blob-fresh"))
         .await?;

@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use sluice_auth::byte_size::ByteSize;
-use sluice_meta::{Config, MetaClient};
+use sluice_meta::Config;
+use sluice_meta_client::MetaClient;
 use sluice_proto::blob_id::new_blob_id;
 use sluice_proto::meta::{self as pb, ErrorCode};
+use sluice_util::byte_size::ByteSize;
 use tokio::net::TcpListener;
 
 const WAIT: Duration = Duration::from_secs(30);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use sluice_meta::MetaClient;
+use sluice_meta_client::MetaClient;
 use sluice_proto::blob_id::new_blob_id;
 use sluice_proto::meta as pb;
 
@@ -58,7 +58,7 @@ async fn a_committed_put_retried_after_its_session_and_epoch_are_gone_succeeds()
         let probe = new_blob_id(epoch, 0x100 + probes.fetch_add(1, Ordering::SeqCst) as u128);
         async move {
             match client.put_object(object("probe", &probe, vec![1])).await {
-                Err(sluice_meta::MetaError::Refused {
+                Err(sluice_meta_client::MetaError::Refused {
                     code: pb::ErrorCode::EpochClosed,
                     ..
                 }) => Some(()),

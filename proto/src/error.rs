@@ -9,7 +9,7 @@ use prost::Message;
 /// `UNAVAILABLE`/`INTERNAL`, the S3-level codes to the nearest gRPC code.
 pub fn status(code: ErrorCode, message: impl Into<String>) -> tonic::Status {
     let detail = ErrorDetail {
-        code: code as i32,
+        code: code.into(),
         message: message.into(),
         leader_id: None,
         leader_addr: None,
@@ -20,7 +20,7 @@ pub fn status(code: ErrorCode, message: impl Into<String>) -> tonic::Status {
 /// Builds a `NOT_LEADER` status with the leader hint, when one is known.
 pub fn not_leader(leader_id: Option<u64>, leader_addr: Option<String>) -> tonic::Status {
     status_from_detail(ErrorDetail {
-        code: ErrorCode::NotLeader as i32,
+        code: ErrorCode::NotLeader.into(),
         message: "not the leader".into(),
         leader_id,
         leader_addr,

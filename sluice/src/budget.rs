@@ -46,7 +46,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use sluice_auth::byte_size::ByteSize;
+use sluice_util::byte_size::ByteSize;
 
 /// One mebibyte, in bytes.
 pub const MIB: u64 = 1024 * 1024;

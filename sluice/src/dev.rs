@@ -14,7 +14,7 @@
 //! key files are mode 0600). The credentials file is mode 0600 too.
 //! Cluster TLS: on first start it makes a CA and one certificate per node
 //! (meta 1, datanodes 1..=6, gateway `dev`) plus an operator certificate
-//! (admin `dev`) under `<data-dir>/tls/` (see `sluice_auth::pki`), reuses
+//! (admin `dev`) under `<data-dir>/tls/` (see `sluice_net::pki`), reuses
 //! them on restart, runs every node with mutual TLS, and prints the
 //! `sluice admin` settings that use the admin certificate.
 //!
@@ -31,7 +31,7 @@ use std::str::FromStr;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
-use sluice_auth::byte_size::ByteSize;
+use sluice_util::byte_size::ByteSize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -206,23 +206,23 @@ pub fn dev_s3_tls(dir: &Path, hosts: &[String]) -> anyhow::Result<DevS3Tls> {
 
 /// The certificate files of every node of the dev cluster.
 struct DevTls {
-    meta: sluice_auth::ClusterTls,
-    datanodes: Vec<sluice_auth::ClusterTls>,
-    gateway: sluice_auth::ClusterTls,
-    admin: sluice_auth::ClusterTls,
+    meta: sluice_net::ClusterTls,
+    datanodes: Vec<sluice_net::ClusterTls>,
+    gateway: sluice_net::ClusterTls,
+    admin: sluice_net::ClusterTls,
 }
 
 /// Makes (first start) or reuses (restart) the dev cluster's CA and
 /// certificates in `dir`.
 fn dev_certificates(dir: &Path) -> anyhow::Result<DevTls> {
-    use sluice_auth::{Identity, Role};
+    use sluice_net::{Identity, Role};
     let mut identities = vec![Identity::new(Role::Meta, "1")?];
     for i in 1..=DATANODES {
         identities.push(Identity::new(Role::Datanode, i.to_string())?);
     }
     identities.push(Identity::new(Role::Gateway, "dev")?);
     identities.push(Identity::new(Role::Admin, "dev")?);
-    let mut files = sluice_auth::pki::ensure_dir(dir, &identities)
+    let mut files = sluice_net::pki::ensure_dir(dir, &identities)
         .with_context(|| format!("making the dev cluster's certificates in {}", dir.display()))?;
     let admin = files.pop().expect("admin");
     let gateway = files.pop().expect("gateway");
@@ -352,10 +352,10 @@ pub async fn run(
             let ready = crate::health::gateway(
                 gateway_config.meta_endpoints.clone(),
                 gateway_config.effective_write_quorum() as usize,
-                sluice_auth::Transport::from_config(
+                sluice_net::Transport::from_config(
                     gateway_config.cluster_tls.as_ref(),
                     gateway_config.insecure_cluster,
-                    sluice_auth::Role::Gateway,
+                    sluice_net::Role::Gateway,
                 )?,
             );
             Some(telemetry::MetricsServer::start(

@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use sluice_auth::Transport;
 use sluice_gateway::health::{GatewayHealth, Health};
 use sluice_meta_client::MetaClient;
+use sluice_net::Transport;
 
 /// Longest a readiness probe waits for meta.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);

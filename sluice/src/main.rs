@@ -46,7 +46,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::de::DeserializeOwned;
-use sluice_auth::Role;
+use sluice_net::Role;
 
 #[cfg(all(feature = "jemalloc", feature = "mimalloc"))]
 compile_error!("enable at most one of the `jemalloc` and `mimalloc` features");
@@ -295,11 +295,11 @@ fn log_memory(limit: &budget::MemoryLimit, budgets: &[budget::Budget]) {
 /// with it). Errors like the role's own start would: neither or both of
 /// `[cluster_tls]` and `insecure_cluster`, or unreadable certificate files.
 fn transport_of(
-    tls: Option<&sluice_auth::ClusterTls>,
+    tls: Option<&sluice_net::ClusterTls>,
     insecure: bool,
     role: Role,
-) -> anyhow::Result<sluice_auth::Transport> {
-    sluice_auth::Transport::from_config(tls, insecure, role).context("cluster TLS")
+) -> anyhow::Result<sluice_net::Transport> {
+    sluice_net::Transport::from_config(tls, insecure, role).context("cluster TLS")
 }
 
 /// Reads and parses a TOML config file.

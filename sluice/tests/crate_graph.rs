@@ -1,5 +1,5 @@
 //! The crate graph ARCHITECTURE.md draws: dependencies point down only
-//! (binary -> roles -> meta-client -> proto/auth), and no role crate
+//! (binary -> roles -> meta-client -> proto/net/util), and no role crate
 //! depends on another role's server crate outside its tests.
 
 use std::path::Path;
@@ -29,14 +29,20 @@ fn sluice_dependencies(krate: &str) -> Vec<String> {
 
 #[test]
 fn roles_depend_on_the_contract_and_the_meta_client_only() {
-    let contract = ["sluice-auth", "sluice-meta-client", "sluice-proto"];
+    let contract = [
+        "sluice-meta-client",
+        "sluice-net",
+        "sluice-proto",
+        "sluice-util",
+    ];
     for role in ["gateway", "datanode", "meta"] {
         assert_eq!(sluice_dependencies(role), contract, "{role}");
     }
     assert_eq!(
         sluice_dependencies("meta-client"),
-        ["sluice-auth", "sluice-proto"]
+        ["sluice-net", "sluice-proto"]
     );
     assert!(sluice_dependencies("proto").is_empty());
-    assert!(sluice_dependencies("auth").is_empty());
+    assert!(sluice_dependencies("net").is_empty());
+    assert!(sluice_dependencies("util").is_empty());
 }

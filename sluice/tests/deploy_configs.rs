@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use sluice_auth::byte_size::ByteSize;
-use sluice_auth::{Identity, Role};
+use sluice_net::{Identity, Role};
+use sluice_util::byte_size::ByteSize;
 
 const TLS_DIR: &str = "/etc/sluice/tls/";
 
@@ -17,7 +17,7 @@ fn pki_dir() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = tempfile::tempdir().expect("temp dir");
-        sluice_auth::pki::ensure_dir(
+        sluice_net::pki::ensure_dir(
             dir.path(),
             &[
                 Identity::new(Role::Meta, "1").unwrap(),

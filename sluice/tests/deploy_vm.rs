@@ -16,7 +16,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use sluice_auth::{Identity, Role};
+use sluice_net::{Identity, Role};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -37,7 +37,7 @@ fn pki_dir() -> &'static Path {
         for i in 1..=6 {
             ids.push(Identity::new(Role::Datanode, i.to_string()).unwrap());
         }
-        sluice_auth::pki::ensure_dir(dir.path(), &ids).expect("test PKI");
+        sluice_net::pki::ensure_dir(dir.path(), &ids).expect("test PKI");
         dir
     })
     .path()

@@ -18,8 +18,8 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 use futures::StreamExt;
-use sluice_auth::byte_size::ByteSize;
 use sluice_meta_client::{CallFaults, FaultAction};
+use sluice_util::byte_size::ByteSize;
 
 use crate::fixtures::{
     CONVERGE_TIMEOUT, Setup, TestCluster, assert_objects, durable_datanode, durable_gateway,

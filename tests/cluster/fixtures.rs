@@ -21,16 +21,16 @@ use anyhow::{Context, Result, bail, ensure};
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use futures::future::BoxFuture;
-use sluice_auth::byte_size::ByteSize;
-use sluice_auth::{ClusterTls, Identity, Role as AuthRole, Transport};
 use sluice_meta_client::CallFaults;
 use sluice_meta_client::MetaClient;
+use sluice_net::{ClusterTls, Identity, Role as AuthRole, Transport};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::{HasShardsRequest, NodeStatusRequest, ShardId};
 use sluice_proto::meta::meta_client::MetaClient as MetaRpcClient;
 use sluice_proto::meta::{
     ClusterStatusRequest, ClusterStatusResponse, ListPlacementsRequest, PlacedBlob,
 };
+use sluice_util::byte_size::ByteSize;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -503,7 +503,7 @@ pub fn cluster_tls(role: AuthRole, id: &str) -> ClusterTls {
     let pki = pki();
     let _issuing = pki.lock.lock().unwrap_or_else(|e| e.into_inner());
     let identity = Identity::new(role, id).expect("test identity");
-    sluice_auth::pki::ensure_dir(pki.dir.path(), &[identity])
+    sluice_net::pki::ensure_dir(pki.dir.path(), &[identity])
         .expect("issue a test certificate")
         .remove(0)
 }

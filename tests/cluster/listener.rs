@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use sha2::{Digest, Sha256};
-use sluice_auth::byte_size::ByteSize;
+use sluice_util::byte_size::ByteSize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

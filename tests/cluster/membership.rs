@@ -16,13 +16,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use aws_sdk_s3::primitives::ByteStream;
-use sluice_auth::byte_size::ByteSize;
 use sluice_meta_client::MetaError;
 use sluice_proto::admin::admin_client::AdminClient;
 use sluice_proto::admin::{
     DatanodeStatus, DrainDatanodeRequest, ListDatanodesRequest, RemoveDatanodeRequest,
 };
 use sluice_proto::meta::ErrorCode;
+use sluice_util::byte_size::ByteSize;
 
 use crate::fixtures::{
     Setup, TestCluster, assert_objects, durable_datanode, durable_gateway, durable_meta, wait_until,

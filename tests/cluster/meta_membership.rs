@@ -145,7 +145,7 @@ async fn list_members_on(
     addr: std::net::SocketAddr,
 ) -> Result<apb::ListMembersResponse, tonic::Status> {
     let channel = crate::fixtures::admin_transport()
-        .endpoint(&http(addr), sluice_auth::Role::Meta)
+        .endpoint(&http(addr), sluice_net::Role::Meta)
         .expect("endpoint")
         .connect_timeout(Duration::from_secs(1))
         .timeout(Duration::from_secs(5))

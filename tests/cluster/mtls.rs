@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use sluice_auth::{Role, Transport};
+use sluice_net::{Role, Transport};
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::datanode::put_shard_request::Msg;
 use sluice_proto::datanode::{

@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail, ensure};
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use futures::{StreamExt, TryStreamExt};
-use sluice_auth::byte_size::ByteSize;
+use sluice_util::byte_size::ByteSize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -2,7 +2,7 @@
 //! ([`sluice_tests::mem_cluster::MemCluster`]): a real meta node, real
 //! datanodes and the gateway's S3 service in the test process, with no
 //! sockets, driven by `aws-sdk-s3` and by the data path directly, with
-//! faults injected on chosen gRPC calls ([`sluice_auth::faults`]).
+//! faults injected on chosen gRPC calls ([`sluice_net::faults`]).
 //!
 //! * `blob` — the write quorum under failing PutShard calls; a lost
 //!   PutObject answer retried to its first outcome.

@@ -6,7 +6,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
     BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, VersioningConfiguration,
 };
-use sluice_auth::faults::{Action, Rule};
+use sluice_net::faults::{Action, Rule};
 use sluice_test_support::payload;
 use sluice_tests::mem_cluster::{MemCluster, datanode_addr};
 use sluice_tests::s3::{expect_error, get_all};

@@ -20,15 +20,15 @@ use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::body::SdkBody;
 use http_body_util::BodyExt;
-use sluice_auth::Transport;
-use sluice_auth::byte_size::ByteSize;
-use sluice_auth::faults::Faults;
-use sluice_auth::net::MemNet;
 use sluice_gateway::blob::{BlobStore, BlobStoreConfig};
 use sluice_gateway::s3::Gateway;
 use sluice_gateway::server::{SluiceService, s3_service};
 use sluice_meta_client::MetaClient;
+use sluice_net::Transport;
+use sluice_net::faults::Faults;
+use sluice_net::net::MemNet;
 use sluice_test_support::RoleTask;
+use sluice_util::byte_size::ByteSize;
 use tempfile::TempDir;
 
 /// Data shards per stripe.

@@ -3,7 +3,7 @@
 //! the few checks that only make sense on disk (restart, crash leftovers,
 //! damaged headers).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use sluice_util::clock::wall_clock_ms;
 
 use bytes::Bytes;
 
@@ -142,13 +142,6 @@ async fn read_ok<S: ShardStore>(store: &S, key: &ShardKey, first: u64, count: u6
         .into_iter()
         .map(|b| b.expect("block verifies"))
         .collect()
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
 }
 
 // -------------------------------------------------------------- the suite
@@ -420,7 +413,7 @@ async fn delete_blobs_removes_every_shard<H: Harness>() {
 async fn list_pages_by_blob<H: Harness>() {
     let h = H::new().await;
     let s = h.store();
-    let started = now_ms() - 1_000;
+    let started = wall_clock_ms() - 1_000;
     let stored = [
         ("d", 0),
         ("a", 2),
@@ -484,7 +477,7 @@ async fn list_pages_by_blob<H: Harness>() {
     for e in &all.shards {
         assert_eq!(e.stored_bytes, stored_len(10, 2), "{}", e.key);
         assert!(
-            e.modified_ms >= started && e.modified_ms <= now_ms() + 1_000,
+            e.modified_ms >= started && e.modified_ms <= wall_clock_ms() + 1_000,
             "{}",
             e.key
         );

@@ -27,6 +27,7 @@ pub mod mover;
 pub mod rate;
 pub mod rebuild;
 
+use sluice_util::clock::wall_clock_ms;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -282,12 +283,6 @@ impl HealWorker {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     if shared.config.bandwidth_bytes_per_sec == 0 {
         shared.update(|s| s.state = HealState::Paused);
@@ -315,7 +310,7 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             let obs = watch.observe(
                 &infos,
                 Instant::now(),
-                now_ms(),
+                wall_clock_ms(),
                 shared.config.node_down_after,
             );
             let due = last_audit.is_none_or(|t| t.elapsed() >= shared.config.audit_interval);

@@ -279,7 +279,7 @@ pub(super) async fn put_bucket_acl(
     )?;
     gw.put_bucket_config(
         &input.bucket,
-        pb::put_bucket_config_request::Config::Acl(acl as i32),
+        pb::put_bucket_config_request::Config::Acl(acl.into()),
     )
     .await?;
     Ok(S3Response::new(PutBucketAclOutput {}))

@@ -11,10 +11,11 @@
 use s3s::dto::*;
 use s3s::validation::NameValidation;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+use sluice_util::clock::wall_clock_ms;
 
 use super::error::{invalid_argument, meta_error};
 use super::list::{decode_token, encode_token};
-use super::{Gateway, now_ms, owner, timestamp};
+use super::{Gateway, owner, timestamp};
 use crate::access::Caller;
 use sluice_proto::meta as pb;
 
@@ -115,7 +116,7 @@ pub(super) async fn create_bucket(
     )?;
     let created = gw
         .meta
-        .create_bucket_owned(&input.bucket, now_ms(), owner, acl)
+        .create_bucket_owned(&input.bucket, wall_clock_ms(), owner, acl)
         .await
         .map_err(meta_error)?;
     tracing::debug!(bucket = %input.bucket, created, "create bucket");
@@ -282,7 +283,7 @@ pub(super) async fn put_bucket_versioning(
     };
     gw.put_bucket_config(
         &input.bucket,
-        pb::put_bucket_config_request::Config::Versioning(versioning as i32),
+        pb::put_bucket_config_request::Config::Versioning(versioning.into()),
     )
     .await?;
     Ok(S3Response::new(PutBucketVersioningOutput::default()))

@@ -9,6 +9,7 @@
 //! * `x-amz-copy-source-range: bytes=first-last` (UploadPartCopy) selects
 //!   an inclusive byte range of the source.
 
+use sluice_util::clock::wall_clock_ms;
 use std::io;
 
 use futures::TryStreamExt;
@@ -24,9 +25,7 @@ use super::put::{
     ChecksumFields, commit_object, single_part_record, store_body, store_object_body,
 };
 use super::tagging;
-use super::{
-    Gateway, etag, http_meta, now_ms, object_placement_key, part_placement_key, timestamp,
-};
+use super::{Gateway, etag, http_meta, object_placement_key, part_placement_key, timestamp};
 use crate::access::HideMissingSource;
 
 /// Largest source S3 copies in one request (5 GiB).
@@ -250,8 +249,8 @@ pub(super) async fn copy_object(
         store_object_body(gw, &epoch, &placement_key, body, expected, Some(src.size)).await?;
     let new_blob = stored.placement.clone();
     let record = pb::ObjectRecord {
-        acl: acl as i32,
-        ..single_part_record(input.bucket, input.key, stored, http, tags, now_ms())
+        acl: acl.into(),
+        ..single_part_record(input.bucket, input.key, stored, http, tags, wall_clock_ms())
     };
     let (etag_value, last_modified_ms) = (record.etag.clone(), record.last_modified_ms);
     let sums = ChecksumFields::from(record.checksums.as_ref());

@@ -49,7 +49,6 @@ pub mod tagging;
 pub mod unconfigured;
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result};
@@ -218,14 +217,6 @@ impl Reclaimer {
         }
         self.permits.close();
     }
-}
-
-/// Milliseconds since the Unix epoch, now.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// An s3s timestamp for `ms` milliseconds since the Unix epoch.

@@ -9,6 +9,7 @@
 //! machine's; the gateway checks part numbers, looks the upload up before
 //! reading a part body, and computes multipart checksums.
 
+use sluice_util::clock::wall_clock_ms;
 use std::collections::HashMap;
 
 use s3s::dto::*;
@@ -23,7 +24,7 @@ use super::put::{
     ChecksumFields, StoredBody, check_write_conditions, discard_uncommitted, request_body,
     store_body,
 };
-use super::{Gateway, etag, http_meta, now_ms, owner, part_placement_key, tagging, timestamp};
+use super::{Gateway, etag, http_meta, owner, part_placement_key, tagging, timestamp};
 
 /// Smallest size of every part but the last.
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
@@ -91,7 +92,7 @@ pub async fn commit_part(
         part_number: number,
         size: digests.size,
         md5: digests.md5.to_vec(),
-        last_modified_ms: now_ms(),
+        last_modified_ms: wall_clock_ms(),
         placement,
         checksums: Some(digests.checksums),
     };
@@ -126,7 +127,7 @@ pub(super) async fn create_multipart_upload(
         .get_bucket(&input.bucket)
         .await
         .map_err(meta_error)?;
-    let now = now_ms();
+    let now = wall_clock_ms();
     let upload_id = new_upload_id(now);
     let http = http_meta(
         input.content_type.take(),
@@ -146,7 +147,7 @@ pub(super) async fn create_multipart_upload(
         checksum_algorithm: algorithm.map(|a| a.name().to_string()),
         checksum_type: checksum_type.as_ref().map(|t| t.as_str().to_string()),
         tags,
-        acl: acl as i32,
+        acl: acl.into(),
     };
     gw.meta.create_upload(upload).await.map_err(meta_error)?;
     tracing::debug!(bucket = %input.bucket, key = %input.key, %upload_id, "create multipart upload");
@@ -557,7 +558,7 @@ pub(super) async fn complete_multipart_upload(
             key: input.key.clone(),
             upload_id: input.upload_id.clone(),
             parts,
-            now_ms: now_ms(),
+            now_ms: wall_clock_ms(),
             min_part_size: MIN_PART_SIZE,
             checksums,
             condition: super::put::write_condition(

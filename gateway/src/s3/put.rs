@@ -5,6 +5,7 @@
 //! holds it until the commit returns: a commit of a blob whose epoch meta
 //! closed meanwhile is refused with `EPOCH_CLOSED` (`503`, retried).
 
+use sluice_util::clock::wall_clock_ms;
 use std::io;
 
 use bytes::Bytes;
@@ -17,7 +18,7 @@ use sluice_proto::meta as pb;
 
 use super::checksum::{self, BodyDigests, DigestingBody, Expected};
 use super::error::{blob_error, body_error, internal, meta_error};
-use super::{Gateway, etag, http_meta, now_ms, object_placement_key, tagging};
+use super::{Gateway, etag, http_meta, object_placement_key, tagging};
 use crate::epoch::EpochGuard;
 
 /// A request body stored as a blob (or kept to be stored inline in the
@@ -243,7 +244,7 @@ pub fn single_part_record(
         version_id: String::new(),
         delete_marker: false,
         seq: 0,
-        acl: pb::CannedAcl::AclPrivate as i32,
+        acl: pb::CannedAcl::AclPrivate.into(),
         inline_data: inline.map(|b| b.to_vec()).unwrap_or_default(),
         // Meta's storage fields: it splits the record when it stores it.
         part_count: 0,
@@ -426,8 +427,8 @@ pub(super) async fn put_object(
     .await?;
     let new_blob = stored.placement.clone();
     let record = pb::ObjectRecord {
-        acl: acl as i32,
-        ..single_part_record(input.bucket, input.key, stored, http, tags, now_ms())
+        acl: acl.into(),
+        ..single_part_record(input.bucket, input.key, stored, http, tags, wall_clock_ms())
     };
     let etag_value = record.etag.clone();
     let size = i64::try_from(record.size).unwrap_or(i64::MAX);

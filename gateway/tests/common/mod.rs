@@ -174,7 +174,7 @@ pub async fn fixed_store_with(
 ) -> Result<(BlobStore, Arc<FixedDatanodes>)> {
     let directory = Arc::new(FixedDatanodes::new(
         entries,
-        sluice_auth::Transport::Insecure,
+        sluice_net::Transport::Insecure,
     ));
     let store = BlobStore::start_with_directory(config, directory.clone(), epochs).await?;
     Ok((store, directory))

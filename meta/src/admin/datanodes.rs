@@ -12,6 +12,7 @@ use sluice_proto::admin as apb;
 use sluice_proto::error::{not_leader, status};
 use sluice_proto::meta::ErrorCode;
 use sluice_proto::raft::{MetaCommand, meta_command::Command};
+use sluice_util::clock::wall_clock_ms;
 use tonic::Status;
 
 use super::AdminService;
@@ -34,7 +35,7 @@ impl<K: KvStore> AdminService<K> {
     /// it to be applied; a refusal becomes its status.
     async fn propose(&self, command: Command) -> Result<Applied, Status> {
         let cmd = MetaCommand {
-            leader_now_ms: sm::wall_clock_ms(),
+            leader_now_ms: wall_clock_ms(),
             command: Some(command),
         };
         match self.raft.client_write(cmd).await {

@@ -26,12 +26,13 @@
 //! Membership lives in the Raft log (and snapshots) from the first start
 //! on; the `voters` config key only seeds the very first initialization.
 
+use sluice_util::clock::wall_clock_ms;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, ServerState};
-use sluice_auth::is_endpoint;
+use sluice_net::is_endpoint;
 use sluice_proto::admin as apb;
 use sluice_proto::error::{not_leader, status};
 use sluice_proto::meta::ErrorCode;
@@ -436,7 +437,7 @@ impl Members {
         let probe = self
             .raft
             .client_write(MetaCommand {
-                leader_now_ms: crate::sm::wall_clock_ms(),
+                leader_now_ms: wall_clock_ms(),
                 command: None,
             })
             .await

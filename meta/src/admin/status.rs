@@ -3,10 +3,11 @@
 //! epochs, the degraded index, heal intents, and the loads datanodes and
 //! gateways report ([`Loads`]).
 
+use sluice_util::clock::wall_clock_ms;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use openraft::ServerState;
 use sluice_meta_client::process_rss;
@@ -53,7 +54,7 @@ impl Reported {
         Reported {
             rss,
             budget,
-            ms: now_ms(),
+            ms: wall_clock_ms(),
             at: Instant::now(),
         }
     }
@@ -119,7 +120,7 @@ impl Loads {
     }
 
     /// Records the load of the gateway renewing `epoch`.
-    pub(crate) fn gateway(&self, epoch: u64, report: crate::GatewayReport) {
+    pub(crate) fn gateway(&self, epoch: u64, report: sluice_meta_client::GatewayReport) {
         let mut s = self.lock();
         s.gateways
             .retain(|_, r| r.memory.at.elapsed() < GATEWAY_LOAD_TTL);
@@ -142,13 +143,6 @@ impl Loads {
             },
         );
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// Keys of `space` counted up to `limit`; `(count, capped)`.
@@ -184,15 +178,15 @@ pub(crate) struct StatusSources<'a, K: KvStore> {
     /// This node's memory budgets (the sled cache).
     pub(crate) memory_budget: u64,
     /// How this node dials the other voters (mutual TLS as itself).
-    pub(crate) transport: &'a sluice_auth::Transport,
+    pub(crate) transport: &'a sluice_net::Transport,
 }
 
 /// A voter's own view, from its `ClusterStatus`.
 async fn ask_voter(
     addr: String,
-    transport: &sluice_auth::Transport,
+    transport: &sluice_net::Transport,
 ) -> Option<pb::ClusterStatusResponse> {
-    let endpoint = transport.endpoint(&addr, sluice_auth::Role::Meta).ok()?;
+    let endpoint = transport.endpoint(&addr, sluice_net::Role::Meta).ok()?;
     let call = async {
         let channel = transport
             .connect(endpoint.connect_timeout(VOTER_TIMEOUT))
@@ -361,7 +355,7 @@ pub(crate) async fn status<K: KvStore>(
         // Two keys per intent (by shard and by epoch; see `sm::heal`).
         heals_in_progress: heals / 2,
         leader_memory: Some(Reported::now(process_rss(), src.memory_budget).to_proto()),
-        now_ms: now_ms(),
+        now_ms: wall_clock_ms(),
     })
 }
 
@@ -375,7 +369,7 @@ mod tests {
         for epoch in 0..(MAX_GATEWAY_LOADS as u64 + 10) {
             loads.gateway(
                 epoch,
-                crate::GatewayReport {
+                sluice_meta_client::GatewayReport {
                     rss_bytes: 1,
                     memory_budget_bytes: 2,
                     requests_total: 3,

@@ -42,7 +42,7 @@ pub struct Network {
     /// TCP connect timeout to a peer.
     pub connect_timeout: Duration,
     /// How peers are dialed (mutual TLS, or plaintext).
-    pub transport: sluice_auth::Transport,
+    pub transport: sluice_net::Transport,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -66,7 +66,7 @@ pub struct PeerClient {
     target: u64,
     addr: String,
     connect_timeout: Duration,
-    transport: sluice_auth::Transport,
+    transport: sluice_net::Transport,
     client: Option<RaftClient<Channel>>,
 }
 
@@ -96,7 +96,7 @@ impl PeerClient {
         }
         let endpoint = self
             .transport
-            .endpoint(&self.addr, sluice_auth::Role::Meta)
+            .endpoint(&self.addr, sluice_net::Role::Meta)
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true);

@@ -123,15 +123,6 @@ pub enum SmError {
     Torn(Space),
 }
 
-/// This node's wall clock in ms since the Unix epoch: the leader stamps
-/// it on every entry it proposes (`MetaCommand.leader_now_ms`).
-pub fn wall_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 pub(crate) fn refuse<T>(code: ErrorCode, message: impl Into<String>) -> Result<T, SmError> {
     Err(SmError::Refused {
         code,

@@ -336,12 +336,12 @@ fn check_condition(
 /// The outcome of a write or delete of one version: what unversioned
 /// buckets always answered, or [`Applied::Versioned`].
 fn written(
-    versioning: i32,
+    versioning: pb::Versioning,
     released: Vec<pb::Placement>,
     version_id: String,
     marker: bool,
 ) -> Applied {
-    if versioning == pb::Versioning::Unversioned as i32 && version_id.is_empty() {
+    if versioning == pb::Versioning::Unversioned && version_id.is_empty() {
         Applied::Released(released)
     } else {
         Applied::Versioned {
@@ -366,13 +366,13 @@ fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest, index: u64) -> Outco
     let released = versions::write_current(
         kv,
         &mut b,
-        bucket.versioning,
+        bucket.versioning(),
         &mut object,
         old.as_ref(),
         index,
     )?;
-    let version_id = versions::reported(bucket.versioning, &object);
-    Ok((b, written(bucket.versioning, released, version_id, false)))
+    let version_id = versions::reported(bucket.versioning(), &object);
+    Ok((b, written(bucket.versioning(), released, version_id, false)))
 }
 
 fn delete_object<K: KvStore>(kv: &K, r: &pb::ObjectKey, index: u64, now_ms: i64) -> Outcome {
@@ -382,7 +382,12 @@ fn delete_object<K: KvStore>(kv: &K, r: &pb::ObjectKey, index: u64, now_ms: i64)
     let d = versions::delete(kv, &mut b, &bucket, &r.key, want, index, now_ms)?;
     Ok((
         b,
-        written(bucket.versioning, d.released, d.version_id, d.delete_marker),
+        written(
+            bucket.versioning(),
+            d.released,
+            d.version_id,
+            d.delete_marker,
+        ),
     ))
 }
 
@@ -553,7 +558,10 @@ fn put_bucket_config<K: KvStore>(kv: &K, r: &pb::PutBucketConfigRequest) -> Outc
         Some(Config::Cors(c)) => bucket.cors = c.rules.clone(),
         Some(Config::Lifecycle(l)) => bucket.lifecycle = l.rules.clone(),
         Some(Config::Versioning(v)) => {
-            if *v != pb::Versioning::Enabled as i32 && *v != pb::Versioning::Suspended as i32 {
+            if !matches!(
+                pb::Versioning::try_from(*v),
+                Ok(pb::Versioning::Enabled | pb::Versioning::Suspended)
+            ) {
                 return refuse(
                     ErrorCode::InvalidArgument,
                     "versioning can only be Enabled or Suspended",
@@ -684,7 +692,7 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest, index: u64
             && same_list(&obj, &r.parts)
         {
             let response = pb::CompleteUploadResponse {
-                version_id: versions::reported(bucket.versioning, &obj),
+                version_id: versions::reported(bucket.versioning(), &obj),
                 object: Some(obj),
                 released: Vec::new(),
             };
@@ -772,12 +780,12 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest, index: u64
     released.extend(versions::write_current(
         kv,
         &mut b,
-        bucket.versioning,
+        bucket.versioning(),
         &mut object,
         current.as_ref(),
         index,
     )?);
-    let version_id = versions::reported(bucket.versioning, &object);
+    let version_id = versions::reported(bucket.versioning(), &object);
     Ok((
         b,
         Applied::Completed(Box::new(pb::CompleteUploadResponse {

@@ -1036,7 +1036,7 @@ fn bucket_config_replaces_one_subresource_and_keeps_the_others() {
             name: "b".into(),
             now_ms: 7,
             owner_key_id: "SK1".into(),
-            acl: pb::CannedAcl::AclPublicRead as i32,
+            acl: pb::CannedAcl::AclPublicRead.into(),
             ..Default::default()
         }),
     );
@@ -1058,7 +1058,7 @@ fn bucket_config_replaces_one_subresource_and_keeps_the_others() {
         Config::Cors(pb::BucketCors {
             rules: vec![rule.clone()],
         }),
-        Config::Acl(pb::CannedAcl::AclAuthenticatedRead as i32),
+        Config::Acl(pb::CannedAcl::AclAuthenticatedRead.into()),
     ] {
         assert_eq!(put_config(&kv, "b", config), Applied::Done);
     }
@@ -1069,7 +1069,7 @@ fn bucket_config_replaces_one_subresource_and_keeps_the_others() {
             name: "b".into(),
             created_at_ms: 7,
             tags: tags.clone(),
-            acl: pb::CannedAcl::AclAuthenticatedRead as i32,
+            acl: pb::CannedAcl::AclAuthenticatedRead.into(),
             policy: "{}".into(),
             cors: vec![rule],
             owner_key_id: "SK1".into(),
@@ -1101,7 +1101,7 @@ fn object_acl_replaces_the_acl_only() {
             Command::PutObjectAcl(pb::PutObjectAclRequest {
                 bucket: "b".into(),
                 key: key.into(),
-                acl: pb::CannedAcl::AclPublicRead as i32,
+                acl: pb::CannedAcl::AclPublicRead.into(),
                 ..Default::default()
             }),
         )

@@ -71,8 +71,8 @@ fn matches(record: &pb::ObjectRecord, want: Want) -> bool {
 /// The version id a response reports for `record` written to a bucket in
 /// state `versioning`: "" for a bucket that was never versioned, "null"
 /// for the null version, else its id.
-pub(crate) fn reported(versioning: i32, record: &pb::ObjectRecord) -> String {
-    if versioning == Versioning::Unversioned as i32 {
+pub(crate) fn reported(versioning: Versioning, record: &pb::ObjectRecord) -> String {
+    if versioning == Versioning::Unversioned {
         String::new()
     } else {
         shown_id(record).to_string()
@@ -283,20 +283,20 @@ fn drop_null_row<K: KvStore>(
 pub(crate) fn write_current<K: KvStore>(
     kv: &K,
     b: &mut Batch,
-    versioning: i32,
+    versioning: Versioning,
     new: &mut pb::ObjectRecord,
     old: Option<&pb::ObjectRecord>,
     index: u64,
 ) -> Result<Vec<pb::Placement>, SmError> {
     new.delete_marker = false;
-    let released = if versioning == Versioning::Enabled as i32 {
+    let released = if versioning == Versioning::Enabled {
         new.seq = index;
         new.version_id = version_id(index);
         if let Some(old) = old {
             stash(b, old);
         }
         Vec::new()
-    } else if versioning == Versioning::Suspended as i32 {
+    } else if versioning == Versioning::Suspended {
         new.seq = index;
         new.version_id = String::new();
         match old {
@@ -358,15 +358,15 @@ pub(crate) fn delete<K: KvStore>(
 ) -> Result<Deleted, SmError> {
     let object_key = keys::object(&bucket.name, key);
     let current = records::get(kv, Space::Objects, &object_key)?;
-    let versioning = bucket.versioning;
+    let versioning = bucket.versioning();
     let mut out = Deleted::default();
-    if want == Want::Current && versioning == Versioning::Unversioned as i32 {
+    if want == Want::Current && versioning == Versioning::Unversioned {
         if let Some(c) = &current {
             records::delete(b, Space::Objects, object_key);
             out.released = placements(c).cloned().collect();
         }
     } else if want == Want::Current {
-        let suspended = versioning == Versioning::Suspended as i32;
+        let suspended = versioning == Versioning::Suspended;
         match &current {
             Some(c) => {
                 records::delete(b, Space::Objects, object_key);

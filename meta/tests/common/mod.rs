@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Result;
-use sluice_auth::byte_size::ByteSize;
-use sluice_meta::client::{CallFaults, FaultAction};
-use sluice_meta::{Config, MetaClient};
+use sluice_meta::Config;
+use sluice_meta_client::MetaClient;
+use sluice_meta_client::client::{CallFaults, FaultAction};
 use sluice_proto::meta as pb;
 use sluice_test_support::RoleTask;
+use sluice_util::byte_size::ByteSize;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 

@@ -1,12 +1,12 @@
 //! `sluice admin certs`: the cluster CA and node certificates (see
-//! `sluice_auth` for the identity format and how to use an existing CA).
+//! `sluice_net` for the identity format and how to use an existing CA).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Subcommand;
-use sluice_auth::{Identity, Role, pki};
+use sluice_net::{Identity, Role, pki};
 
 /// `sluice admin certs ...`.
 #[derive(Subcommand, Debug)]
@@ -42,7 +42,7 @@ pub enum CertsCommand {
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {
-    s.parse().map_err(|e: sluice_auth::AuthError| e.to_string())
+    s.parse().map_err(|e: sluice_net::AuthError| e.to_string())
 }
 
 /// Runs one `sluice admin certs` subcommand.

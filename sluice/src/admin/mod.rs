@@ -98,23 +98,23 @@ const ADMIN_RPC_TIMEOUT: Duration = Duration::from_secs(660);
 
 /// The transport `conn` asks for: mutual TLS with the admin certificate,
 /// or plaintext when no TLS file is given.
-pub fn transport(conn: &AdminConn) -> anyhow::Result<sluice_auth::Transport> {
+pub fn transport(conn: &AdminConn) -> anyhow::Result<sluice_net::Transport> {
     match (&conn.ca, &conn.cert, &conn.key) {
         (Some(ca), Some(cert), Some(key)) => {
-            let tls = sluice_auth::ClusterTls {
+            let tls = sluice_net::ClusterTls {
                 ca_file: ca.clone(),
                 cert_file: cert.clone(),
                 key_file: key.clone(),
             };
-            Ok(sluice_auth::Transport::from_config(
+            Ok(sluice_net::Transport::from_config(
                 Some(&tls),
                 false,
-                sluice_auth::Role::Admin,
+                sluice_net::Role::Admin,
             )?)
         }
         (None, None, None) => {
             tracing::warn!("no --ca/--cert/--key: talking to meta in plaintext");
-            Ok(sluice_auth::Transport::Insecure)
+            Ok(sluice_net::Transport::Insecure)
         }
         _ => anyhow::bail!("give all of --ca, --cert and --key (or none, for a plaintext cluster)"),
     }

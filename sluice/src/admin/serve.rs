@@ -25,6 +25,7 @@
 //! at most [`MAX_PROCESSES_PER_SAMPLE`]; at most [`MAX_PAGE_CONNECTIONS`]
 //! connections are served at once, each closed after [`PAGE_TIMEOUT`].
 
+use sluice_util::clock::wall_clock_ms;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -183,19 +184,12 @@ impl Page {
                 }
                 s.history.push_back(sample);
                 s.latest = Some(status);
-                s.polled_ms = now_ms();
+                s.polled_ms = wall_clock_ms();
                 s.error = None;
             }
             Err(e) => s.error = Some(format!("{e:#}")),
         }
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// Runs `sluice admin serve` until Ctrl-C.
@@ -360,7 +354,7 @@ fn render_page(state: &PageState, interval: Duration) -> String {
             out,
             "<p class=\"err\">The last poll failed ({}); showing the answer of {}.</p>",
             esc(e),
-            esc(&ago(now_ms(), state.polled_ms))
+            esc(&ago(wall_clock_ms(), state.polled_ms))
         );
     }
     tiles(&mut out, s, &state.history);

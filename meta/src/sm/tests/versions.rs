@@ -12,7 +12,7 @@ pub(super) fn set_versioning(kv: &MemStore, b: &str, v: pb::Versioning) {
         kv,
         Command::PutBucketConfig(pb::PutBucketConfigRequest {
             name: b.into(),
-            config: Some(pb::put_bucket_config_request::Config::Versioning(v as i32)),
+            config: Some(pb::put_bucket_config_request::Config::Versioning(v.into())),
             ..Default::default()
         }),
     );

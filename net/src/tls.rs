@@ -122,7 +122,7 @@ pub fn install_crypto_provider() {
             .retain(|s| matches!(s, rustls::SupportedCipherSuite::Tls13(_)));
         if provider.install_default().is_err() {
             tracing::warn!(
-                "a rustls crypto provider was already installed; cluster TLS uses it (TLS 1.3 not enforced by sluice-auth)"
+                "a rustls crypto provider was already installed; cluster TLS uses it (TLS 1.3 not enforced by sluice-net)"
             );
         }
     });

@@ -8,8 +8,8 @@
 //! string ("1.2 MiB") to text formats, which would not read back as the
 //! same count.
 //!
-//! Use `#[serde(with = "sluice_auth::byte_size")]` on a `ByteSize` and
-//! `"sluice_auth::byte_size::optional"` on an `Option<ByteSize>` (absent or
+//! Use `#[serde(with = "sluice_util::byte_size")]` on a `ByteSize` and
+//! `"sluice_util::byte_size::optional"` on an `Option<ByteSize>` (absent or
 //! `null` is `None`; add `#[serde(default)]`). A role that needs a narrower
 //! range (a block size that must fit a `u32`, say) checks it in its
 //! config's `validate`.

@@ -66,7 +66,6 @@
 
 // Tests: `net::MemNet` runs the roles' real servers and clients without
 // sockets, and `faults` fails, delays or drops chosen calls on them.
-pub mod byte_size;
 pub mod faults;
 mod identity;
 mod layer;
