@@ -4,9 +4,9 @@
 //! caches) can shortcut the work, as with warp. The stream is rand's
 //! `StdRng` (ChaCha12) seeded per part: its block function lives in the
 //! `rand_chacha` dependency, which the workspace compiles optimised even in
-//! dev builds, so a dev build fills about 1 GiB/s per core — several times
-//! faster than a hand-written xorshift loop compiled without optimisation
-//! (~150 MiB/s measured here), and close to it in release builds. The
+//! dev builds, so a dev build fills several times faster than a
+//! hand-written xorshift loop compiled without optimisation, and close to
+//! it in release builds. The
 //! stream for a seed is stable within one build, not across rand versions.
 
 use rand::rngs::StdRng;

@@ -1,5 +1,5 @@
-//! `gc-pass`: one datanode GC pass over a store of many shards (issue 13:
-//! "on a datanode with 1 M synthetic shard files, one GC pass's time").
+//! `gc-pass`: one datanode GC pass over a store of many shards (the time
+//! of one GC pass on a datanode with 1 M synthetic shard files).
 //!
 //! Runs the datanode's own code on a real disk, in this process:
 //! 1. checks the free bytes and inodes of the filesystem holding
@@ -11,8 +11,8 @@
 //!    copies those bytes to the paths of `--shards` shards
 //!    ([`DiskStore::shard_path`], so every fan-out directory gets its
 //!    share), each with an mtime [`SHARD_AGE`] back (past `gc_grace`). The
-//!    write path's fsync, rename and directory fsync per shard would take
-//!    about an hour for a million shards; the copies are the same bytes
+//!    write path's fsync, rename and directory fsync per shard would be
+//!    slow for a million shards; the copies are the same bytes
 //!    under the same names, and one `syncfs` makes them durable. The store
 //!    is then opened again (its start-up count reads every directory).
 //!    Setup is untimed but printed;

@@ -16,7 +16,7 @@
 //! (see [`objects`]). All three also report the CPU time the `--pids`
 //! processes used during the load, per request and per GiB.
 //!
-//! `soak` starts a multi-process Sluice cluster and runs the issue-3 soak
+//! `soak` starts a multi-process Sluice cluster and runs the soak
 //! shapes (seed, SDK-default, overload) with that engine, judging each by
 //! RSS, errors, SlowDown and byte-identical read-back (see [`soak`] and
 //! the README section "Memory and backpressure").

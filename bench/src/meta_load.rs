@@ -1,4 +1,4 @@
-//! `meta-load`: the metadata path at millions of objects (issue 13).
+//! `meta-load`: the metadata path at millions of objects.
 //!
 //! Starts three `sluice meta` voters as separate processes (plaintext
 //! cluster gRPC, a metrics listener each), then, through the real metadata

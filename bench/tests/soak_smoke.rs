@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The whole smoke takes ~2 minutes on two cores; this only guards a hang.
+/// Far above the smoke's usual run time; this only guards a hang.
 const SMOKE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 fn sluice_binary() -> PathBuf {

@@ -5,10 +5,9 @@
 //! buffer. The bytes on the wire are the ones tonic would send, so
 //! gateways decode them with the generated client.
 //!
-//! Measured on a 1 MiB GetObject load (`sluice-bench get --obj-size 1MiB
-//! --concurrent 16` against `sluice dev`, perf): tonic's encode path was
-//! 13 % of the process's CPU, most of it growing its buffer (realloc copies
-//! and page faults of fresh 256 KiB mappings) and the copy itself.
+//! Under a GetObject load tonic's encode path was a large share of the
+//! datanode's CPU, most of it growing its buffer (realloc copies and page
+//! faults of fresh mappings) and the copy itself (see bench/RESULTS.md).
 //!
 //! [`DatanodeRoutes`] sits where the generated `DatanodeServer` did, behind
 //! the same layers (mutual-TLS authorization, connection limits); every

@@ -74,11 +74,9 @@
 //!             + 256 KiB × block pieces held by GETs + allocator overhead
 //! ```
 //!
-//! Measured under the soak's overload shape, with glibc tuned as
-//! `sluice/src/malloc.rs` says (24 MiB of budgets, 32 requests in flight,
-//! 1,024 client connections): the gateway peaked 3.1-5.5 MiB above
-//! `base + budgets` (2026-12-05), inside the 20 MiB the connection terms
-//! above give that shape; with 256 client connections 2.2 MiB.
+//! Under the soak's overload shape, with glibc tuned as
+//! `sluice/src/malloc.rs` says, the gateway's peak above `base + budgets`
+//! stays inside the connection terms above (figures in bench/RESULTS.md).
 //!
 //! # Deadlock freedom
 //!

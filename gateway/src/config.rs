@@ -423,8 +423,8 @@ pub enum ConfigError {
 /// Default `inline_max_bytes`: 4 KiB.
 pub const DEFAULT_INLINE_BYTES: u64 = 4 * 1024;
 /// Largest `inline_max_bytes`: 64 KiB. Inline bodies live in meta's Raft
-/// log, store and snapshots (which today are built whole in memory:
-/// issue 13), so they stay small.
+/// log, store and snapshots (which are built whole in memory), so they
+/// stay small.
 pub const MAX_INLINE_BYTES: u64 = 64 * 1024;
 
 impl Config {

@@ -46,10 +46,10 @@ pub const BLOCK_MESSAGE_FRAMING_BYTES: u32 = 64;
 /// holds the whole block, as for a stream's first block): fewer, larger
 /// TLS writes on the datanode and fewer, larger chunks handed to hyper on
 /// the gateway, so the client too is woken fewer times per GET (figures in
-/// the README's issue-14 section). Small enough that h2's buffer for one
+/// bench/RESULTS.md). Small enough that h2's buffer for one
 /// frame stays below glibc's mmap threshold (128 KiB, asserted in
 /// `sluice/src/malloc.rs`): with 256 KiB frames (one per block's data)
-/// most frame buffers were mappings of their own, ~130 page faults per
+/// most frame buffers were mappings of their own, page-faulted on every
 /// GET, and a GET cost more CPU than with 16 KiB frames. Memory: the
 /// chunks cut from a frame are slices of h2's buffer, so a held chunk
 /// keeps that buffer alive (see the README's memory formula).

@@ -1,7 +1,7 @@
 //! The gateway's write epochs (see `docs/durability.md` §3 and
 //! `OpenEpochRequest` in `proto/meta.proto`).
 //!
-//! Owner: the gateway-epochs work. The heal worker uses [`WriteEpochs::begin_write`]
+//! The heal worker uses [`WriteEpochs::begin_write`]
 //! and [`EpochGuard::epoch`]; keep those signatures.
 //!
 //! # Life of an epoch

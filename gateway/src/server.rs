@@ -72,15 +72,15 @@ pub use precheck::{MAX_PRESIGNED_EXPIRES_SECS, precheck};
 /// body arrives in chunks of at most this size, and a chunk handed to the
 /// write path keeps its buffer alive until it has been copied into stripes,
 /// so an uploading connection holds at most about twice this outside the
-/// buffer budget. (hyper's default, ~400 KiB, held 58 MiB over 80 uploads.)
+/// buffer budget. (hyper's default, ~400 KiB, held far more over many uploads.)
 pub const HTTP1_MAX_BUF_BYTES: usize = 64 * 1024;
 /// Memory of each client connection being served outside any budget
 /// (bytes): hyper's first read buffer and its response-head buffer, 8 KiB
 /// each (hyper 1.x `INIT_BUFFER_SIZE`), allocated for every connection
 /// however little it sends. Its task and protocol state are a few KiB more,
 /// but pages of those buffers stay untouched: under the soak's overload
-/// shape the gateway peaked 0.8-3.3 MiB higher with 1,024 client
-/// connections than with 256, 1.1-4.4 KiB per connection. An uploading
+/// shape each extra client connection cost the gateway less than this
+/// (figures in bench/RESULTS.md). An uploading
 /// connection's larger buffer is counted apart (twice
 /// [`HTTP1_MAX_BUF_BYTES`]).
 pub const CONNECTION_STATE_BYTES: usize = 16 * 1024;

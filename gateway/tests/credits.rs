@@ -401,9 +401,9 @@ async fn a_write_after_a_restart_does_not_use_the_draining_connection() -> Resul
 
 /// The same with a shutdown grace longer than a credit stream attempt may
 /// take (7 s against 5 s): the write neither waits for the old node's drain
-/// nor loses its shard. (Measured: the first attempt after the break is
-/// cancelled by the connection that got the GOAWAY, within ~50 ms; the next
-/// goes out on a new connection.)
+/// nor loses its shard. (The first attempt after the break is cancelled by
+/// the connection that got the GOAWAY; the next goes out on a new
+/// connection.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_drain_longer_than_a_credit_attempt_still_holds_the_write_back() -> Result<()> {
     restart_while_a_read_drains(51, tiny_budget_long_grace).await

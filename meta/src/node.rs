@@ -36,13 +36,13 @@ const INSTALL_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Log entries per AppendEntries call. openraft 0.9 gives each call
 /// `heartbeat_interval` (250 ms) and resends on timeout, while the follower
 /// still appends every request already queued: with its default of 300
-/// entries, records of 1,000-part objects (~100 KB each) made 30 MB calls a
+/// entries, records of 1,000-part objects (~100 KB each) made calls a
 /// catching-up follower could not append in time, and the resent calls
-/// queued on it to 2.9 GiB RSS without it ever catching up
+/// queued on it without it ever catching up
 /// (`sluice-bench meta-load --many-parts-objects 1000`). 64 entries bound a
 /// call to 64 x the largest entry (6.4 MB of such records). Not lower: one
 /// call per follower is in flight at a time, so this also caps a write
-/// batch (16 capped 64 writers at ~930 PutObject/s).
+/// batch (16 throttled 64 writers; figures in bench/RESULTS.md).
 const MAX_PAYLOAD_ENTRIES: u64 = 64;
 
 /// The snapshot files' directory, inside `data_dir` (beside sled's files).
@@ -55,11 +55,11 @@ const STORE_RELEASE_WAIT: Duration = Duration::from_secs(10);
 /// node builds a snapshot once `max(snapshot_logs_since_last, current
 /// snapshot bytes / this)` entries were applied since the last one, so the
 /// build's cost per entry stays flat as the metadata grows (a build writes
-/// the whole state). With openraft's fixed `LogsSinceLast(5000)`, at
-/// 300,000 objects each node spent 63 % of its time building snapshots (62
-/// builds of ~94 MB in 7.5 minutes) and PutObject fell from 1,590 to 590
-/// ops/s (`sluice-bench meta-load --objects 2000000`); with 4 KiB a node
-/// still spent ~40 %. At 1 KiB an entry of a ~320-byte record (what the
+/// the whole state). With openraft's fixed `LogsSinceLast(5000)` a large
+/// store had each node spend most of its time building snapshots, and
+/// PutObject throughput fell (`sluice-bench meta-load --objects 2000000`;
+/// figures in bench/RESULTS.md); 4 KiB was still too little. At 1 KiB an
+/// entry of a ~320-byte record (what the
 /// snapshot holds per object, with its reference and session) pays ~3x its
 /// size in snapshot writes, and the log kept between snapshots (in sled,
 /// on disk; a restart does not replay it, the applied state is in sled
@@ -126,11 +126,11 @@ pub async fn run(
         // Builds are triggered by `schedule_snapshots`.
         snapshot_policy: SnapshotPolicy::Never,
         // The last chunk's InstallSnapshot answers when the follower has
-        // installed the snapshot: a 93 MB snapshot (900,000 records) took
-        // minutes here. With openraft's 200 ms default the leader gave up
-        // and sent the whole snapshot again every ~200 ms while the
-        // follower was installing; the resent chunks queued on the
-        // follower (2.8 GiB RSS). See INSTALL_SNAPSHOT_TIMEOUT.
+        // installed the snapshot, which for a large one takes minutes.
+        // With openraft's 200 ms default the leader gave up and sent the
+        // whole snapshot again on every timeout while the follower was
+        // installing; the resent chunks queued on the follower. See
+        // INSTALL_SNAPSHOT_TIMEOUT.
         install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT.as_millis() as u64,
         max_payload_entries: MAX_PAYLOAD_ENTRIES,
         max_in_snapshot_log_to_keep: config.max_in_snapshot_log_to_keep,

@@ -26,10 +26,10 @@
 //! starts with no observations: it gives every open epoch a full lease and
 //! expires no session for its first `session_expiry` (the rule of leases
 //! after a leader change: Gray and Cheriton 1989; Ongaro's dissertation
-//! §6.4). The chaos suite found the wall-clock version wrong: a leader
-//! that ran 36 minutes behind, restarted on the true clock and re-elected,
-//! saw every epoch and session entry it had stamped as 36 minutes old and
-//! closed a live gateway's epoch and expired its sessions at once.
+//! §6.4). Wall-clock stamps would be wrong: a leader whose clock ran
+//! behind, restarted on the true clock and re-elected, would see every
+//! epoch and session entry it had stamped as old and close a live
+//! gateway's epoch and expire its sessions at once.
 //!
 //! # Metrics
 //! `sluice_meta_stale_uploads_aborted_total`: uploads the sweeper aborted.

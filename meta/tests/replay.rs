@@ -15,12 +15,12 @@ use sluice_proto::meta as pb;
 mod common;
 use common::*;
 
-/// The chaos suite's seed 9, on one node: a PutObject is applied and its
+/// On one node: a PutObject is applied and its
 /// response lost; while the retry is stalled, the session entry is evicted
 /// (a table of one entry) and the gateway's write epoch closes (never
-/// renewed). The retry must succeed: it committed. (It was refused
-/// `EPOCH_CLOSED`, and a gateway deletes the blob of a refused commit: the
-/// object stayed listed with its shards gone.)
+/// renewed). The retry must succeed: it committed. (Were it refused
+/// `EPOCH_CLOSED`, the gateway would delete the blob of a refused commit:
+/// the object would stay listed with its shards gone.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_put_retried_after_its_session_and_epoch_are_gone_succeeds() -> Result<()> {
     let tmp = tempfile::tempdir()?;

@@ -107,8 +107,8 @@ pub fn validate_choice(
 
 /// Installs, once per process, the rustls crypto provider cluster TLS
 /// uses: aws-lc-rs (rustls's default provider; its AES-GCM uses the
-/// CPU's vector AES where ring's does not: a 1 MiB GET, whose bytes cross
-/// TLS twice, ran 9 % faster at 12 % less CPU per byte than with ring),
+/// CPU's vector AES where ring's does not, which matters to a GET, whose
+/// bytes cross TLS twice; figures in bench/RESULTS.md),
 /// restricted to TLS 1.3 cipher suites, so every handshake made through
 /// it is TLS 1.3. Installed as the process default because
 /// tonic builds its rustls configs from the default provider; if another

@@ -14,10 +14,9 @@
 //!   buffer of that size in its own mapping, unmapped on free, so RSS
 //!   follows the live bytes the budgets count (the gateway's reused
 //!   full-stripe buffers are kept only inside its write budget's unused
-//!   bytes: `gateway/src/blob/stripe_buffers.rs`). Measured (`sluice-bench soak
-//!   --shapes sdk-default,overload --overload-duration 60s`): gateway peak
-//!   289 -> 165 MiB (sdk-default, budgets 384 MiB), 51.4 -> 40.0 MiB
-//!   (overload, budgets 24 MiB); datanodes 24-26 -> 22 MiB (overload).
+//!   bytes: `gateway/src/blob/stripe_buffers.rs`). It lowers the soak's
+//!   peak RSS of the gateway and the datanodes (`sluice-bench soak
+//!   --shapes sdk-default,overload`; figures in bench/RESULTS.md).
 //!   The gateway's largest HTTP/2 frame from a datanode, with its 9-byte
 //!   head, is kept below it (`sluice_gateway::datanodes::MAX_FRAME_BYTES`,
 //!   asserted below), so h2 reads a frame into a heap buffer of about its

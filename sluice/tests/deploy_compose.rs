@@ -10,7 +10,7 @@
 //! (`docker info`) or docker-compose or the aws CLI is missing. Needs
 //! haproxy on the host for its image (`.ci/run` installs it; the image
 //! script installs it with apt when it is missing and it runs as root).
-//! Takes 2.5-4 minutes (146-240 s measured with the debug binary).
+//! Takes minutes.
 
 use std::net::TcpListener;
 use std::path::Path;

@@ -788,7 +788,7 @@ fn run_ok_with_stderr(
     (stdout, stderr)
 }
 
-/// s3cmd, minio-py and rclone as their users run them (issue 12): `s3cmd
+/// s3cmd, minio-py and rclone as their users run them: `s3cmd
 /// info` of a bucket and an object with no `501`, `s3cmd setacl
 /// --acl-public` then a plain `curl` of the object, minio-py's object tags
 /// and bucket policy, rclone with a versioning query. `.ci/run` installs

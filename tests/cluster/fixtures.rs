@@ -299,7 +299,7 @@ pub fn s3_http_client(ca_pem: Option<&str>) -> aws_sdk_s3::config::SharedHttpCli
 /// 100 ms after a 2 s `delete_delay`.
 ///
 /// The lease is 5 s, not 1 s, so a gateway starved of CPU on a loaded test
-/// machine (2 cores, several clusters at once) does not lose its epoch and
+/// machine (few cores, several clusters at once) does not lose its epoch and
 /// answer 503 in tests that do not exercise fencing;
 /// `paused_gateway_commit_is_fenced` sets [`FENCING_EPOCH_LEASE`].
 pub fn durable_meta(c: &mut sluice_meta::Config) {

@@ -1,4 +1,4 @@
-//! The 3-voter scenario of issue 2, section 5: one cluster, steps in order.
+//! The 3-voter scenario: one cluster, steps in order.
 
 use std::time::Instant;
 

@@ -1,4 +1,4 @@
-//! Issue 3, section 7: flow control end to end on tiny budgets.
+//! Flow control end to end on tiny budgets.
 //!
 //! * 1 meta, 6 datanodes with 4 MiB write budgets, a gateway with 4 MiB
 //!   write and read buffer budgets: 32 concurrent multipart uploads all

@@ -1,4 +1,4 @@
-//! `sluice-bench soak`: the memory-and-backpressure soak of issue 3.
+//! `sluice-bench soak`: the memory-and-backpressure soak.
 //!
 //! Starts a multi-process Sluice cluster on loopback (one meta node, six
 //! datanodes, one gateway, each its own `sluice` process so that each RSS

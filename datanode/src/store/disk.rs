@@ -14,8 +14,7 @@
 //! page back. Only clean pages are dropped, so this changes no durability:
 //! it keeps the page cache from growing with every byte written, and the
 //! next shards' writes reuse the freed pages instead of taking (and the
-//! kernel later reclaiming) fresh ones. The README's issue-14 section has
-//! the measurements.
+//! kernel later reclaiming) fresh ones (figures in bench/RESULTS.md).
 //!
 //! A listing page ([`ShardStore::list`], store order: fan-out directory,
 //! then blob id) reads the cursor's directory, sorts its shard names and
@@ -906,7 +905,7 @@ enum Io {
     /// and an atime update can touch the journal unless the file system is
     /// mounted `noatime`, as in deploy/vm/README.md). Costs the worker what
     /// the blocking pool would have spent: a copy out of the page cache and
-    /// the block's CRC check (tens of microseconds for 256 KiB).
+    /// the block's CRC check, short for one block.
     Cached,
 }
 
@@ -1092,8 +1091,8 @@ fn read_block(
 /// Reads up to `len` bytes at `offset` (fewer only at the end of the file)
 /// into a new buffer. Blocking, with `pread` into the vector's spare
 /// capacity: the buffer is not zero-filled first, as `read_exact_at` into
-/// a `vec![0; len]` needs (a 256 KiB memset per block, 1.5 % of a 1 MiB
-/// GET's server CPU), and the file's offset is not used, so a reader whose
+/// a `vec![0; len]` needs (a memset of every block, visible in a GET's
+/// server CPU), and the file's offset is not used, so a reader whose
 /// read was cancelled cannot race the blocking read it left behind.
 /// Cached, with `preadv2(RWF_NOWAIT)` into the spare capacity likewise
 /// ([`preadv2_nowait`]): `EAGAIN` where a page is not cached.
@@ -1127,8 +1126,8 @@ fn read_span(file: &File, offset: u64, len: u64, io: Io) -> std::io::Result<Vec<
 
 /// `preadv2(RWF_NOWAIT)` of up to `len - buf.len()` bytes at `offset`,
 /// appended to `buf` without zero-filling it first (rustix's `preadv2`
-/// takes initialized slices only; zeroing a 256 KiB block was 2.2 % of a
-/// 1 MiB GET's server CPU): the count read, `EAGAIN` where a page is not
+/// takes initialized slices only, and zeroing every block shows in a
+/// GET's server CPU): the count read, `EAGAIN` where a page is not
 /// cached.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]

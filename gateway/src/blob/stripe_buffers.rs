@@ -11,8 +11,7 @@
 //! follows the budgets), so a fresh 1.5 MiB stripe buffer costs a page
 //! fault per 4 KiB page, the kernel's zeroing of each page, and an unmap
 //! with its TLB flush, on every stripe. A reused buffer costs none of it
-//! (perf of a 1 MiB PutObject load showed page faults and unmaps at ~8 %
-//! of the process's CPU).
+//! (these costs show in a PutObject load's profile; see bench/RESULTS.md).
 //!
 //! Bound: idle buffers are kept only inside the unused part of the write
 //! budget, so buffers in use (each under its stripe's permit) and idle

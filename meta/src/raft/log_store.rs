@@ -223,9 +223,8 @@ impl<K: KvStore> RaftLogStorage<TypeConfig> for LogStore<K> {
         // The marker goes with the first chunk; entries left below it by a
         // crash are never read (reads start above the marker) and the next
         // purge deletes them. Small batches because sled keeps memory after
-        // a large one: measured under the soak, purging ~4000 entries in one
-        // batch added ~10 MiB of RSS that stayed (with any sled cache size);
-        // in batches of 256 the same purge added ~1.4 MiB.
+        // a large one, with any sled cache size (figures in
+        // bench/RESULTS.md).
         let mut keys = keys.into_iter().peekable();
         let mut b = Batch::new();
         b.put(Space::LogMeta, PURGED, log_id.to_pb().encode_to_vec());

@@ -23,8 +23,8 @@ pub struct RaftService {
     /// up on stays queued in the follower's Raft core (an unbounded
     /// channel) and is appended anyway: a follower slower than that (a new
     /// voter catching up, loading a snapshot) queued resend after resend,
-    /// each up to `max_payload_entries` records (64 × ~100 KB), and grew to
-    /// GiBs. A call waiting here is dropped with its payload when the
+    /// each up to `max_payload_entries` records (64 × ~100 KB), and grew
+    /// without bound. A call waiting here is dropped with its payload when the
     /// leader gives up on it (its stream is reset), before Raft sees it, so
     /// at most one payload is in Raft and the waiting ones last 250 ms.
     /// Heartbeats (no entries) pass without waiting.

@@ -78,8 +78,8 @@ pub const LOAD_BATCH_BYTES: usize = 4 << 20;
 /// every insert and frees the old copies only when the batch that made
 /// them ends (epoch-based reclamation), so a batch's garbage grows with
 /// its record count times the node size: 4 MiB batches of ~100-byte
-/// records (~40,000 each) took a new voter installing a 114 MiB snapshot
-/// to 4 GiB RSS (heaptrack: sled's `Node::set_leaf` and `parent_split`
+/// records (~40,000 each) took a new voter's RSS to many times the
+/// snapshot's size (heaptrack: sled's `Node::set_leaf` and `parent_split`
 /// under `apply_batch`).
 pub const LOAD_BATCH_RECORDS: usize = 256;
 /// The largest record a snapshot file may hold (a corrupt length beyond it

@@ -7,7 +7,7 @@
 //! empty key, so it travels with the records in snapshots (`SmMeta` is not
 //! part of a snapshot).
 //!
-//! Owner: the exactly-once/epochs work. [`is_open`] is used by
+//! [`is_open`] is used by
 //! `sm::heal` (Collectable, UpdatePlacement) and must keep its signature.
 
 use std::ops::Bound;

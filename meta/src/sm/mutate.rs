@@ -169,8 +169,8 @@ fn op_id_of(command: &Command) -> &str {
 ///
 /// Without this rule the retry would be judged again: refused when its
 /// write epoch closed meanwhile, and the gateway deletes the blob of a
-/// refused commit, which here is the committed object's only copy (found
-/// by the chaos suite, seed 9: a listed object whose every GET failed).
+/// refused commit, which here is the committed object's only copy (a
+/// listed object whose every GET fails).
 /// With it, a refusal of a commit always means that no record references
 /// its blobs.
 fn committed_replay<K: KvStore>(kv: &K, command: &Command) -> Result<Option<Applied>, SmError> {

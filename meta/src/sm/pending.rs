@@ -9,7 +9,7 @@
 //! confirmed with `CollectPending`; a record goes once every node of its
 //! placement confirmed.
 //!
-//! Owner: the exactly-once/epochs work. [`get`] is used by `sm::heal`
+//! [`get`] is used by `sm::heal`
 //! (Collectable) and must keep its signature.
 
 use std::collections::BTreeMap;

@@ -7,8 +7,8 @@
 //! for expiry and eviction. Log indexes, not leader wall-clock stamps: a
 //! leader whose clock is behind would stamp fresh entries as old, and the
 //! next leader would expire them at once, so a retry inside
-//! `session_expiry` would be applied a second time (the chaos suite's
-//! clock-jump fault did this). The entry count lives in `Space::Sessions` under
+//! `session_expiry` would be applied a second time. The entry count
+//! lives in `Space::Sessions` under
 //! the empty key (an empty op id is never recorded), so it travels with the
 //! table in snapshots and the apply path never scans the table.
 //!
@@ -21,8 +21,6 @@
 //! sampled at least `session_expiry` ago (crate::sweeper), at most
 //! [`MAX_EXPIRE_BATCH`] entries per entry. A new leader has no samples and
 //! expires nothing for its first `session_expiry`.
-//!
-//! Owner: the exactly-once/epochs work.
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};

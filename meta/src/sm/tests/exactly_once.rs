@@ -293,11 +293,10 @@ fn expire_all_and_close(kv: &MemStore, now_ms: i64) {
     assert!(!epochs::is_open(kv, EPOCH).unwrap());
 }
 
-/// The chaos suite's seed 9: a PutObject applied, its response lost, its
-/// session entry expired and its write epoch closed; the retry used to be
-/// refused EPOCH_CLOSED, and the gateway deleted the blob of the object the
-/// first application had committed. The retry must succeed and change
-/// nothing.
+/// A PutObject applied, its response lost, its session entry expired and
+/// its write epoch closed: refused EPOCH_CLOSED, the retry would make the
+/// gateway delete the blob of the object the first application had
+/// committed. The retry must succeed and change nothing.
 #[test]
 fn committed_put_replayed_after_expiry_succeeds_and_changes_nothing() {
     let kv = MemStore::new();
