@@ -13,7 +13,7 @@
 //!
 //! # Safety
 //! Safety does not depend on `gc_grace` or on any clock
-//! (`docs/durability.md` §3, §5). Meta answers "collectable" only when the
+//! (`docs/design/durability.md` §3, §5). Meta answers "collectable" only when the
 //! blob's write epoch is closed (a commit naming it is refused from then
 //! on) or its pending deletion's `delete_delay` has passed, no heal intent
 //! names the shard, and no committed placement puts that index of the blob

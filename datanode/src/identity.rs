@@ -1,5 +1,5 @@
 //! Disk identity: `<data_dir>/sluice-disk.toml` names the disk and the node
-//! that formatted it (`docs/durability.md` §7).
+//! that formatted it (`docs/design/durability.md` §7).
 //!
 //! At first start (no identity file) the datanode writes a random
 //! `disk_id` (32 hex digits) and its node id, durably (temp file, fsync,

@@ -5,7 +5,7 @@
 //! place) takes the lock of its blob. So a heal that rewrites a shard path
 //! after meta's answer either commits before GC asks (and meta sees its
 //! heal intent or placement) or waits until GC has deleted the stale copy,
-//! and its new file is never deleted (`docs/durability.md` §5).
+//! and its new file is never deleted (`docs/design/durability.md` §5).
 //!
 //! The lock is a bounded set of locked blob ids ([`MAX_LOCKED_BLOBS`]) and a
 //! [`Notify`]: a taker waits until none of its ids is held and there is

@@ -1,6 +1,6 @@
 //! Scrub: a background worker that reads every block of every shard,
 //! verifies its CRC32C, and quarantines and reports the damaged shards
-//! (`docs/durability.md` §7).
+//! (`docs/design/durability.md` §7).
 //!
 //! One pass ([`scrub_pass`]) pages through the store ([`ShardStore::list`],
 //! [`SCRUB_PAGE_BLOBS`] blobs per page) and reads each shard block by

@@ -1,5 +1,5 @@
 //! [`DiskSpace`]: free space of the data dir's filesystem and the
-//! `reserved_free_bytes` reserve (`docs/durability.md` §7).
+//! `reserved_free_bytes` reserve (`docs/design/durability.md` §7).
 //!
 //! Free bytes come from `statvfs(2)` of the data dir (blocks available to
 //! unprivileged users × fragment size). PutShard asks

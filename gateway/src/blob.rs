@@ -562,8 +562,8 @@ impl BlobStore {
         // met, the writable nodes take the first shards (data first) and the
         // others (down, or live but full) the rest; their shards fail fast
         // (unreachable, or refused with RESOURCE_EXHAUSTED) and are
-        // recorded as missing, to heal (DESIGN: "up to m datanodes down:
-        // writes still succeed while the write quorum is reachable").
+        // recorded as missing, to heal: with up to m datanodes down, writes
+        // still succeed while the write quorum is reachable.
         let quorum = self.inner.config.write_quorum;
         let live = entries.iter().filter(|e| e.live).count();
         if count + others.len() < needed {

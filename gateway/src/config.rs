@@ -170,13 +170,13 @@ pub struct Config {
     /// Datanode credit left unused this long is returned to the datanode (default 2 s).
     #[serde(with = "humantime_serde")]
     pub credit_idle_timeout: Duration,
-    // --- write epochs and released blobs (docs/durability.md §3, §4) ---
+    // --- write epochs and released blobs (docs/design/durability.md §3, §4) ---
     /// How often the gateway opens a new write epoch (default 10 min). The
     /// previous epoch is renewed until the writes begun under it finished,
     /// then left to expire on meta, which lets GC collect its garbage.
     #[serde(with = "humantime_serde")]
     pub epoch_rotation: Duration,
-    // --- heal worker (docs/durability.md §6; see `crate::heal`) ---
+    // --- heal worker (docs/design/durability.md §6; see `crate::heal`) ---
     /// Whether this gateway runs the heal worker (default true).
     pub heal_enabled: bool,
     /// Shard bytes per second the heal worker may write (integer or

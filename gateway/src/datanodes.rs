@@ -52,7 +52,7 @@ pub const BLOCK_MESSAGE_FRAMING_BYTES: u32 = 64;
 /// most frame buffers were mappings of their own, page-faulted on every
 /// GET, and a GET cost more CPU than with 16 KiB frames. Memory: the
 /// chunks cut from a frame are slices of h2's buffer, so a held chunk
-/// keeps that buffer alive (see the README's memory formula).
+/// keeps that buffer alive (see docs/design/memory.md, "Memory formula").
 pub const MAX_FRAME_BYTES: u32 = 112 * 1024;
 // A frame size HTTP/2 allows (RFC 9113 section 6.5.2).
 const _: () = assert!(MAX_FRAME_BYTES >= 16_384 && MAX_FRAME_BYTES <= 16_777_215);

@@ -1,4 +1,4 @@
-//! The gateway's write epochs (see `docs/durability.md` §3 and
+//! The gateway's write epochs (see `docs/design/durability.md` §3 and
 //! `OpenEpochRequest` in `proto/meta.proto`).
 //!
 //! The heal worker uses [`WriteEpochs::begin_write`]

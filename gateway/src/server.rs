@@ -590,7 +590,7 @@ pub async fn run_with_meta(
     let blobs = BlobStore::start_with_stats(blob_config, meta.clone(), stats.clone())
         .await
         .map_err(Error::BlobStore)?;
-    // Heal worker (docs/durability.md §6): it writes under the same write
+    // Heal worker (docs/design/durability.md §6): it writes under the same write
     // epochs as client writes.
     let heal = config.heal_enabled.then(|| {
         crate::heal::describe();

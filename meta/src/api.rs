@@ -29,7 +29,7 @@ pub(crate) struct MetaService<K: KvStore> {
     pub(crate) kv: Arc<K>,
     pub(crate) liveness: Arc<Liveness>,
     /// How long a released blob's shards stay readable before Collectable
-    /// lets datanodes delete them (`docs/durability.md` §4).
+    /// lets datanodes delete them (`docs/design/durability.md` §4).
     pub(crate) delete_delay: Duration,
     /// Loads datanodes and gateways report, for `sluice admin status`.
     pub(crate) loads: Arc<crate::admin::status::Loads>,

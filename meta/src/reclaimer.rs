@@ -1,5 +1,5 @@
 //! The leader's reclaimer: deletes the shards of released blobs once their
-//! `delete_delay` passed (`docs/durability.md` §4).
+//! `delete_delay` passed (`docs/design/durability.md` §4).
 //!
 //! On the leader only, every `reclaim_interval`, the reclaimer pages the
 //! pending deletions ([`sm::pending::due`], [`PAGE`] records per page, at

@@ -1,7 +1,7 @@
 //! Memory budgets: how much memory this process may use, and the budget
 //! defaults derived from it.
 //!
-//! The memory model (DESIGN.md) promises `RSS ≤ base + configured budgets`,
+//! The memory model (docs/design/memory.md) promises `RSS ≤ base + configured budgets`,
 //! with the budgets defaulting from the memory limit of the process's
 //! cgroup, not from host RAM. [`detect_memory_limit`] finds that limit:
 //!

@@ -1,5 +1,5 @@
 //! Tuning of glibc's malloc, the system allocator, chosen by measurement
-//! under the soak benchmark (see README, "Memory and backpressure").
+//! under the soak benchmark (see docs/design/memory.md).
 //!
 //! Applied once at start, before any thread is spawned; a setting whose
 //! `MALLOC_*` environment variable is set is left to glibc (so it can still

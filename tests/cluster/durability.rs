@@ -1,4 +1,4 @@
-//! Durability over time (`docs/durability.md`): heal after a
+//! Durability over time (`docs/design/durability.md`): heal after a
 //! datanode was down, wiped disks rebuilt one after another, exactly-once
 //! commits under lost responses, readers surviving overwrites, commits of a
 //! paused gateway fenced by write epochs, full datanodes taking no shards,

@@ -291,7 +291,7 @@ pub fn s3_http_client(ca_pem: Option<&str>) -> aws_sdk_s3::config::SharedHttpCli
 }
 
 // ---------------------------------------------------------------------------
-// Durability knobs (docs/durability.md), one function per role: tiny
+// Durability knobs (docs/design/durability.md), one function per role: tiny
 // intervals so heal, GC, epochs and reclaim act within a test's seconds.
 // Tests apply one of these first, then change what they exercise.
 

@@ -12,7 +12,7 @@
 //!   UploadPartCopy and presigned URLs on a 1-voter cluster.
 //! * `durability` — heal, wiped disks, exactly-once commits, readers and
 //!   overwrites, write epochs fencing a paused gateway, full datanodes,
-//!   scrub (`docs/durability.md`).
+//!   scrub (`docs/design/durability.md`).
 //! * `lifecycle` — bucket lifecycle rules run by the meta leader (a day of
 //!   2 s): expiration, aborted uploads, the configuration's errors.
 //! * `public_access` — canned ACLs, bucket policies, anonymous requests,

@@ -1,7 +1,7 @@
 //! Accessors the heal worker ([`crate::heal`]) needs on a [`BlobStore`]:
 //! its codec, its datanode pool, its credit streams and its write buffer
 //! budget. Heal runs inside the same credits and budgets as client writes
-//! (`docs/durability.md` §6), so it reaches them here instead of owning
+//! (`docs/design/durability.md` §6), so it reaches them here instead of owning
 //! copies.
 
 use std::sync::Arc;

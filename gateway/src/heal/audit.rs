@@ -1,4 +1,4 @@
-//! The audit (`docs/durability.md` §6, "Audit"): finds shards that
+//! The audit (`docs/design/durability.md` §6, "Audit"): finds shards that
 //! vanished (wiped or replaced disk, lost files) and shards on nodes down
 //! too long, and reports them missing so the degraded poll heals them.
 //!

@@ -1,4 +1,4 @@
-//! The heal worker (`docs/durability.md` §6): runs inside a gateway, finds
+//! The heal worker (`docs/design/durability.md` §6): runs inside a gateway, finds
 //! missing shards (the audit) and rebuilds them (the degraded poll), inside
 //! the same credits and buffer budget as client writes.
 //!

@@ -1,4 +1,4 @@
-//! Rebuilding one degraded blob (`docs/durability.md` §6, "Rebuild").
+//! Rebuilding one degraded blob (`docs/design/durability.md` §6, "Rebuild").
 //!
 //! 1. [`choose_targets`]: for every missing shard index `i`, the same node
 //!    `P.nodes[i]` when it is live and writable (in-place repair of a

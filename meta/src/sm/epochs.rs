@@ -1,5 +1,5 @@
 //! Write epochs: fencing of late commits (see `OpenEpochRequest` in
-//! `proto/meta.proto` and `docs/durability.md` §3).
+//! `proto/meta.proto` and `docs/design/durability.md` §3).
 //!
 //! `Space::Epochs` holds one [`rpb::EpochRecord`] per open epoch under its
 //! number (u64 BE); a closed epoch has no record and never reopens. The

@@ -1,6 +1,6 @@
 //! Degraded blobs, heal intents, placement compare-and-set and the GC
 //! question (Collectable). See the heal section of `proto/meta.proto` and
-//! `docs/durability.md` §5 and §6.
+//! `docs/design/durability.md` §5 and §6.
 //!
 //! # Heal intents
 //! [`Space::HealIntents`] holds two key families per intent, so that both
@@ -150,7 +150,7 @@ fn places(placement: &pb::Placement, node: u64, index: u32) -> bool {
 }
 
 /// Collectable: which of `shards`, stored on datanode `node`, are garbage
-/// (`docs/durability.md` §5), in request order. A shard is collectable when
+/// (`docs/design/durability.md` §5), in request order. A shard is collectable when
 /// no heal intent names (node, blob, index), no committed record places
 /// that shard index of the blob on `node`, and — when the blob has a
 /// pending deletion — `delete_delay_ms` has passed since its release

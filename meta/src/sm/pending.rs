@@ -1,5 +1,5 @@
 //! Pending deletions of released blobs (see `PendingDeletion` in
-//! `proto/raft.proto` and `docs/durability.md` §4).
+//! `proto/raft.proto` and `docs/design/durability.md` §4).
 //!
 //! Every placement a mutation releases gets a record in `Space::Pending`
 //! (keyed by blob id) in the same batch ([`record_released`], called by

@@ -1,5 +1,5 @@
 //! Object versions (S3 "Using versioning in S3 buckets"; the layout is in
-//! docs/versioning.md).
+//! docs/design/versioning.md).
 //!
 //! `Objects[bucket, key]` stays the key's *current* version when it is not
 //! a delete marker, so every read of the current object (GET, HEAD,

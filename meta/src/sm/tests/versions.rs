@@ -1,6 +1,6 @@
 //! Object versions: writes, deletes and delete markers per versioning
 //! state, reads and listings by version, the reference index and heal's
-//! locators across versions (docs/versioning.md).
+//! locators across versions (docs/design/versioning.md).
 
 use std::collections::BTreeSet;
 
@@ -635,7 +635,7 @@ fn paging_by_one_matches_one_page() {
     }
 }
 
-/// The layout invariants (docs/versioning.md) and the reference index
+/// The layout invariants (docs/design/versioning.md) and the reference index
 /// against the records, after every step of a random sequence.
 fn all_rows(kv: &MemStore, space: Space) -> Vec<crate::store::Pair> {
     let all = std::ops::Bound::Unbounded;
