@@ -500,6 +500,7 @@ impl<K: KvStore> Meta for MetaService<K> {
         &self,
         request: Request<pb::CollectableRequest>,
     ) -> Result<Response<pb::CollectableResponse>, Status> {
+        datanode_speaks_only_for_itself(&request, request.get_ref().node_id)?;
         self.linearizable().await?;
         let r = request.get_ref();
         let delete_delay_ms = i64::try_from(self.delete_delay.as_millis()).unwrap_or(i64::MAX);
@@ -559,6 +560,7 @@ impl<K: KvStore> Meta for MetaService<K> {
         &self,
         request: Request<pb::ReportMissingRequest>,
     ) -> Result<Response<pb::ReportMissingResponse>, Status> {
+        datanode_speaks_only_for_itself(&request, request.get_ref().node_id)?;
         match self
             .write(Command::ReportMissing(request.into_inner()))
             .await?
@@ -626,6 +628,18 @@ impl<K: KvStore> Meta for MetaService<K> {
 /// the caller's certificate must be `spiffe://sluice/datanode/<id>` for
 /// the request's `id` (the role is already checked by the policy layer).
 /// In insecure mode there is no identity and the call passes.
+/// A datanode's certificate speaks only for its own node id in any call
+/// that names a node (`ReportMissing`, `Collectable`): one compromised
+/// datanode must not mark another node's shards missing or ask which of
+/// them are garbage. Callers of other roles the policy admits (a gateway's
+/// heal audit reports any node's shards) pass.
+fn datanode_speaks_only_for_itself<T>(request: &Request<T>, id: u64) -> Result<(), Status> {
+    match sluice_net::caller(request) {
+        Some(c) if c.role == sluice_net::Role::Datanode => speaks_for_itself(request, id),
+        _ => Ok(()),
+    }
+}
+
 fn speaks_for_itself<T>(request: &Request<T>, id: u64) -> Result<(), Status> {
     match sluice_net::caller(request) {
         None => Ok(()),

@@ -29,8 +29,9 @@
 //! unknown method) -> `PERMISSION_DENIED`; the handler never runs.
 //! Allowed calls carry the caller's [`Identity`] in the request
 //! extensions ([`caller`]); handlers that must check more than the role
-//! use it (a datanode may heartbeat only as itself; the datanode takes a
-//! gateway's id for credit from its certificate).
+//! use it (a datanode registers, heartbeats, reports missing shards and
+//! asks which shards are collectable only for its own node id; the
+//! datanode takes a gateway's id for credit from its certificate).
 //!
 //! In short: Raft RPCs — meta only; Admin service — admin only; Meta —
 //! gateway for buckets/objects/uploads/epochs/placement/heal, datanode for

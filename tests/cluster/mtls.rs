@@ -18,8 +18,9 @@ use sluice_proto::datanode::{
 };
 use sluice_proto::meta::meta_client::MetaClient as MetaRpc;
 use sluice_proto::meta::{
-    CreateBucketRequest, HeartbeatRequest, ListBucketsRequest, ListDatanodesRequest, ObjectRecord,
-    PutObjectRequest, RegisterDatanodeRequest,
+    CollectableRequest, CreateBucketRequest, HeartbeatRequest, ListBucketsRequest,
+    ListDatanodesRequest, ObjectRecord, PutObjectRequest, RegisterDatanodeRequest,
+    ReportMissingRequest, ShardRef,
 };
 use sluice_proto::raft::raft_client::RaftClient;
 use sluice_proto::raft::{AppendEntriesRequest, LeaderId, Vote, VoteRequest};
@@ -180,6 +181,47 @@ async fn meta_services_refuse_unauthenticated_and_wrong_role_callers() -> Result
         dn1_after.addr == dn1.addr && dn1_after.disk_id == dn1.disk_id,
         "datanode 1 was re-registered: {dn1_after:?}"
     );
+    // Nor does it report or ask about another node's shards: with datanode
+    // 2's certificate, ReportMissing and Collectable for node 1 are refused
+    // before they reach the state machine.
+    let shard = ShardRef {
+        blob_id: "not-a-blob".into(),
+        shard_index: 0,
+    };
+    expect_code(
+        "ReportMissing for datanode 1 with datanode 2's certificate",
+        dn2.report_missing(ReportMissingRequest {
+            node_id: 1,
+            shards: vec![shard.clone()],
+            op_id: "op-report".into(),
+        })
+        .await,
+        Code::PermissionDenied,
+    )?;
+    expect_code(
+        "Collectable for datanode 1 with datanode 2's certificate",
+        dn2.collectable(CollectableRequest {
+            node_id: 1,
+            shards: vec![shard.clone()],
+        })
+        .await,
+        Code::PermissionDenied,
+    )?;
+    // For its own node id the same calls pass the check (nothing to mark:
+    // the blob does not exist).
+    let own = dn2
+        .report_missing(ReportMissingRequest {
+            node_id: 2,
+            shards: vec![shard.clone()],
+            op_id: "op-report-own".into(),
+        })
+        .await?;
+    ensure!(own.get_ref().marked == 0, "marked {own:?}");
+    dn2.collectable(CollectableRequest {
+        node_id: 2,
+        shards: vec![shard],
+    })
+    .await?;
     // ... and a gateway certificate cannot heartbeat at all.
     let mut gw = MetaRpc::new(as_role(meta, Role::Meta, Role::Gateway, "x").await?);
     expect_code(
