@@ -90,10 +90,14 @@ pub enum BlobError {
     /// Fewer than `write_quorum` datanodes are live or accepted the shards.
     #[error("write quorum not reached: {durable} of {needed} shards durable")]
     QuorumNotReached { durable: usize, needed: usize },
-    /// Fewer than k shards of a stripe could be read and verified, or the
-    /// placement itself is malformed.
+    /// The placement is malformed, or a stripe could not be decoded.
     #[error("blob {blob_id} unreadable: {reason}")]
     Unreadable { blob_id: String, reason: String },
+    /// Fewer than k shards of a stripe answered, even after the shards
+    /// marked missing were tried: the nodes holding the rest may be down
+    /// for now, so the client is told to retry.
+    #[error("blob {blob_id}: too few shards readable: {reason}")]
+    TooFewShards { blob_id: String, reason: String },
     /// Not enough live datanodes for the erasure layout.
     #[error("not enough live datanodes: {live} live, {needed} needed")]
     NotEnoughDatanodes { live: usize, needed: usize },

@@ -375,6 +375,6 @@ async fn body_error_leaves_nothing_and_delete_removes_shards() -> Result<()> {
     let err = read_all(&cluster.store, &p, 0..p.size)
         .await
         .expect_err("deleted");
-    assert!(matches!(err, BlobError::Unreadable { .. }), "{err:?}");
+    assert!(matches!(err, BlobError::TooFewShards { .. }), "{err:?}");
     cluster.shut_down().await
 }

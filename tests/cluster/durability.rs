@@ -141,6 +141,107 @@ async fn heal_after_datanode_was_down() -> Result<()> {
     c.stop_all().await
 }
 
+/// More than m datanodes (3 of 6 at 4+2) stopped with their disks intact,
+/// for well past `node_down_after` (2 s here, several audit passes), then
+/// back, two first: nothing of theirs is deleted and every object reads
+/// back throughout. Before the audit's marks were floored at k, GC kept
+/// shards whose index is still assigned to their node and reads tried
+/// marked shards last, the audit marked all three nodes' shards missing
+/// and their GC deleted every one on return (all reads failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn more_than_m_datanodes_down_past_down_after_lose_nothing() -> Result<()> {
+    const TEST: &str = "more_than_m_datanodes_down_past_down_after_lose_nothing";
+    let started = Instant::now();
+    let seed = test_seed(TEST);
+    // Epochs rotate every second, so the objects' write epochs are closed
+    // (their shards otherwise eligible for GC) by the time the nodes return.
+    fn rotating_gateway(c: &mut sluice_gateway::Config) {
+        durable_gateway(c);
+        c.epoch_rotation = Duration::from_secs(1);
+    }
+    let setup = Setup {
+        gateway: Some(rotating_gateway),
+        ..durable_setup()
+    };
+    let mut c = TestCluster::start_setup(1, 6, setup).await?;
+    let s3 = c.s3();
+    s3.create_bucket().bucket(BUCKET).send().await?;
+    let objs = objects(seed, 12);
+    put_all(&s3, &objs).await?;
+    c.wait_healed("after the writes", HEAL_TIMEOUT).await?;
+    let before: Vec<usize> = (0..3)
+        .map(|i| c.shard_files(i).map(|f| f.len()))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(anyhow::Error::msg)?;
+    ensure!(
+        before.iter().all(|n| *n == objs.len()),
+        "datanodes 1-3 hold {before:?} shard files, want {} each",
+        objs.len()
+    );
+    step(TEST, started, "12 objects written and healthy");
+
+    for i in 0..3 {
+        c.datanodes[i].stop().await?;
+    }
+    c.wait_datanodes(&[4, 5, 6], &[1, 2, 3]).await?;
+    // Down for 4x node_down_after: the audit (every 1 s) has judged all
+    // three lost several times over.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let marked: Vec<_> = c.placements(true).await.map_err(anyhow::Error::msg)?;
+    for b in &marked {
+        let p = b.placement.as_ref().context("placement")?;
+        ensure!(
+            p.nodes.len() - p.missing.len() >= p.data_shards as usize,
+            "a placement lists fewer than k shards present: {p:?}"
+        );
+    }
+    step(TEST, started, "datanodes 1-3 down past node_down_after");
+
+    // Datanodes 1 and 2 return while 3 stays down: a blob may now be
+    // readable only with shards the audit marked missing, so GC must keep
+    // them (many passes, every 200 ms) and reads must try them.
+    for i in 0..2 {
+        c.datanodes[i].start().await?;
+    }
+    c.wait_datanodes(&[1, 2, 4, 5, 6], &[3]).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for i in 0..2 {
+        let n = c.shard_files(i).map_err(anyhow::Error::msg)?.len();
+        ensure!(
+            n == objs.len(),
+            "datanode {} holds {n} shard files with datanode 3 still down, want {}",
+            i + 1,
+            objs.len()
+        );
+    }
+    assert_objects(&s3, BUCKET, &objs).await?;
+    step(
+        TEST,
+        started,
+        "datanodes 1-2 back, 3 down: every object reads",
+    );
+
+    c.datanodes[2].start().await?;
+    c.wait_datanodes_live().await?;
+    step(TEST, started, "datanodes 1-3 back");
+    // Many GC passes (every 200 ms) and heal passes run on the returned
+    // nodes; heal must end with every blob whole again.
+    c.wait_healed("datanodes 1-3 back", HEAL_TIMEOUT).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for i in 0..3 {
+        let n = c.shard_files(i).map_err(anyhow::Error::msg)?.len();
+        ensure!(
+            n == objs.len(),
+            "datanode {} holds {n} shard files after its return, want {}",
+            i + 1,
+            objs.len()
+        );
+    }
+    assert_objects(&s3, BUCKET, &objs).await?;
+    step(TEST, started, "every object reads back byte-identical");
+    c.stop_all().await
+}
+
 // ---------------------------------------------------------------- (b)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -223,11 +223,11 @@ async fn reads_replace_shards_whose_get_shard_fails_until_fewer_than_k_remain() 
     faults.add(Rule::new("GetShard", Action::Fail(tonic::Code::Unavailable)).on(&addr));
     match read_all(&c.blobs, &p, size).await {
         Err(e) => match e.downcast_ref::<BlobError>() {
-            Some(BlobError::Unreadable { reason, .. }) => ensure!(
+            Some(BlobError::TooFewShards { reason, .. }) => ensure!(
                 reason.contains("3 of 4 shards readable"),
                 "reason: {reason}"
             ),
-            _ => anyhow::bail!("expected Unreadable, got {e:#}"),
+            _ => anyhow::bail!("expected TooFewShards, got {e:#}"),
         },
         Ok(_) => anyhow::bail!("a read with three shards failing succeeded"),
     }

@@ -186,7 +186,7 @@ impl StripeReader {
                 Next::Done => break,
                 Next::Fetch(want) => want,
                 Next::Short { readable } => {
-                    return Err(BlobError::Unreadable {
+                    return Err(BlobError::TooFewShards {
                         blob_id: self.blob_id.clone(),
                         reason: format!(
                             "stripe {s}: {readable} of {k} shards readable ({})",
@@ -303,9 +303,10 @@ pub(super) enum Next {
 impl ReadPlan {
     pub(super) fn new(k: usize, missing: &[u32], nodes: &[u64], live: &[u64]) -> Self {
         let n = nodes.len();
-        let mut preference: Vec<usize> =
-            (0..n).filter(|i| !missing.contains(&(*i as u32))).collect();
-        preference.sort_by_key(|&i| !live.contains(&nodes[i]));
+        // Shards marked missing come last, not never: a node that was
+        // down may be back with its shards intact before heal ran.
+        let mut preference: Vec<usize> = (0..n).collect();
+        preference.sort_by_key(|&i| (missing.contains(&(i as u32)), !live.contains(&nodes[i])));
         ReadPlan {
             k,
             preference,
@@ -412,8 +413,9 @@ mod tests {
         assert_eq!(preference(&[], &[11, 12, 13, 14, 15]), vec![0, 1, 2, 3, 4]);
         // Datanodes 11 and 12 down: parity before their data shards.
         assert_eq!(preference(&[], &[13, 14, 15]), vec![2, 3, 4, 0, 1]);
-        // Missing shards are never tried.
-        assert_eq!(preference(&[3], &[13, 14, 15]), vec![2, 4, 0, 1]);
+        // Missing shards are tried last, after those on down datanodes.
+        assert_eq!(preference(&[3], &[13, 14, 15]), vec![2, 4, 0, 1, 3]);
+        assert_eq!(preference(&[0, 2], &[]), vec![1, 3, 4, 0, 2]);
         // No live set known (not refreshed yet): the plain order.
         assert_eq!(preference(&[], &[]), vec![0, 1, 2, 3, 4]);
     }
@@ -442,14 +444,18 @@ mod tests {
     }
 
     #[test]
-    fn missing_shards_count_against_the_read() {
-        // Shards 0 and 4 missing at write: exactly k left, no spare.
+    fn missing_shards_are_the_last_resort_of_a_read() {
+        // Shards 0 and 4 missing at write: the other three are read first.
         let mut plan = ReadPlan::new(3, &[0, 4], &[11, 12, 13, 14, 15], &[]);
         assert_eq!(plan.next(&[false; 5]), Next::Fetch(vec![1, 2, 3]));
+        // Shard 2 fails: a missing shard is tried rather than give up (its
+        // node may be back with the shard intact).
         plan.fail(2);
-        assert_eq!(
-            plan.next(&[false, true, false, true, false]),
-            Next::Short { readable: 2 }
-        );
+        let read = [false, true, false, true, false];
+        assert_eq!(plan.next(&read), Next::Fetch(vec![0]));
+        plan.fail(0);
+        assert_eq!(plan.next(&read), Next::Fetch(vec![4]));
+        plan.fail(4);
+        assert_eq!(plan.next(&read), Next::Short { readable: 2 });
     }
 }

@@ -217,6 +217,13 @@ fn blob_error_ref(err: &BlobError) -> S3Error {
                 err.to_string(),
             ))
         }
+        BlobError::TooFewShards { .. } => {
+            tracing::warn!(error = %err, "read degraded below k shards");
+            with_retry_after(S3Error::with_message(
+                S3ErrorCode::ServiceUnavailable,
+                "Not enough storage nodes are available; please retry.",
+            ))
+        }
         BlobError::QuorumNotReached { .. } | BlobError::NotEnoughDatanodes { .. } => {
             tracing::warn!(error = %err, "data path degraded");
             S3Error::with_message(
@@ -471,6 +478,17 @@ mod tests {
             needed: 5,
         });
         assert_eq!(e.status_code(), Some(StatusCode::SERVICE_UNAVAILABLE));
+        let e = blob_error(BlobError::TooFewShards {
+            blob_id: "b".into(),
+            reason: "3 of 4 shards readable".into(),
+        });
+        assert_eq!(
+            (e.code(), e.status_code()),
+            (
+                &S3ErrorCode::ServiceUnavailable,
+                Some(StatusCode::SERVICE_UNAVAILABLE)
+            )
+        );
         let e = blob_error(BlobError::Unreadable {
             blob_id: "b".into(),
             reason: "r".into(),

@@ -143,16 +143,31 @@ pub(crate) fn drop_intents_of_epoch<K: KvStore>(
 }
 
 /// `true` when the committed placement puts shard `index` of its blob on
-/// `node` durably (a shard listed in `missing` is not placed: its stale
-/// file may go).
+/// `node` and does not list it missing.
 fn places(placement: &pb::Placement, node: u64, index: u32) -> bool {
-    placement.nodes.get(index as usize) == Some(&node) && !placement.missing.contains(&index)
+    assigns(placement, node, index) && !placement.missing.contains(&index)
+}
+
+/// `true` when the committed placement assigns shard index `index` to
+/// `node`, listed missing or not. A shard marked missing may still be on
+/// its node (which was only down, or partitioned from the auditor), so it
+/// is kept until heal assigns the index elsewhere.
+fn assigns(placement: &pb::Placement, node: u64, index: u32) -> bool {
+    placement.nodes.get(index as usize) == Some(&node)
+}
+
+/// Shards a placement still counts on: assigned and not listed missing.
+fn present(placement: &pb::Placement) -> usize {
+    (0..placement.nodes.len() as u32)
+        .filter(|i| !placement.missing.contains(i))
+        .count()
 }
 
 /// Collectable: which of `shards`, stored on datanode `node`, are garbage
 /// (`docs/design/durability.md` §5), in request order. A shard is collectable when
-/// no heal intent names (node, blob, index), no committed record places
-/// that shard index of the blob on `node`, and — when the blob has a
+/// no heal intent names (node, blob, index), no committed record assigns
+/// that shard index of the blob to `node` (even one listed missing: only a
+/// heal that moves the index elsewhere releases it), and — when the blob has a
 /// pending deletion — `delete_delay_ms` has passed since its release
 /// (`released_ms + delete_delay_ms <= now_ms`, leader time in ms), else the
 /// blob's write epoch is closed. Refuses `InvalidArgument` for more than
@@ -189,7 +204,7 @@ pub fn collectable<K: KvStore>(
         };
         if placement
             .as_ref()
-            .is_some_and(|p| places(p, node, s.shard_index))
+            .is_some_and(|p| assigns(p, node, s.shard_index))
         {
             continue;
         }
@@ -206,8 +221,9 @@ pub fn collectable<K: KvStore>(
 
 /// ReportMissing: adds each reported shard index to its placement's
 /// `missing` when the committed placement still puts that index on the
-/// reporting node and it is not missing already (otherwise the report is
-/// ignored); the blobs become degraded. Returns [`Applied::Marked`] with the
+/// reporting node, it is not missing already, and the placement keeps
+/// more than k shards present (otherwise the report is ignored); the
+/// blobs become degraded. Returns [`Applied::Marked`] with the
 /// number of shards newly marked.
 pub(crate) fn report_missing<K: KvStore>(kv: &K, r: &pb::ReportMissingRequest) -> Outcome {
     if r.shards.len() > MAX_SHARDS_PER_CALL {
@@ -224,7 +240,8 @@ pub(crate) fn report_missing<K: KvStore>(kv: &K, r: &pb::ReportMissingRequest) -
 }
 
 /// Marks `shards` of `node_id` missing where their placement still puts
-/// that index on that node: the batch and how many were marked.
+/// that index on that node and keeps at least k shards present: the batch
+/// and how many were marked.
 pub(crate) fn mark_missing<K: KvStore>(
     kv: &K,
     node_id: u64,
@@ -246,7 +263,11 @@ pub(crate) fn mark_missing<K: KvStore>(
         };
         let before = marked;
         for i in indices {
-            if places(placement, node_id, i) {
+            // Never below k shards believed present: a mark past that
+            // cannot help heal (it needs k sources) and would hide shards
+            // that may only be on a node that is down for now.
+            if places(placement, node_id, i) && present(placement) > placement.data_shards as usize
+            {
                 placement.missing.push(i);
                 marked += 1;
             }

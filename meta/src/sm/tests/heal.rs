@@ -308,6 +308,16 @@ fn report_missing_marks_only_shards_the_node_holds() {
     // Another index of the same blob on its own node: sorted in.
     assert_eq!(report(&kv, 1, vec![shard(&x1, 0)]), Applied::Marked(1));
     assert_eq!(placement_of(&kv, &x1).missing, vec![0, 2]);
+    // Never below k = 4 present: x1 has exactly 4 left, so node 4's report
+    // of index 3 (and node 5's of 4, in the same entry) marks nothing, and
+    // x2 (5 present) takes one mark only.
+    assert_eq!(
+        report(&kv, 4, vec![shard(&x1, 3), shard(&x2, 3)]),
+        Applied::Marked(1)
+    );
+    assert_eq!(report(&kv, 5, vec![shard(&x1, 4)]), Applied::Marked(0));
+    assert_eq!(placement_of(&kv, &x1).missing, vec![0, 2]);
+    assert_eq!(placement_of(&kv, &x2).missing, vec![2, 3]);
     // The object record keeps everything else.
     let obj = get_object(&kv, "b", "k").unwrap();
     assert_eq!(obj.parts.len(), 2);
@@ -537,9 +547,12 @@ fn collectable_answers_every_branch() {
     // Another node's index of a referenced blob is not this node's shard.
     assert_eq!(collect(&kv, 1, &[shard(&x, 3)], 10), vec![shard(&x, 3)]);
 
-    // A reported-missing shard (its file is stale) of a closed epoch goes.
+    // A reported-missing shard stays while its index is assigned to the
+    // node, epoch closed or not: the node may only have been down, and its
+    // file the copy a read or heal still needs. A heal that assigns the
+    // index elsewhere releases it (node 3's copy above).
     assert_eq!(report(&kv, 1, vec![shard(&x, 0)]), Applied::Marked(1));
-    assert_eq!(collect(&kv, 1, &[shard(&x, 0)], 10), vec![shard(&x, 0)]);
+    assert!(collect(&kv, 1, &[shard(&x, 0)], 10).is_empty());
 
     // Unreferenced blobs: open epoch keeps them, closed (and legacy) not.
     open_epoch(&kv, 5);
