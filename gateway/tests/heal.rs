@@ -219,21 +219,23 @@ async fn heal_takes_no_buffer_while_a_client_waits_and_holds_at_most_its_stripes
 
 #[test]
 fn node_watch_triggers_on_disk_generation_and_long_down_nodes() {
+    // `hb`: the leader's wall-clock stamp of the last heartbeat; the leader
+    // reports the silence since (`silent_ms`), measured on its own clock.
+    let now_ms: i64 = 10_000_000;
     let info = |id: u64, live: bool, generation: u64, hb: i64| DatanodeInfo {
         id,
         live,
         disk_generation: generation,
         last_heartbeat_ms: hb,
+        silent_ms: (now_ms - hb) as u64,
         ..Default::default()
     };
     let down_after = Duration::from_secs(600);
     let t0 = Instant::now();
     let mut w = NodeWatch::default();
-    let now_ms = 10_000_000;
     let obs = w.observe(
         &[info(1, true, 1, now_ms), info(2, false, 1, now_ms - 1000)],
         t0,
-        now_ms,
         down_after,
     );
     assert!(!obs.generation_changed && !obs.newly_lost);
@@ -241,7 +243,6 @@ fn node_watch_triggers_on_disk_generation_and_long_down_nodes() {
     let obs = w.observe(
         &[info(1, true, 2, now_ms), info(2, false, 1, now_ms - 1000)],
         t0,
-        now_ms,
         down_after,
     );
     assert!(obs.generation_changed);
@@ -250,7 +251,6 @@ fn node_watch_triggers_on_disk_generation_and_long_down_nodes() {
     let obs = w.observe(
         &[info(1, true, 2, now_ms), info(2, false, 1, now_ms - 1000)],
         later,
-        now_ms,
         down_after,
     );
     assert!(obs.newly_lost && !obs.generation_changed);
@@ -261,17 +261,11 @@ fn node_watch_triggers_on_disk_generation_and_long_down_nodes() {
     let obs = w.observe(
         &[info(1, true, 2, now_ms), info(2, false, 1, now_ms - 1000)],
         later,
-        now_ms,
         down_after,
     );
     assert!(!obs.newly_lost);
     // Node 3: first seen now, but its last heartbeat is 11 min old.
-    let obs = w.observe(
-        &[info(3, false, 1, now_ms - 660_000)],
-        later,
-        now_ms,
-        down_after,
-    );
+    let obs = w.observe(&[info(3, false, 1, now_ms - 660_000)], later, down_after);
     assert!(obs.newly_lost);
     assert_eq!(
         w.audit_of(1, &live),
@@ -685,12 +679,11 @@ async fn audit_reports_every_shard_of_a_long_down_node_and_counts_silent_nodes_u
         .map(|id| DatanodeInfo {
             id,
             live: id == 1,
-            last_heartbeat_ms: if id == 6 { 1 } else { 0 },
+            silent_ms: if id == 6 { 10 * 60 * 1000 + 1 } else { 0 },
             ..Default::default()
         })
         .collect();
-    let now_ms = 10 * 60 * 1000 + 2;
-    let obs = watch.observe(&infos, Instant::now(), now_ms, Duration::from_secs(600));
+    let obs = watch.observe(&infos, Instant::now(), Duration::from_secs(600));
     assert!(obs.newly_lost);
     let live: BTreeSet<u64> = [1].into();
     let report = sluice_gateway::heal::audit::audit_pass(&store, &meta, &watch, &live)

@@ -476,6 +476,7 @@ impl<K: KvStore> Meta for MetaService<K> {
             let s = self.liveness.status(d.id);
             d.live = s.live;
             d.last_heartbeat_ms = s.last_heartbeat_ms;
+            d.silent_ms = u64::try_from(s.silent.as_millis()).unwrap_or(u64::MAX);
             d.writable = s.capacity.writable;
             d.free_bytes = s.capacity.free_bytes;
             d.used_bytes = s.capacity.used_bytes;

@@ -80,6 +80,9 @@ pub(crate) struct Status {
     pub(crate) heard: bool,
     /// From the last heartbeat; [`Capacity::default`] (writable) without one.
     pub(crate) capacity: Capacity,
+    /// Since the last heartbeat, or since this node became leader when it
+    /// has heard none (monotonic); zero while not leader.
+    pub(crate) silent: Duration,
 }
 
 impl Liveness {
@@ -146,7 +149,10 @@ impl Liveness {
     /// The liveness and last reported capacity of datanode `id`.
     pub(crate) fn status(&self, id: u64) -> Status {
         let s = self.lock();
-        let grace = s.leader_since.is_some_and(|t| t.elapsed() < self.window);
+        let Some(since) = s.leader_since else {
+            return Status::default();
+        };
+        let grace = since.elapsed() < self.window;
         match s.seen.get(&id) {
             Some(e) => {
                 let heard = e.at.elapsed() <= self.window;
@@ -155,10 +161,12 @@ impl Liveness {
                     last_heartbeat_ms: e.ms,
                     heard,
                     capacity: e.capacity,
+                    silent: e.at.elapsed(),
                 }
             }
             None => Status {
                 live: grace,
+                silent: since.elapsed(),
                 ..Default::default()
             },
         }
@@ -193,6 +201,10 @@ mod tests {
         l.beat(1);
         let s = l.status(1);
         assert!(s.live && s.heard && s.last_heartbeat_ms > 0);
+        assert!(s.silent < Duration::from_secs(60), "{:?}", s.silent);
+        // A node never heard is silent since the election.
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(l.status(2).silent >= Duration::from_millis(20));
         l.set_leader(false);
         assert_eq!(l.status(1), Status::default());
 

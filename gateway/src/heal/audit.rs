@@ -80,15 +80,16 @@ pub struct Observation {
 }
 
 impl NodeWatch {
-    /// Records `infos` seen at `now` (monotonic) and `now_ms` (wall clock,
-    /// to compare with `last_heartbeat_ms`). A node is down past the
-    /// threshold when its last heartbeat or our first sight of it down is
-    /// older than `down_after` (whichever says longer).
+    /// Records `infos` seen at `now` (monotonic). A node is down past the
+    /// threshold when the meta leader has not heard from it for
+    /// `down_after` (`silent_ms`, the leader's monotonic clock) or we first
+    /// saw it down that long ago (ours), whichever says longer. No two
+    /// machines' wall clocks are compared: a skewed clock cannot make an
+    /// ordinary restart look like a loss.
     pub fn observe(
         &mut self,
         infos: &[DatanodeInfo],
         now: Instant,
-        now_ms: i64,
         down_after: Duration,
     ) -> Observation {
         let mut obs = Observation::default();
@@ -109,11 +110,7 @@ impl NodeWatch {
             }
             let since = *self.down_since.entry(d.id).or_insert(now);
             let ours = now.saturating_duration_since(since);
-            let theirs = if d.last_heartbeat_ms > 0 {
-                Duration::from_millis(now_ms.saturating_sub(d.last_heartbeat_ms).max(0) as u64)
-            } else {
-                Duration::ZERO
-            };
+            let theirs = Duration::from_millis(d.silent_ms);
             if ours.max(theirs) >= down_after && self.lost.insert(d.id) {
                 obs.newly_lost = true;
             }
@@ -253,4 +250,46 @@ pub async fn audit_pass(
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: u64, live: bool, silent_ms: u64, last_heartbeat_ms: i64) -> DatanodeInfo {
+        DatanodeInfo {
+            id,
+            live,
+            silent_ms,
+            last_heartbeat_ms,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_node_is_lost_by_the_leaders_monotonic_silence_not_wall_clocks() {
+        let down_after = Duration::from_secs(600);
+        let mut watch = NodeWatch::default();
+        let t0 = Instant::now();
+        // Node 1's last heartbeat is stamped a day ago by the leader's wall
+        // clock (a gateway clock far ahead reads it that way), but the
+        // leader heard it 5 s ago: not lost.
+        let obs = watch.observe(&[node(1, false, 5_000, 1)], t0, down_after);
+        assert!(!obs.newly_lost);
+        assert_eq!(watch.audit_of(1, &BTreeSet::new()), NodeAudit::Skip);
+        // The leader has not heard it for 600 s: lost, once.
+        let obs = watch.observe(&[node(1, false, 600_000, 1)], t0, down_after);
+        assert!(obs.newly_lost);
+        assert_eq!(watch.audit_of(1, &BTreeSet::new()), NodeAudit::Lost);
+        let obs = watch.observe(&[node(1, false, 601_000, 1)], t0, down_after);
+        assert!(!obs.newly_lost, "already lost");
+        // Back: live again, not lost.
+        watch.observe(&[node(1, true, 0, 1)], t0, down_after);
+        assert_eq!(watch.audit_of(1, &BTreeSet::from([1])), NodeAudit::Ask);
+        // Our own sight of it down counts too (a new leader that has not
+        // been leader for long reports a short silence).
+        watch.observe(&[node(1, false, 1_000, 1)], t0, down_after);
+        let obs = watch.observe(&[node(1, false, 2_000, 1)], t0 + down_after, down_after);
+        assert!(obs.newly_lost);
+    }
 }

@@ -27,7 +27,6 @@ pub mod mover;
 pub mod rate;
 pub mod rebuild;
 
-use sluice_util::clock::wall_clock_ms;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -307,12 +306,7 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                     return;
                 }
             };
-            let obs = watch.observe(
-                &infos,
-                Instant::now(),
-                wall_clock_ms(),
-                shared.config.node_down_after,
-            );
+            let obs = watch.observe(&infos, Instant::now(), shared.config.node_down_after);
             let due = last_audit.is_none_or(|t| t.elapsed() >= shared.config.audit_interval);
             if due || obs.generation_changed || obs.newly_lost {
                 audit_once(&shared, &watch, &infos).await;
