@@ -71,14 +71,14 @@ pub fn apply_command_with<K: KvStore>(
     let result = match command {
         Command::CreateBucket(r) => create_bucket(kv, r),
         Command::DeleteBucket(r) => delete_bucket(kv, r),
-        Command::PutObject(r) => put_object(kv, r, index),
+        Command::PutObject(r) => put_object(kv, r, index, now_ms),
         Command::DeleteObject(r) => delete_object(kv, r, index, now_ms),
         Command::PutObjectTagging(r) => put_object_tagging(kv, r),
         Command::PutObjectAcl(r) => put_object_acl(kv, r),
         Command::PutBucketConfig(r) => put_bucket_config(kv, r),
         Command::CreateUpload(r) => create_upload(kv, r, now_ms),
         Command::PutPart(r) => put_part(kv, r),
-        Command::CompleteUpload(r) => complete_upload(kv, r, index),
+        Command::CompleteUpload(r) => complete_upload(kv, r, index, now_ms),
         Command::AbortUpload(r) => abort_upload(kv, r),
         Command::RegisterDatanode(r) => registry::register_datanode(kv, r),
         Command::OpenEpoch(r) => epochs::open_epoch(kv, r, now_ms),
@@ -352,7 +352,16 @@ fn written(
     }
 }
 
-fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest, index: u64) -> Outcome {
+/// The time an object written by an entry stamped `now_ms` is last
+/// modified: the leader's clock, which lifecycle expiry and every later
+/// decision read, not the gateway's (a gateway clock days behind must not
+/// make a new object look old). The gateway's stamp stands only in an
+/// entry the leader did not stamp (`now_ms == 0`, unit tests).
+fn modified_at(now_ms: i64, gateway_ms: i64) -> i64 {
+    if now_ms > 0 { now_ms } else { gateway_ms }
+}
+
+fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest, index: u64, now_ms: i64) -> Outcome {
     let Some(object) = &r.object else {
         return refuse(ErrorCode::InvalidArgument, "PutObject without an object");
     };
@@ -362,6 +371,7 @@ fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest, index: u64) -> Outco
     let old = records::get(kv, Space::Objects, &key)?;
     check_condition(old.as_ref(), r.condition.as_ref())?;
     let mut object = object.clone();
+    object.last_modified_ms = modified_at(now_ms, object.last_modified_ms);
     let mut b = Batch::new();
     let released = versions::write_current(
         kv,
@@ -677,7 +687,12 @@ fn same_list(object: &pb::ObjectRecord, listed: &[pb::CompletedPart]) -> bool {
         })
 }
 
-fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest, index: u64) -> Outcome {
+fn complete_upload<K: KvStore>(
+    kv: &K,
+    r: &pb::CompleteUploadRequest,
+    index: u64,
+    now_ms: i64,
+) -> Outcome {
     let bucket = require_bucket(kv, &r.bucket)?;
     let upload_key = keys::upload(&r.bucket, &r.key, &r.upload_id);
     let object_key = keys::object(&r.bucket, &r.key);
@@ -757,7 +772,7 @@ fn complete_upload<K: KvStore>(kv: &K, r: &pb::CompleteUploadRequest, index: u64
         key: r.key.clone(),
         size: chosen.iter().map(|p| p.size).sum(),
         etag: multipart_etag(chosen.iter().map(|p| p.md5.as_slice())),
-        last_modified_ms: r.now_ms,
+        last_modified_ms: modified_at(now_ms, r.now_ms),
         http: upload.http,
         tags: upload.tags,
         acl: upload.acl,

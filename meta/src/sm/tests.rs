@@ -271,6 +271,49 @@ fn create_bucket_twice_reports_existing_and_delete_requires_empty() {
 }
 
 #[test]
+fn objects_are_last_modified_at_leader_time() {
+    // A gateway 40 days behind stamps its records day 60; the leader's
+    // entries say day 100. The records carry the leader's time, so a
+    // 30-day expiry rule cannot take them right after they were written.
+    const DAY: i64 = 86_400_000;
+    let kv = MemStore::new();
+    upload_with_parts(&kv);
+    let mut obj = object("b", "single", "single-blob");
+    obj.last_modified_ms = 60 * DAY;
+    exec_at(
+        &kv,
+        Command::PutObject(pb::PutObjectRequest {
+            object: Some(obj),
+            ..Default::default()
+        }),
+        100 * DAY,
+    );
+    assert_eq!(
+        get_object(&kv, "b", "single").unwrap().last_modified_ms,
+        100 * DAY
+    );
+
+    let applied = exec_at(
+        &kv,
+        Command::CompleteUpload(pb::CompleteUploadRequest {
+            bucket: "b".into(),
+            key: "k".into(),
+            upload_id: "u1".into(),
+            parts: vec![completed(1, b"part1")],
+            now_ms: 60 * DAY,
+            min_part_size: 5 * MIB,
+            ..Default::default()
+        }),
+        100 * DAY,
+    );
+    assert!(refused_code(&applied).is_none(), "{applied:?}");
+    assert_eq!(
+        get_object(&kv, "b", "k").unwrap().last_modified_ms,
+        100 * DAY
+    );
+}
+
+#[test]
 fn put_object_releases_replaced_placements_but_not_on_retry() {
     let kv = MemStore::new();
     assert_eq!(
