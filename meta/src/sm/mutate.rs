@@ -63,6 +63,14 @@ pub fn apply_command_with<K: KvStore>(
     if let Some(first) = sessions::lookup(kv, op_id)? {
         return Ok((Batch::new(), first));
     }
+    if let Err(SmError::Refused { code, message }) = check_names(command) {
+        let applied = Applied::Refused { code, message };
+        let mut batch = Batch::new();
+        if !op_id.is_empty() {
+            sessions::record(kv, &mut batch, op_id, &applied, index, max_sessions)?;
+        }
+        return Ok((batch, applied));
+    }
     if let Some(replayed) = committed_replay(kv, command)? {
         let mut batch = Batch::new();
         sessions::record(kv, &mut batch, op_id, &replayed, index, max_sessions)?;
@@ -229,6 +237,55 @@ fn fence<K: KvStore>(kv: &K, command: &Command) -> Result<(), SmError> {
 }
 
 type Outcome = Result<(Batch, Applied), SmError>;
+
+/// Every bucket name, object key and upload id a command names, checked
+/// by [`check_name`] before anything else runs: the key layout
+/// (`keys.rs`) joins names with NUL, so a name holding one would land
+/// inside another key's range (a delete marker among `k`'s versions).
+fn check_names(command: &Command) -> Result<(), SmError> {
+    const B: &str = "bucket name";
+    const K: &str = "key";
+    const U: &str = "upload id";
+    let names: Vec<(&str, &str)> = match command {
+        Command::CreateBucket(r) => vec![(B, &r.name)],
+        Command::DeleteBucket(r) => vec![(B, &r.name)],
+        Command::PutBucketConfig(r) => vec![(B, &r.name)],
+        Command::PutObject(r) => r
+            .object
+            .iter()
+            .flat_map(|o| [(B, o.bucket.as_str()), (K, o.key.as_str())])
+            .collect(),
+        Command::DeleteObject(r) => vec![(B, &r.bucket), (K, &r.key)],
+        Command::PutObjectTagging(r) => vec![(B, &r.bucket), (K, &r.key)],
+        Command::PutObjectAcl(r) => vec![(B, &r.bucket), (K, &r.key)],
+        Command::CreateUpload(r) => r
+            .upload
+            .iter()
+            .flat_map(|u| [(B, u.bucket.as_str()), (K, &u.key), (U, &u.upload_id)])
+            .collect(),
+        Command::PutPart(r) => {
+            let mut v = vec![(B, r.bucket.as_str()), (K, r.key.as_str())];
+            v.extend(r.part.iter().map(|p| (U, p.upload_id.as_str())));
+            v
+        }
+        Command::CompleteUpload(r) => vec![(B, &r.bucket), (K, &r.key), (U, &r.upload_id)],
+        Command::AbortUpload(r) => vec![(B, &r.bucket), (K, &r.key), (U, &r.upload_id)],
+        Command::ExpireObjects(r) => r
+            .objects
+            .iter()
+            .flat_map(|o| [(B, o.bucket.as_str()), (K, o.key.as_str())])
+            .collect(),
+        Command::ExpireUploads(r) => r
+            .uploads
+            .iter()
+            .flat_map(|u| [(B, u.bucket.as_str()), (K, &u.key), (U, &u.upload_id)])
+            .collect(),
+        _ => Vec::new(),
+    };
+    names
+        .into_iter()
+        .try_for_each(|(what, value)| check_name(what, value))
+}
 
 fn check_name(what: &str, value: &str) -> Result<(), SmError> {
     if value.is_empty() || value.contains('\0') {

@@ -1015,3 +1015,145 @@ fn collectable_races_a_promotion() {
         "shard 0 of the current version is collectable: {out:?}"
     );
 }
+
+#[test]
+fn a_nul_in_a_key_cannot_reach_another_keys_versions() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    set_versioning(&kv, "b", pb::Versioning::Enabled);
+    let v1 = put_version(&kv, "k", "nul-1");
+    let v2 = put_version(&kv, "k", "nul-2");
+    // "k\0A" would sort among k's versions in the key layout.
+    assert_eq!(
+        refused_code(&delete(&kv, "k\0A", "")),
+        Some(ErrorCode::InvalidArgument)
+    );
+    // Deleting k's current version promotes the one before it.
+    assert!(matches!(delete(&kv, "k", &v2), Applied::Versioned { .. }));
+    assert_eq!(get(&kv, "k", "").unwrap().version_id, v1);
+    check_invariants(&kv, &[]);
+}
+
+/// Arbitrary names (any chars, NUL and empty included) through every
+/// key-taking mutation: a name that is empty or holds NUL is refused with
+/// InvalidArgument and changes nothing; the key space keeps its
+/// invariants and holds no such name.
+#[test]
+fn arbitrary_names_never_enter_the_key_space() {
+    const PALETTE: [char; 10] = [
+        '\0',
+        '\u{1}',
+        '/',
+        'k',
+        'l',
+        'é',
+        '\u{ffff}',
+        '\u{10ffff}',
+        ' ',
+        '%',
+    ];
+    for seed in 1..=200u64 {
+        let kv = MemStore::new();
+        bucket(&kv, "b");
+        if seed % 2 == 0 {
+            set_versioning(&kv, "b", pb::Versioning::Enabled);
+        }
+        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut log = Vec::new();
+        for step in 0..30 {
+            let len = next(5) as usize;
+            let key: String = (0..len).map(|_| PALETTE[next(10) as usize]).collect();
+            let valid = !key.is_empty() && !key.contains('\0');
+            let upload = format!("u{seed}-{step}");
+            let command = match next(9) {
+                0 | 1 => Command::PutObject(pb::PutObjectRequest {
+                    object: Some(object("b", &key, &format!("a{seed}-{step}"))),
+                    ..Default::default()
+                }),
+                2 => Command::DeleteObject(pb::ObjectKey {
+                    bucket: "b".into(),
+                    key: key.clone(),
+                    ..Default::default()
+                }),
+                3 => Command::PutObjectTagging(pb::PutObjectTaggingRequest {
+                    bucket: "b".into(),
+                    key: key.clone(),
+                    ..Default::default()
+                }),
+                4 => Command::PutObjectAcl(pb::PutObjectAclRequest {
+                    bucket: "b".into(),
+                    key: key.clone(),
+                    ..Default::default()
+                }),
+                5 => Command::CreateUpload(pb::CreateUploadRequest {
+                    upload: Some(pb::UploadRecord {
+                        bucket: "b".into(),
+                        key: key.clone(),
+                        upload_id: upload,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                6 => Command::AbortUpload(pb::UploadKey {
+                    bucket: "b".into(),
+                    key: key.clone(),
+                    upload_id: upload,
+                    ..Default::default()
+                }),
+                7 => Command::CompleteUpload(pb::CompleteUploadRequest {
+                    bucket: "b".into(),
+                    key: key.clone(),
+                    upload_id: upload,
+                    ..Default::default()
+                }),
+                _ => Command::ExpireObjects(sluice_proto::raft::ExpireObjects {
+                    objects: vec![sluice_proto::raft::ExpireObject {
+                        bucket: "b".into(),
+                        key: key.clone(),
+                        etag: "e".into(),
+                        ..Default::default()
+                    }],
+                    day_ms: 0,
+                }),
+            };
+            log.push(format!("{key:?} {command:?}"));
+            let applied = exec_at(&kv, command, 100_000);
+            if !valid {
+                assert_eq!(
+                    refused_code(&applied),
+                    Some(ErrorCode::InvalidArgument),
+                    "seed {seed}: {log:#?}"
+                );
+            }
+            let released: Vec<String> = match &applied {
+                Applied::Released(r) | Applied::Versioned { released: r, .. } => {
+                    r.iter().map(|p| p.blob_id.clone()).collect()
+                }
+                _ => vec![],
+            };
+            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                check_invariants(&kv, &released);
+                let valid = |k: &str| !k.is_empty() && !k.contains('\0');
+                for space in [Space::Objects, Space::Versions] {
+                    for (_, v) in all_rows(&kv, space) {
+                        let o: pb::ObjectRecord = prost::Message::decode(v.as_slice()).unwrap();
+                        assert!(valid(&o.key), "{space:?} holds key {:?}", o.key);
+                    }
+                }
+                for (_, v) in all_rows(&kv, Space::Uploads) {
+                    let u: pb::UploadRecord = prost::Message::decode(v.as_slice()).unwrap();
+                    assert!(valid(&u.key), "an upload of key {:?}", u.key);
+                }
+            }));
+            if res.is_err() {
+                panic!("seed {seed}: {log:#?}");
+            }
+        }
+    }
+}
