@@ -74,6 +74,7 @@ pub mod net;
 pub mod pki;
 pub mod policy;
 mod tls;
+pub mod worker;
 
 pub use identity::{DNS_SUFFIX, Identity, MAX_ID_LEN, Role, TRUST_DOMAIN};
 pub use layer::{AuthLayer, AuthService, authorize, caller, peer_identity};
