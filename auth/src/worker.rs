@@ -167,7 +167,9 @@ impl Workers {
                 Ok(()) if handle.cancel.is_cancelled() => {
                     tracing::info!(worker = name, "worker stopped");
                 }
-                Ok(()) => tracing::warn!(worker = name, "worker ended before shutdown"),
+                // Its owner went away (a store or epoch set dropped or
+                // stopped on its own), or it gave up.
+                Ok(()) => tracing::info!(worker = name, "worker ended"),
             }
         });
         let mut tasks = self
@@ -291,6 +293,16 @@ impl WorkerHandle {
     pub fn report_error(&self, error: impl fmt::Display) {
         let text = cut(error.to_string());
         tracing::warn!(worker = %self.name, error = %text, "worker failed");
+        self.failed(text);
+    }
+
+    /// [`report_error`](Self::report_error) without the log line, for a
+    /// loop that rate-limits its own warnings (a node retrying meta).
+    pub fn note_error(&self, error: impl fmt::Display) {
+        self.failed(cut(error.to_string()));
+    }
+
+    fn failed(&self, text: String) {
         let mut s = self.slot.lock();
         s.iterations += 1;
         s.state = WorkerState::Failed;

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use openraft::ServerState;
+use sluice_auth::worker::{MAX_ERROR_LEN, MAX_WORKERS};
 use sluice_meta_client::process_rss;
 use sluice_proto::admin as apb;
 use sluice_proto::error::not_leader;
@@ -67,19 +68,23 @@ impl Reported {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct DatanodeLoad {
     credit_in_use: u64,
     write_budget: u64,
     memory: Reported,
+    /// Its background workers (a fixed, small set per node).
+    workers: Vec<pb::WorkerStatus>,
 }
 
 /// A gateway's last renewal report.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct GatewayLoad {
     memory: Reported,
     requests_total: u64,
     slowdowns_total: u64,
+    /// Its background workers (a fixed, small set per gateway).
+    workers: Vec<pb::WorkerStatus>,
 }
 
 #[derive(Debug, Default)]
@@ -114,6 +119,7 @@ impl Loads {
                 credit_in_use: r.credit_in_use_bytes,
                 write_budget: r.write_budget_bytes,
                 memory: Reported::now(r.rss_bytes, r.memory_budget_bytes),
+                workers: capped(&r.workers),
             },
         );
     }
@@ -139,9 +145,33 @@ impl Loads {
                 memory: Reported::now(report.rss_bytes, report.memory_budget_bytes),
                 requests_total: report.requests_total,
                 slowdowns_total: report.slowdowns_total,
+                workers: capped(&report.workers),
             },
         );
     }
+}
+
+/// At most [`MAX_WORKERS`] of a node's reported workers, each error cut to
+/// [`MAX_ERROR_LEN`] (a node reports its fixed set; this bounds a bad one).
+fn capped(workers: &[pb::WorkerStatus]) -> Vec<pb::WorkerStatus> {
+    workers
+        .iter()
+        .take(MAX_WORKERS)
+        .map(|w| {
+            let mut w = w.clone();
+            if w.last_error.len() > MAX_ERROR_LEN {
+                let mut end = MAX_ERROR_LEN;
+                while !w.last_error.is_char_boundary(end) {
+                    end -= 1;
+                }
+                w.last_error.truncate(end);
+            }
+            if w.name.len() > MAX_ERROR_LEN {
+                w.name.truncate(0);
+            }
+            w
+        })
+        .collect()
 }
 
 fn now_ms() -> i64 {
@@ -185,6 +215,8 @@ pub(crate) struct StatusSources<'a, K: KvStore> {
     pub(crate) memory_budget: u64,
     /// How this node dials the other voters (mutual TLS as itself).
     pub(crate) transport: &'a sluice_auth::Transport,
+    /// This node's own background workers.
+    pub(crate) workers: &'a sluice_auth::worker::Workers,
 }
 
 /// A voter's own view, from its `ClusterStatus`.
@@ -315,6 +347,7 @@ pub(crate) async fn status<K: KvStore>(
                 disk_generation: d.disk_generation,
                 zone: d.zone,
                 host: d.host,
+                workers: load.map(|x| x.workers.clone()).unwrap_or_default(),
             }
         })
         .collect();
@@ -340,6 +373,7 @@ pub(crate) async fn status<K: KvStore>(
             g.memory = Some(r.memory.to_proto());
             g.requests_total = r.requests_total;
             g.slowdowns_total = r.slowdowns_total;
+            g.workers = r.workers.clone();
         }
     }
     drop(loads);
@@ -362,6 +396,7 @@ pub(crate) async fn status<K: KvStore>(
         heals_in_progress: heals / 2,
         leader_memory: Some(Reported::now(process_rss(), src.memory_budget).to_proto()),
         now_ms: now_ms(),
+        leader_workers: sluice_meta_client::worker_states(&src.workers.snapshot()),
     })
 }
 
@@ -380,6 +415,7 @@ mod tests {
                     memory_budget_bytes: 2,
                     requests_total: 3,
                     slowdowns_total: 4,
+                    workers: Vec::new(),
                 },
             );
         }
