@@ -9,7 +9,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use openraft::ServerState;
-use sluice_auth::worker::{MAX_ERROR_LEN, MAX_WORKERS};
 use sluice_meta_client::process_rss;
 use sluice_proto::admin as apb;
 use sluice_proto::error::not_leader;
@@ -151,24 +150,34 @@ impl Loads {
     }
 }
 
-/// At most [`MAX_WORKERS`] of a node's reported workers, each error cut to
-/// [`MAX_ERROR_LEN`] (a node reports its fixed set; this bounds a bad one).
+/// Workers kept per reporting node (a node runs a fixed set of about
+/// three to six; this bounds a misbehaving one).
+const MAX_REPORTED_WORKERS: usize = 16;
+/// Longest worker name and last error kept, bytes. With
+/// [`MAX_GATEWAY_LOADS`] entries the worst case is about
+/// 4096 x 16 x 300 B = 20 MiB; a real gateway reports 3 workers.
+const MAX_REPORTED_TEXT: usize = 256;
+
+/// At most [`MAX_REPORTED_WORKERS`] of a node's reported workers, names
+/// and errors cut to [`MAX_REPORTED_TEXT`].
 fn capped(workers: &[pb::WorkerStatus]) -> Vec<pb::WorkerStatus> {
+    fn cut(s: &mut String) {
+        if s.len() > MAX_REPORTED_TEXT {
+            let mut end = MAX_REPORTED_TEXT;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s.truncate(end);
+        }
+    }
     workers
         .iter()
-        .take(MAX_WORKERS)
+        .take(MAX_REPORTED_WORKERS)
         .map(|w| {
             let mut w = w.clone();
-            if w.last_error.len() > MAX_ERROR_LEN {
-                let mut end = MAX_ERROR_LEN;
-                while !w.last_error.is_char_boundary(end) {
-                    end -= 1;
-                }
-                w.last_error.truncate(end);
-            }
-            if w.name.len() > MAX_ERROR_LEN {
-                w.name.truncate(0);
-            }
+            cut(&mut w.name);
+            cut(&mut w.last_error);
+            cut(&mut w.state);
             w
         })
         .collect()
@@ -422,6 +431,23 @@ mod tests {
         let s = loads.lock();
         assert_eq!(s.gateways.len(), MAX_GATEWAY_LOADS);
         assert!(s.gateways.contains_key(&(MAX_GATEWAY_LOADS as u64 + 9)));
+    }
+
+    #[test]
+    fn reported_workers_are_bounded() {
+        let long = "é".repeat(1000);
+        let reported: Vec<pb::WorkerStatus> = (0..40)
+            .map(|i| pb::WorkerStatus {
+                name: format!("w{i}"),
+                state: "failed".into(),
+                last_error: long.clone(),
+                ..Default::default()
+            })
+            .collect();
+        let kept = capped(&reported);
+        assert_eq!(kept.len(), MAX_REPORTED_WORKERS);
+        assert_eq!(kept[0].name, "w0");
+        assert!(kept.iter().all(|w| w.last_error.len() <= MAX_REPORTED_TEXT));
     }
 
     #[test]
