@@ -54,8 +54,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::meta::ShardRef;
+use sluice_util::worker::WorkerHandle;
 use tokio::time::{Instant, MissedTickBehavior};
-use tokio_util::sync::CancellationToken;
 
 use crate::config::DEFAULT_GC_MAX_OPS_PER_SEC;
 use crate::locks::BlobLocks;
@@ -325,7 +325,8 @@ pub(crate) struct Collector<S, O> {
 impl<S: ShardStore, O: ReferenceOracle> Collector<S, O> {
     /// Runs a pass every interval until `cancel` fires (a pass in progress
     /// is dropped then; what it deleted stays deleted).
-    pub(crate) async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, worker: WorkerHandle) {
+        let cancel = worker.token().clone();
         let start = tokio::time::Instant::now() + self.interval;
         let mut ticker = tokio::time::interval_at(start, self.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -345,24 +346,29 @@ impl<S: ShardStore, O: ReferenceOracle> Collector<S, O> {
                 r = collect(&self.store, &self.oracle, &self.locks, &pass) => r,
             };
             match result {
-                Ok(r) if r.deleted_shards > 0 => tracing::info!(
-                    node = self.node_id,
-                    scanned = r.scanned_shards,
-                    collectable = r.collectable_shards,
-                    deleted = r.deleted_shards,
-                    "garbage-collected shards"
-                ),
-                Ok(r) => tracing::debug!(
-                    node = self.node_id,
-                    scanned = r.scanned_shards,
-                    old_shards = r.old_shards,
-                    "shard GC found no garbage"
-                ),
-                Err(e) => tracing::warn!(
-                    node = self.node_id,
-                    error = %error_chain(&e),
-                    "shard GC pass stopped; retrying next interval"
-                ),
+                Ok(r) => {
+                    if r.deleted_shards > 0 {
+                        tracing::info!(
+                            node = self.node_id,
+                            scanned = r.scanned_shards,
+                            collectable = r.collectable_shards,
+                            deleted = r.deleted_shards,
+                            "garbage-collected shards"
+                        );
+                    } else {
+                        tracing::debug!(
+                            node = self.node_id,
+                            scanned = r.scanned_shards,
+                            old_shards = r.old_shards,
+                            "shard GC found no garbage"
+                        );
+                    }
+                    worker.ran();
+                }
+                Err(e) => worker.report_error(format_args!(
+                    "shard GC pass stopped; retrying next interval: {}",
+                    error_chain(&e)
+                )),
             }
         }
     }

@@ -3,7 +3,7 @@
 //! Meta may start after the datanode or be unreachable for a while: the
 //! task retries registration every heartbeat interval until it succeeds,
 //! then heartbeats at that pace; a refused heartbeat (meta forgot the
-//! node) sends it back to registering. It ends when `cancel` fires.
+//! node) sends it back to registering. It ends when its worker is cancelled.
 //!
 //! Registration names the data dir's `disk_id` (see [`crate::identity`]);
 //! when meta answers `disk_replaced` the node logs a warning: its shards
@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::meta::HeartbeatRequest;
+use sluice_util::worker::{WorkerHandle, Workers};
 use tokio::time::MissedTickBehavior;
-use tokio_util::sync::CancellationToken;
 
 use crate::space::DiskSpace;
 use crate::store::ShardStore;
@@ -43,6 +43,8 @@ pub(crate) struct Membership<S> {
     pub credits: Arc<crate::grants::CreditHub>,
     /// How meta is dialed.
     pub transport: sluice_net::Transport,
+    /// This node's workers, reported with each heartbeat.
+    pub workers: Workers,
 }
 
 /// The heartbeat of node `id` at `addr` on disk `disk_id`, from a fresh
@@ -69,7 +71,8 @@ pub(crate) fn heartbeat_request(
 }
 
 impl<S: ShardStore> Membership<S> {
-    pub(crate) async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, worker: WorkerHandle) {
+        let cancel = worker.token().clone();
         // One attempt (with the client's own retries) fits in an interval.
         let meta = MetaClient::with_timeouts(
             self.meta_endpoints.clone(),
@@ -104,6 +107,7 @@ impl<S: ShardStore> Membership<S> {
                     req.write_budget_bytes = self.credits.budget();
                     req.rss_bytes = sluice_meta_client::process_rss();
                     req.memory_budget_bytes = self.credits.budget();
+                    req.workers = sluice_meta_client::worker_states(&self.workers.snapshot());
                     if req.writable != was_writable {
                         if req.writable {
                             tracing::info!(
@@ -165,13 +169,16 @@ impl<S: ShardStore> Membership<S> {
                     }
                     registered = true;
                     failures = 0;
+                    worker.ran();
                 }
                 Err(MetaError::Refused { code, message }) => {
                     tracing::warn!(node = self.node_id, ?code, %message, "meta refused {what}; registering again");
+                    worker.note_error(format_args!("meta refused {what}: {code:?} {message}"));
                     registered = false;
                     failures += 1;
                 }
                 Err(e @ (MetaError::Unavailable(_) | MetaError::Denied(_))) => {
+                    worker.note_error(format_args!("{what} with meta failed: {e}"));
                     failures += 1;
                     if failures == 1 || failures.is_multiple_of(WARN_EVERY) {
                         tracing::warn!(node = self.node_id, failures, error = %e, "{what} with meta failed; retrying");

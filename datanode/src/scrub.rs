@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::meta::ShardRef;
+use sluice_util::worker::WorkerHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::store::{HEADER_LEN, ShardKey, ShardReader, ShardStore, StoreError};
 
@@ -410,12 +410,15 @@ impl<S: ShardStore, R: DamageReporter> Scrubber<S, R> {
     /// Runs passes until `cancel` fires (a pass in progress is dropped;
     /// what it quarantined stays quarantined, unsent reports are lost and
     /// meta's audit finds those shards missing).
-    pub(crate) async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, worker: WorkerHandle) {
+        let cancel = worker.token().clone();
         if self.bandwidth == 0 {
             tracing::info!(
                 node = self.node_id,
                 "scrub disabled (scrub_bandwidth_bytes_per_sec = 0)"
             );
+            worker.idle();
+            cancel.cancelled().await;
             return;
         }
         let label = self.node_id.to_string();
@@ -453,13 +456,13 @@ impl<S: ShardStore, R: DamageReporter> Scrubber<S, R> {
                         seconds = elapsed.as_secs_f64(),
                         "scrub pass done"
                     );
+                    worker.ran();
                 }
                 Err(ScrubError::ShuttingDown) => return,
-                Err(e) => tracing::warn!(
-                    node = self.node_id,
-                    error = %crate::gc::error_chain(&e),
-                    "scrub pass stopped; retrying next interval"
-                ),
+                Err(e) => worker.report_error(format_args!(
+                    "scrub pass stopped; retrying next interval: {}",
+                    crate::gc::error_chain(&e)
+                )),
             }
             tokio::select! {
                 () = cancel.cancelled() => return,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_net::net::Listener;
+use sluice_util::worker::Workers;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -131,7 +132,10 @@ pub async fn run(
         grace: config.gc_grace,
         max_ops_per_sec: config.gc_max_ops_per_sec,
     };
-    tasks.spawn(collector.run(cancel.clone()));
+    // The datanode's background workers: they stop with `cancel`, and
+    // their states go to meta with each heartbeat.
+    let workers = Workers::new(cancel.clone());
+    workers.spawn("gc", move |w| collector.run(w));
     let scrubber = Scrubber {
         store: store.clone(),
         reporter: MetaReporter::new(gc_meta),
@@ -140,7 +144,7 @@ pub async fn run(
         bandwidth: config.scrub_bandwidth_bytes_per_sec.as_u64(),
         progress: Arc::new(ScrubProgress::default()),
     };
-    tasks.spawn(scrubber.run(cancel.clone()));
+    workers.spawn("scrubber", move |w| scrubber.run(w));
     let service = DatanodeService::new(
         store.clone(),
         options,
@@ -162,8 +166,9 @@ pub async fn run(
         host: config.host_label(),
         credits: service.credit_hub(),
         transport: transport.clone(),
+        workers: workers.clone(),
     };
-    tasks.spawn(membership.run(cancel.clone()));
+    workers.spawn("membership", move |w| membership.run(w));
 
     tracing::info!(
         node = config.node_id,
@@ -200,6 +205,7 @@ pub async fn run(
     cancel.cancel();
     tasks.close();
     tasks.wait().await;
+    workers.join().await;
     tracing::info!(node = config.node_id, "datanode stopped");
     Ok(result?)
 }

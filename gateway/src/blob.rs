@@ -48,6 +48,7 @@ use futures::{Stream, StreamExt};
 use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::datanode::DeleteBlobsRequest;
 use sluice_proto::meta::Placement;
+use sluice_util::worker::{WorkerHandle, Workers};
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{BudgetKind, BufferBudget, BufferError, BufferPermit, GatewayStats};
@@ -155,6 +156,9 @@ struct Inner {
     last_refresh: tokio::sync::Mutex<Instant>,
     /// Stops the refresh task; cancelled by [`BlobStore::stop`] and on drop.
     stop: CancellationToken,
+    /// The gateway's background workers (datanode refresh, epoch renewal,
+    /// heal), reported to meta with each epoch renewal.
+    workers: Workers,
     /// Write-path stripe buffers.
     write_budget: Arc<BufferBudget>,
     /// Reused buffers of full stripes with their parity, idle ones only
@@ -198,6 +202,7 @@ impl BlobStore {
         stats: GatewayStats,
         gateway_id: String,
         epochs: WriteEpochs,
+        workers: Workers,
     ) -> Result<BlobStore, BlobError> {
         config.validate()?;
         let codec = Codec::new(config.data_shards, config.parity_shards)
@@ -225,16 +230,20 @@ impl BlobStore {
                 directory,
                 last_refresh: tokio::sync::Mutex::new(Instant::now()),
                 stop: CancellationToken::new(),
+                workers,
                 credits,
                 epochs,
                 stats,
             }),
         };
-        tokio::spawn(refresh_loop(
+        let (weak, stop, interval) = (
             Arc::downgrade(&store.inner),
             store.inner.stop.clone(),
             store.inner.config.datanode_refresh_interval,
-        ));
+        );
+        store.inner.workers.spawn("datanode-refresh", move |w| {
+            refresh_loop(weak, stop, interval, w)
+        });
         Ok(store)
     }
 
@@ -258,19 +267,30 @@ impl BlobStore {
         let started = Instant::now();
         let pool = Datanodes::with_transport(meta.transport().clone());
         first_refresh(&pool, &meta, started).await?;
-        let epochs = WriteEpochs::start(
+        let workers = Workers::default();
+        let epochs = WriteEpochs::start_in(
             Arc::new(
                 MetaEpochService::new(meta.clone(), gateway_id.clone())
-                    .with_memory_budget(config.buffer_budget.saturating_add(config.read_budget)),
+                    .with_memory_budget(config.buffer_budget.saturating_add(config.read_budget))
+                    .with_workers(workers.clone()),
             ),
             EpochConfig {
                 rotation: config.epoch_rotation,
                 start_deadline: START_DEADLINE.saturating_sub(started.elapsed()),
             },
+            &workers,
         )
         .await
         .map_err(BlobError::Meta)?;
-        Self::assemble(config, Arc::new(meta), pool, stats, gateway_id, epochs)
+        Self::assemble(
+            config,
+            Arc::new(meta),
+            pool,
+            stats,
+            gateway_id,
+            epochs,
+            workers,
+        )
     }
 
     /// A store that reads the datanode set from `directory` (once now,
@@ -295,6 +315,7 @@ impl BlobStore {
             GatewayStats::new(),
             new_gateway_id(),
             epochs,
+            Workers::default(),
         )
     }
 
@@ -309,6 +330,11 @@ impl BlobStore {
         let live = self.inner.refresh().await.map_err(BlobError::Meta)?;
         *last = Instant::now();
         Ok(live)
+    }
+
+    /// The gateway's background workers (`sluice admin status` lists them).
+    pub fn workers(&self) -> &Workers {
+        &self.inner.workers
     }
 
     /// Stops the refresh task and the credit streams (also stops when the
@@ -627,7 +653,12 @@ async fn first_refresh(
 
 /// Re-reads the datanode set every `interval` until `stop` is cancelled or
 /// the store is dropped.
-async fn refresh_loop(store: Weak<Inner>, stop: CancellationToken, interval: Duration) {
+async fn refresh_loop(
+    store: Weak<Inner>,
+    stop: CancellationToken,
+    interval: Duration,
+    worker: WorkerHandle,
+) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
@@ -645,8 +676,9 @@ async fn refresh_loop(store: Weak<Inner>, stop: CancellationToken, interval: Dur
             Ok(live) => {
                 *inner.last_refresh.lock().await = Instant::now();
                 tracing::trace!(live, "refreshed datanode set");
+                worker.ran();
             }
-            Err(e) => tracing::warn!(error = %e, "refreshing datanode set"),
+            Err(e) => worker.report_error(format_args!("refreshing datanode set: {e}")),
         }
     }
     tracing::debug!("datanode refresh task stopped");

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use sluice_meta_client::{MetaClient, MetaError};
 use sluice_proto::meta::{ErrorCode, OpenEpochResponse};
+use sluice_util::worker::{WorkerHandle, Workers};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics;
@@ -68,6 +69,8 @@ pub struct MetaEpochService {
     /// Sum of this gateway's memory budgets, reported with each renewal
     /// together with the process's RSS (`sluice admin status`).
     memory_budget: u64,
+    /// This gateway's workers, whose states each renewal reports.
+    workers: Option<Workers>,
 }
 
 impl MetaEpochService {
@@ -77,7 +80,14 @@ impl MetaEpochService {
             meta,
             gateway_id: gateway_id.into(),
             memory_budget: 0,
+            workers: None,
         }
+    }
+
+    /// Reports `workers`' states with each renewal.
+    pub fn with_workers(mut self, workers: Workers) -> Self {
+        self.workers = Some(workers);
+        self
     }
 
     /// Reports `budget` (bytes) and the process's RSS with each renewal.
@@ -100,6 +110,11 @@ impl EpochService for MetaEpochService {
             memory_budget_bytes: self.memory_budget,
             requests_total,
             slowdowns_total,
+            workers: self
+                .workers
+                .as_ref()
+                .map(|w| sluice_meta_client::worker_states(&w.snapshot()))
+                .unwrap_or_default(),
         };
         self.meta.renew_epoch_reporting(epoch, report).await
     }
@@ -237,6 +252,16 @@ impl WriteEpochs {
         service: Arc<dyn EpochService>,
         config: EpochConfig,
     ) -> Result<WriteEpochs, MetaError> {
+        Self::start_in(service, config, &Workers::default()).await
+    }
+
+    /// [`WriteEpochs::start`], running the renewal as worker
+    /// `epoch-renewal` of `workers`.
+    pub async fn start_in(
+        service: Arc<dyn EpochService>,
+        config: EpochConfig,
+        workers: &Workers,
+    ) -> Result<WriteEpochs, MetaError> {
         let started = Instant::now();
         let opened = loop {
             match service.open().await {
@@ -262,11 +287,8 @@ impl WriteEpochs {
             "opened write epoch"
         );
         metrics::set_write_epoch(opened.epoch);
-        tokio::spawn(renew_loop(
-            Arc::downgrade(&epochs.inner),
-            service,
-            epochs.inner.stop.clone(),
-        ));
+        let (weak, stop) = (Arc::downgrade(&epochs.inner), epochs.inner.stop.clone());
+        workers.spawn("epoch-renewal", move |w| renew_loop(weak, service, stop, w));
         Ok(epochs)
     }
 
@@ -334,7 +356,12 @@ fn renew_interval(lease: Duration) -> Duration {
 /// Renews the live epochs every `lease / 3`, rotates every `rotation`,
 /// replaces a lost current epoch at once; ends when `stop` is cancelled or
 /// every [`WriteEpochs`] handle and guard is gone.
-async fn renew_loop(inner: Weak<Inner>, service: Arc<dyn EpochService>, stop: CancellationToken) {
+async fn renew_loop(
+    inner: Weak<Inner>,
+    service: Arc<dyn EpochService>,
+    stop: CancellationToken,
+    worker: WorkerHandle,
+) {
     // Set when the current epoch was lost or rotation is due and the new
     // epoch could not be opened yet: retried on the next round.
     let mut need_new = false;
@@ -378,6 +405,7 @@ async fn renew_loop(inner: Weak<Inner>, service: Arc<dyn EpochService>, stop: Ca
             r = renewals => r,
         };
         let Some(strong) = inner.upgrade() else { break };
+        let mut failed = false;
         for (epoch, result) in results {
             match result {
                 Ok(()) => tracing::trace!(epoch, "renewed write epoch"),
@@ -398,8 +426,14 @@ async fn renew_loop(inner: Weak<Inner>, service: Arc<dyn EpochService>, stop: Ca
                         need_new = true;
                     }
                 }
-                Err(e) => tracing::warn!(epoch, error = %e, "renewing write epoch"),
+                Err(e) => {
+                    failed = true;
+                    worker.report_error(format_args!("renewing write epoch {epoch}: {e}"));
+                }
             }
+        }
+        if !failed {
+            worker.ran();
         }
         if !(need_new || rotate) {
             continue;
@@ -432,7 +466,7 @@ async fn renew_loop(inner: Weak<Inner>, service: Arc<dyn EpochService>, stop: Ca
                 );
             }
             Err(e) => {
-                tracing::warn!(error = %e, "opening a new write epoch, retrying");
+                worker.report_error(format_args!("opening a new write epoch, retrying: {e}"));
                 need_new = true;
             }
         }

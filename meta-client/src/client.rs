@@ -106,7 +106,7 @@ struct Inner {
 }
 
 /// What a gateway reports with each epoch renewal (`RenewEpochRequest`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GatewayReport {
     /// The gateway process's resident set, bytes.
     pub rss_bytes: u64,
@@ -116,6 +116,8 @@ pub struct GatewayReport {
     pub requests_total: u64,
     /// `503 SlowDown` answers since the process started.
     pub slowdowns_total: u64,
+    /// Its background workers ([`crate::worker_states`]).
+    pub workers: Vec<pb::WorkerStatus>,
 }
 
 impl MetaClient {
@@ -845,6 +847,7 @@ impl MetaClient {
             memory_budget_bytes: report.memory_budget_bytes,
             requests_total: report.requests_total,
             slowdowns_total: report.slowdowns_total,
+            workers: report.workers,
         };
         self.call("RenewEpoch", |mut c| {
             let req = req.clone();

@@ -42,6 +42,8 @@ pub(crate) struct AdminService<K: KvStore> {
     pub(crate) memory_budget: u64,
     /// How this node dials other meta nodes (`status` asks each voter).
     pub(crate) transport: sluice_net::Transport,
+    /// This node's background workers (`status` lists them).
+    pub(crate) workers: sluice_util::worker::Workers,
 }
 
 fn catch_up(ms: Option<u64>) -> Option<Duration> {
@@ -180,6 +182,7 @@ impl<K: KvStore + 'static> Admin for AdminService<K> {
             loads: &self.loads,
             memory_budget: self.memory_budget,
             transport: &self.transport,
+            workers: &self.workers,
         })
         .await
         .map(Response::new)

@@ -538,6 +538,7 @@ impl<K: KvStore> Meta for MetaService<K> {
             memory_budget_bytes: std::mem::take(&mut r.memory_budget_bytes),
             requests_total: std::mem::take(&mut r.requests_total),
             slowdowns_total: std::mem::take(&mut r.slowdowns_total),
+            workers: std::mem::take(&mut r.workers),
         };
         let epoch = r.epoch;
         let applied = self.write(Command::RenewEpoch(r)).await?;

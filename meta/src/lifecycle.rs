@@ -29,6 +29,8 @@ use std::time::Duration;
 use sluice_proto::meta as pb;
 use sluice_proto::raft::{self as rpb, meta_command::Command};
 
+use sluice_util::worker::WorkerHandle;
+
 use crate::raft::MetaRaft;
 use crate::sm::{self, Applied, lifecycle};
 use crate::store::{KvStore, Space};
@@ -60,27 +62,34 @@ pub(crate) struct LifecycleRun {
 }
 
 impl<K: KvStore> LifecycleSweeper<K> {
-    /// Runs every interval while this node is the leader, until aborted.
-    pub(crate) async fn run(self) {
+    /// Runs every interval while this node is the leader, reporting to
+    /// `worker`, until dropped.
+    pub(crate) async fn run(self, worker: WorkerHandle) {
         let mut ticker = periodic(self.interval);
         loop {
             ticker.tick().await;
             if !is_leader(&self.raft) {
+                worker.idle();
                 continue;
             }
             match self.sweep().await {
                 Ok(run) if run == LifecycleRun::default() => {
-                    tracing::debug!("lifecycle rules: nothing to do")
+                    tracing::debug!("lifecycle rules: nothing to do");
+                    worker.ran();
                 }
-                Ok(run) => tracing::info!(
-                    expired = run.expired,
-                    aborted = run.aborted,
-                    "lifecycle rules applied"
-                ),
+                Ok(run) => {
+                    tracing::info!(
+                        expired = run.expired,
+                        aborted = run.aborted,
+                        "lifecycle rules applied"
+                    );
+                    worker.ran();
+                }
                 Err(SweepError::NotLeader) => {
-                    tracing::info!("lost leadership during the lifecycle sweep")
+                    tracing::info!("lost leadership during the lifecycle sweep");
+                    worker.idle();
                 }
-                Err(e) => tracing::warn!(error = %e, "lifecycle sweep stopped"),
+                Err(e) => worker.report_error(format_args!("lifecycle sweep stopped: {e}")),
             }
         }
     }

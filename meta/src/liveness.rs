@@ -175,11 +175,16 @@ impl Liveness {
 
 /// Follows the Raft state and resets liveness on leadership changes.
 /// Returns when the Raft shuts down.
-pub(crate) async fn watch_leadership(raft: MetaRaft, liveness: std::sync::Arc<Liveness>) {
+pub(crate) async fn watch_leadership(
+    raft: MetaRaft,
+    liveness: std::sync::Arc<Liveness>,
+    worker: sluice_util::worker::WorkerHandle,
+) {
     let mut metrics = raft.metrics();
     loop {
         let leader = metrics.borrow_and_update().state == ServerState::Leader;
         liveness.set_leader(leader);
+        worker.ran();
         if metrics.changed().await.is_err() {
             return;
         }

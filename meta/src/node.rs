@@ -14,6 +14,7 @@ use sluice_net::net::Listener;
 use sluice_proto::admin::admin_server::AdminServer;
 use sluice_proto::meta::meta_server::MetaServer;
 use sluice_proto::raft::raft_server::RaftServer;
+use sluice_util::worker::{WorkerHandle, Workers};
 
 use crate::admin::AdminService;
 use crate::api::MetaService;
@@ -161,56 +162,68 @@ pub async fn run(
         return Err(e);
     }
 
-    let snapshots = tokio::spawn(schedule_snapshots(
-        raft.clone(),
-        snapshot_bytes,
-        config.snapshot_logs_since_last,
-    ));
+    // Meta's background workers (`sluice admin status` lists them). The
+    // leader-only ones idle on followers; all stop with the node.
+    let workers = Workers::default();
+    {
+        let raft = raft.clone();
+        let min_entries = config.snapshot_logs_since_last;
+        workers.spawn("snapshot-schedule", move |w| {
+            schedule_snapshots(raft, snapshot_bytes, min_entries, w)
+        });
+    }
     let liveness = Arc::new(Liveness::new(config.datanode_liveness));
-    let watcher = tokio::spawn(watch_leadership(raft.clone(), liveness.clone()));
-    let sweeper = tokio::spawn(
-        Sweeper {
-            raft: raft.clone(),
-            kv: kv.clone(),
-            interval: config.stale_upload_check_interval,
-            expiry: config.stale_upload_expiry,
-        }
-        .run(),
-    );
-    let lifecycle_sweeper = tokio::spawn(
-        LifecycleSweeper {
-            raft: raft.clone(),
-            kv: kv.clone(),
-            interval: config.lifecycle_check_interval,
-            day: config.lifecycle_day,
-        }
-        .run(),
-    );
-    let lease_sweeper = tokio::spawn(
-        LeaseSweeper {
-            raft: raft.clone(),
-            kv: kv.clone(),
-            epoch_interval: config.epoch_sweep_interval,
-            lease: config.epoch_lease,
-            session_interval: config.session_sweep_interval,
-            session_expiry: config.session_expiry,
-        }
-        .run(),
-    );
-    let reclaimer = tokio::spawn(
-        Reclaimer {
-            raft: raft.clone(),
-            kv: kv.clone(),
-            deleter: Arc::new(GrpcDeleter::new(
-                config.reclaim_call_timeout,
-                transport.clone(),
-            )),
-            interval: config.reclaim_interval,
-            delete_delay: config.delete_delay,
-            concurrency: config.reclaim_concurrency,
-        }
-        .run(),
-    );
+    {
+        let (raft, liveness) = (raft.clone(), liveness.clone());
+        workers.spawn("leadership-watch", move |w| async move {
+            w.clone()
+                .until_cancelled(watch_leadership(raft, liveness, w))
+                .await;
+        });
+    }
+    let sweeper = Sweeper {
+        raft: raft.clone(),
+        kv: kv.clone(),
+        interval: config.stale_upload_check_interval,
+        expiry: config.stale_upload_expiry,
+    };
+    workers.spawn("upload-sweeper", move |w| async move {
+        w.clone().until_cancelled(sweeper.run(w)).await;
+    });
+    let lifecycle_sweeper = LifecycleSweeper {
+        raft: raft.clone(),
+        kv: kv.clone(),
+        interval: config.lifecycle_check_interval,
+        day: config.lifecycle_day,
+    };
+    workers.spawn("lifecycle-sweeper", move |w| async move {
+        w.clone().until_cancelled(lifecycle_sweeper.run(w)).await;
+    });
+    let lease_sweeper = LeaseSweeper {
+        raft: raft.clone(),
+        kv: kv.clone(),
+        epoch_interval: config.epoch_sweep_interval,
+        lease: config.epoch_lease,
+        session_interval: config.session_sweep_interval,
+        session_expiry: config.session_expiry,
+    };
+    workers.spawn("lease-sweeper", move |w| async move {
+        w.clone().until_cancelled(lease_sweeper.run(w)).await;
+    });
+    let reclaimer = Reclaimer {
+        raft: raft.clone(),
+        kv: kv.clone(),
+        deleter: Arc::new(GrpcDeleter::new(
+            config.reclaim_call_timeout,
+            transport.clone(),
+        )),
+        interval: config.reclaim_interval,
+        delete_delay: config.delete_delay,
+        concurrency: config.reclaim_concurrency,
+    };
+    workers.spawn("reclaimer", move |w| async move {
+        w.clone().until_cancelled(reclaimer.run(w)).await;
+    });
 
     let loads = Arc::new(crate::admin::status::Loads::default());
     let admin = AdminService {
@@ -225,6 +238,7 @@ pub async fn run(
         loads: Arc::clone(&loads),
         memory_budget: config.sled_cache_bytes.as_u64(),
         transport: transport.clone(),
+        workers: workers.clone(),
     };
     let meta = MetaService {
         node_id: config.node_id,
@@ -273,18 +287,7 @@ pub async fn run(
         Some(r) => r,
         None => server.await,
     };
-    watcher.abort();
-    let _ = watcher.await;
-    for task in [
-        snapshots,
-        sweeper,
-        lifecycle_sweeper,
-        lease_sweeper,
-        reclaimer,
-    ] {
-        task.abort();
-        let _ = task.await;
-    }
+    workers.shutdown().await;
     drop(raft);
     release_store(kv).await;
     tracing::info!(node_id = config.node_id, "meta node stopped");
@@ -301,13 +304,22 @@ fn snapshot_threshold(min_entries: u64, snapshot_bytes: u64) -> u64 {
 
 /// Triggers a snapshot build whenever the entries applied since the last
 /// snapshot reach [`snapshot_threshold`] (openraft ignores a trigger while
-/// a build runs). Runs until aborted.
-async fn schedule_snapshots(raft: MetaRaft, snapshot_bytes: Arc<AtomicU64>, min_entries: u64) {
+/// a build runs). Runs until `worker` is cancelled, or ends when the
+/// trigger fails (Raft shut down).
+async fn schedule_snapshots(
+    raft: MetaRaft,
+    snapshot_bytes: Arc<AtomicU64>,
+    min_entries: u64,
+    worker: WorkerHandle,
+) {
     let mut metrics = raft.metrics();
     let mut tick = tokio::time::interval(SNAPSHOT_CHECK_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = worker.cancelled() => return,
+        }
         let (applied, snapshot) = {
             let m = metrics.borrow_and_update();
             (
@@ -319,9 +331,10 @@ async fn schedule_snapshots(raft: MetaRaft, snapshot_bytes: Arc<AtomicU64>, min_
         if applied.saturating_sub(snapshot) >= threshold
             && let Err(e) = raft.trigger().snapshot().await
         {
-            tracing::warn!(error = %e, "snapshot trigger");
+            worker.report_error(format_args!("snapshot trigger: {e}"));
             return;
         }
+        worker.ran();
     }
 }
 

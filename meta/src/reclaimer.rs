@@ -28,6 +28,7 @@ use futures::StreamExt;
 use sluice_proto::datanode::DeleteBlobsRequest;
 use sluice_proto::datanode::datanode_client::DatanodeClient;
 use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
+use sluice_util::worker::WorkerHandle;
 use tonic::transport::Channel;
 
 use crate::raft::MetaRaft;
@@ -178,22 +179,28 @@ pub(crate) struct Reclaimer<K: KvStore, D: ShardDeleter> {
 }
 
 impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
-    /// Runs a pass every interval while this node is the leader. Runs
-    /// until the task is aborted.
-    pub(crate) async fn run(self) {
+    /// Runs a pass every interval while this node is the leader,
+    /// reporting to `worker`. Runs until dropped.
+    pub(crate) async fn run(self, worker: WorkerHandle) {
         let mut ticker = periodic(self.interval);
         loop {
             ticker.tick().await;
             if !is_leader(&self.raft) {
+                worker.idle();
                 continue;
             }
             match self.pass().await {
-                Ok(stats) if stats.due > 0 => tracing::info!(?stats, "reclaimed released blobs"),
-                Ok(_) => {}
+                Ok(stats) => {
+                    if stats.due > 0 {
+                        tracing::info!(?stats, "reclaimed released blobs");
+                    }
+                    worker.ran();
+                }
                 Err(ReclaimError::NotLeader) => {
                     tracing::info!("lost leadership during the reclaim pass");
+                    worker.idle();
                 }
-                Err(e) => tracing::warn!(error = %e, "reclaim pass stopped"),
+                Err(e) => worker.report_error(format_args!("reclaim pass stopped: {e}")),
             }
         }
     }

@@ -45,6 +45,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ServerState};
 use sluice_proto::meta::{self as pb, ErrorCode};
 use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
+use sluice_util::worker::WorkerHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
@@ -265,8 +266,8 @@ impl LeaseObservations {
 
 impl<K: KvStore> LeaseSweeper<K> {
     /// Sweeps epochs and sessions on their intervals while this node is
-    /// the leader. Runs until the task is aborted.
-    pub(crate) async fn run(self) {
+    /// the leader, reporting to `worker`. Runs until dropped.
+    pub(crate) async fn run(self, worker: WorkerHandle) {
         let mut epochs = tokio::time::interval(self.epoch_interval);
         epochs.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut sessions = tokio::time::interval(self.session_interval);
@@ -276,22 +277,28 @@ impl<K: KvStore> LeaseSweeper<K> {
             tokio::select! {
                 _ = epochs.tick() => {
                     if !seen.lead(leading_term(&self.raft)) {
+                        worker.idle();
                         continue;
                     }
                     match self.close_expired_epochs(&mut seen.epochs).await {
-                        Ok(0) => {}
-                        Ok(closed) => tracing::info!(closed, lease = ?self.lease, "closed expired write epochs"),
-                        Err(SweepError::NotLeader) => {}
-                        Err(e) => tracing::warn!(error = %e, "epoch sweep stopped"),
+                        Ok(0) => worker.ran(),
+                        Ok(closed) => {
+                            tracing::info!(closed, lease = ?self.lease, "closed expired write epochs");
+                            worker.ran();
+                        }
+                        Err(SweepError::NotLeader) => worker.idle(),
+                        Err(e) => worker.report_error(format_args!("epoch sweep stopped: {e}")),
                     }
                 }
                 _ = sessions.tick() => {
                     if !seen.lead(leading_term(&self.raft)) {
+                        worker.idle();
                         continue;
                     }
                     match self.expire_sessions(&mut seen.sessions).await {
-                        Ok(()) | Err(SweepError::NotLeader) => {}
-                        Err(e) => tracing::warn!(error = %e, "session sweep stopped"),
+                        Ok(()) => worker.ran(),
+                        Err(SweepError::NotLeader) => worker.idle(),
+                        Err(e) => worker.report_error(format_args!("session sweep stopped: {e}")),
                     }
                 }
             }
@@ -371,23 +378,29 @@ impl<K: KvStore> LeaseSweeper<K> {
 
 impl<K: KvStore> Sweeper<K> {
     /// Sweeps every interval (the first one interval after the start) while
-    /// this node is the leader. Runs until the task is aborted.
-    pub(crate) async fn run(self) {
+    /// this node is the leader, reporting to `worker`. Runs until dropped.
+    pub(crate) async fn run(self, worker: WorkerHandle) {
         let mut ticker = periodic(self.interval);
         loop {
             ticker.tick().await;
             if !is_leader(&self.raft) {
+                worker.idle();
                 continue;
             }
             match self.sweep().await {
-                Ok(0) => tracing::debug!("no stale multipart uploads"),
+                Ok(0) => {
+                    tracing::debug!("no stale multipart uploads");
+                    worker.ran();
+                }
                 Ok(aborted) => {
                     tracing::info!(aborted, expiry = ?self.expiry, "aborted stale multipart uploads");
+                    worker.ran();
                 }
                 Err(SweepError::NotLeader) => {
                     tracing::info!("lost leadership during the stale upload sweep");
+                    worker.idle();
                 }
-                Err(e) => tracing::warn!(error = %e, "stale upload sweep stopped"),
+                Err(e) => worker.report_error(format_args!("stale upload sweep stopped: {e}")),
             }
         }
     }

@@ -180,6 +180,74 @@ fn admin_status_status_page_and_health_against_sluice_dev() {
         }
     });
 
+    // Every role's background workers are listed: the leader's own, and
+    // those datanodes and gateways report with heartbeats and renewals.
+    let names = |workers: &serde_json::Value| -> Vec<String> {
+        workers
+            .as_array()
+            .map(|ws| {
+                ws.iter()
+                    .filter_map(|w| w["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let has =
+        |listed: &[String], wanted: &[&str]| wanted.iter().all(|w| listed.iter().any(|l| l == w));
+    let status = wait_for("every role's workers in Status", || {
+        let json = status_json(&meta, &admin_cert)?;
+        let meta_ok = has(
+            &names(&json["leader_workers"]),
+            &[
+                "snapshot-schedule",
+                "leadership-watch",
+                "upload-sweeper",
+                "lifecycle-sweeper",
+                "lease-sweeper",
+                "reclaimer",
+            ],
+        );
+        let datanodes_ok = json["datanodes"].as_array().is_some_and(|ds| {
+            ds.iter()
+                .all(|d| has(&names(&d["workers"]), &["gc", "scrubber", "membership"]))
+        });
+        let gateway_ok = has(
+            &names(&json["gateways"][0]["workers"]),
+            &["epoch-renewal", "datanode-refresh"],
+        );
+        if meta_ok && datanodes_ok && gateway_ok {
+            Ok(json)
+        } else {
+            Err(json.to_string())
+        }
+    });
+    for w in status["leader_workers"].as_array().expect("leader workers") {
+        assert!(
+            ["running", "idle"].contains(&w["state"].as_str().expect("state")),
+            "{w}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["admin", "status", "--meta", &meta])
+        .envs(admin_cert.clone())
+        .output()
+        .expect("run sluice admin status");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        text.contains("NODE") && text.contains("WORKER") && text.contains("LAST ERROR"),
+        "{text}"
+    );
+    for row in [
+        "meta 1",
+        "upload-sweeper",
+        "datanode 1",
+        "scrubber",
+        "epoch-renewal",
+    ] {
+        assert!(text.contains(row), "{row}: {text}");
+    }
+
     status_page(base + 8, &meta, &admin_cert, dir.path());
     drop(guard);
 }
@@ -221,6 +289,8 @@ fn status_page(
         "{html}"
     );
     assert!(html.contains("RSS / memory budgets"));
+    assert!(html.contains("<h2>Workers</h2>"), "{html}");
+    assert!(html.contains("<td>upload-sweeper</td>"), "{html}");
     assert_eq!(html.matches("<svg ").count(), 3);
     let (code, json) = get(page, "/status.json").expect("status.json");
     assert_eq!(code, 200);

@@ -40,7 +40,7 @@ fn roles_depend_on_the_contract_and_the_meta_client_only() {
     }
     assert_eq!(
         sluice_dependencies("meta-client"),
-        ["sluice-net", "sluice-proto"]
+        ["sluice-net", "sluice-proto", "sluice-util"]
     );
     assert!(sluice_dependencies("proto").is_empty());
     assert!(sluice_dependencies("net").is_empty());

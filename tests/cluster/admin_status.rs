@@ -105,6 +105,44 @@ async fn status_lists_voters_datanodes_and_gateways() -> Result<()> {
         "{s:?}"
     );
     ensure!(s.degraded_blobs == 0 && !s.degraded_capped, "{s:?}");
+    // Every role's background workers, by name: the leader's own, and
+    // those each datanode and the gateway reported with their load.
+    let named = |workers: &[sluice_proto::meta::WorkerStatus], wanted: &[&str]| {
+        wanted
+            .iter()
+            .all(|w| workers.iter().any(|x| x.name == *w && x.state != "stopped"))
+    };
+    ensure!(
+        named(
+            &s.leader_workers,
+            &[
+                "snapshot-schedule",
+                "leadership-watch",
+                "upload-sweeper",
+                "lifecycle-sweeper",
+                "lease-sweeper",
+                "reclaimer",
+            ]
+        ),
+        "leader workers {:?}",
+        s.leader_workers
+    );
+    for d in &s.datanodes {
+        ensure!(
+            named(&d.workers, &["gc", "scrubber", "membership"]),
+            "datanode {} workers {:?}",
+            d.id,
+            d.workers
+        );
+    }
+    ensure!(
+        named(
+            &s.gateways[0].workers,
+            &["epoch-renewal", "datanode-refresh"]
+        ),
+        "gateway workers {:?}",
+        s.gateways[0].workers
+    );
 
     // One datanode stopped: it shows down, with its last heartbeat.
     c.datanodes[5].stop().await?;

@@ -38,7 +38,8 @@ use sluice_proto::meta::{
     BeginHealRequest, DatanodeInfo, ListPlacementsRequest, ListPlacementsResponse, ShardRef,
     UpdatePlacementRequest,
 };
-use tokio::task::JoinHandle;
+use sluice_util::worker::WorkerHandle;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::blob::BlobStore;
@@ -205,7 +206,8 @@ pub struct HealStatus {
 /// a state, progress counters).
 pub struct HealWorker {
     stop: CancellationToken,
-    task: JoinHandle<()>,
+    /// Resolves (or errs) when the loop has ended.
+    done: oneshot::Receiver<()>,
     status: Arc<Mutex<HealStatus>>,
 }
 
@@ -262,8 +264,14 @@ impl HealWorker {
             rebalance_gate,
             status: Arc::clone(&status),
         });
-        let task = tokio::spawn(run(shared, stop.clone()));
-        HealWorker { stop, task, status }
+        let (done_tx, done) = oneshot::channel();
+        let workers = shared.store.workers().clone();
+        let loop_stop = stop.clone();
+        workers.spawn(Self::NAME, move |w| async move {
+            run(shared, loop_stop, w).await;
+            let _ = done_tx.send(());
+        });
+        HealWorker { stop, done, status }
     }
 
     /// A snapshot of the worker's status.
@@ -278,14 +286,16 @@ impl HealWorker {
     /// reset and its intents expire with the epoch) and waits for it.
     pub async fn stop(self) {
         self.stop.cancel();
-        let _ = self.task.await;
+        let _ = self.done.await;
     }
 }
 
-async fn run(shared: Arc<Shared>, stop: CancellationToken) {
+async fn run(shared: Arc<Shared>, stop: CancellationToken, worker: WorkerHandle) {
     if shared.config.bandwidth_bytes_per_sec == 0 {
         shared.update(|s| s.state = HealState::Paused);
         tracing::info!("heal disabled: heal_bandwidth_bytes_per_sec = 0");
+        worker.idle();
+        stop.cancelled().await;
         return;
     }
     let mut watch = NodeWatch::default();
@@ -302,7 +312,7 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             let infos = match shared.meta.list_datanodes().await {
                 Ok(i) => i,
                 Err(e) => {
-                    tracing::warn!(error = %e, "heal: reading the datanode set");
+                    worker.report_error(format_args!("heal: reading the datanode set: {e}"));
                     return;
                 }
             };
@@ -318,6 +328,7 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                 let busy = move_once(&shared, &nodes).await;
                 movers.done(busy);
             }
+            worker.ran();
         };
         tokio::select! {
             () = stop.cancelled() => break,

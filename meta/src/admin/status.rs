@@ -68,19 +68,23 @@ impl Reported {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct DatanodeLoad {
     credit_in_use: u64,
     write_budget: u64,
     memory: Reported,
+    /// Its background workers (a fixed, small set per node).
+    workers: Vec<pb::WorkerStatus>,
 }
 
 /// A gateway's last renewal report.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct GatewayLoad {
     memory: Reported,
     requests_total: u64,
     slowdowns_total: u64,
+    /// Its background workers (a fixed, small set per gateway).
+    workers: Vec<pb::WorkerStatus>,
 }
 
 #[derive(Debug, Default)]
@@ -115,6 +119,7 @@ impl Loads {
                 credit_in_use: r.credit_in_use_bytes,
                 write_budget: r.write_budget_bytes,
                 memory: Reported::now(r.rss_bytes, r.memory_budget_bytes),
+                workers: capped(&r.workers),
             },
         );
     }
@@ -140,9 +145,43 @@ impl Loads {
                 memory: Reported::now(report.rss_bytes, report.memory_budget_bytes),
                 requests_total: report.requests_total,
                 slowdowns_total: report.slowdowns_total,
+                workers: capped(&report.workers),
             },
         );
     }
+}
+
+/// Workers kept per reporting node (a node runs a fixed set of about
+/// three to six; this bounds a misbehaving one).
+const MAX_REPORTED_WORKERS: usize = 16;
+/// Longest worker name and last error kept, bytes. With
+/// [`MAX_GATEWAY_LOADS`] entries the worst case is about
+/// 4096 x 16 x 300 B = 20 MiB; a real gateway reports 3 workers.
+const MAX_REPORTED_TEXT: usize = 256;
+
+/// At most [`MAX_REPORTED_WORKERS`] of a node's reported workers, names
+/// and errors cut to [`MAX_REPORTED_TEXT`].
+fn capped(workers: &[pb::WorkerStatus]) -> Vec<pb::WorkerStatus> {
+    fn cut(s: &mut String) {
+        if s.len() > MAX_REPORTED_TEXT {
+            let mut end = MAX_REPORTED_TEXT;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s.truncate(end);
+        }
+    }
+    workers
+        .iter()
+        .take(MAX_REPORTED_WORKERS)
+        .map(|w| {
+            let mut w = w.clone();
+            cut(&mut w.name);
+            cut(&mut w.last_error);
+            cut(&mut w.state);
+            w
+        })
+        .collect()
 }
 
 /// Keys of `space` counted up to `limit`; `(count, capped)`.
@@ -179,6 +218,8 @@ pub(crate) struct StatusSources<'a, K: KvStore> {
     pub(crate) memory_budget: u64,
     /// How this node dials the other voters (mutual TLS as itself).
     pub(crate) transport: &'a sluice_net::Transport,
+    /// This node's own background workers.
+    pub(crate) workers: &'a sluice_util::worker::Workers,
 }
 
 /// A voter's own view, from its `ClusterStatus`.
@@ -309,6 +350,7 @@ pub(crate) async fn status<K: KvStore>(
                 disk_generation: d.disk_generation,
                 zone: d.zone,
                 host: d.host,
+                workers: load.map(|x| x.workers.clone()).unwrap_or_default(),
             }
         })
         .collect();
@@ -334,6 +376,7 @@ pub(crate) async fn status<K: KvStore>(
             g.memory = Some(r.memory.to_proto());
             g.requests_total = r.requests_total;
             g.slowdowns_total = r.slowdowns_total;
+            g.workers = r.workers.clone();
         }
     }
     drop(loads);
@@ -356,6 +399,7 @@ pub(crate) async fn status<K: KvStore>(
         heals_in_progress: heals / 2,
         leader_memory: Some(Reported::now(process_rss(), src.memory_budget).to_proto()),
         now_ms: wall_clock_ms(),
+        leader_workers: sluice_meta_client::worker_states(&src.workers.snapshot()),
     })
 }
 
@@ -374,12 +418,30 @@ mod tests {
                     memory_budget_bytes: 2,
                     requests_total: 3,
                     slowdowns_total: 4,
+                    workers: Vec::new(),
                 },
             );
         }
         let s = loads.lock();
         assert_eq!(s.gateways.len(), MAX_GATEWAY_LOADS);
         assert!(s.gateways.contains_key(&(MAX_GATEWAY_LOADS as u64 + 9)));
+    }
+
+    #[test]
+    fn reported_workers_are_bounded() {
+        let long = "é".repeat(1000);
+        let reported: Vec<pb::WorkerStatus> = (0..40)
+            .map(|i| pb::WorkerStatus {
+                name: format!("w{i}"),
+                state: "failed".into(),
+                last_error: long.clone(),
+                ..Default::default()
+            })
+            .collect();
+        let kept = capped(&reported);
+        assert_eq!(kept.len(), MAX_REPORTED_WORKERS);
+        assert_eq!(kept[0].name, "w0");
+        assert!(kept.iter().all(|w| w.last_error.len() <= MAX_REPORTED_TEXT));
     }
 
     #[test]

@@ -39,7 +39,7 @@ use sluice_meta_client::MetaClient;
 use sluice_proto::admin::{ProcessMemory, StatusResponse};
 
 use super::AdminConn;
-use super::status::{StatusJson, ago, fetch, non_empty, size, voter_cells};
+use super::status::{StatusJson, ago, fetch, non_empty, size, voter_cells, worker_rows};
 
 /// Most connections served at once; more wait in the TCP backlog.
 pub const MAX_PAGE_CONNECTIONS: usize = 32;
@@ -361,6 +361,7 @@ fn render_page(state: &PageState, interval: Duration) -> String {
     voters(&mut out, s);
     datanodes(&mut out, s);
     gateways(&mut out, s, &state.history);
+    workers(&mut out, s);
     charts(&mut out, &state.history, interval);
     out.push_str("</body></html>\n");
     out
@@ -540,6 +541,26 @@ fn gateways(out: &mut String, s: &StatusResponse, history: &VecDeque<Sample>) {
             g.slowdowns_total,
             rate.map_or("-".into(), |r| format!("{r:.1}")),
         );
+    }
+    out.push_str("</table>");
+}
+
+/// Every node's background workers (the rows of `sluice admin status`).
+fn workers(out: &mut String, s: &StatusResponse) {
+    let rows = worker_rows(s);
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<h2>Workers</h2><table><tr><th>node</th><th>worker</th><th>state</th>\
+         <th>passes</th><th>last error</th></tr>",
+    );
+    for row in rows {
+        out.push_str("<tr>");
+        for cell in row {
+            let _ = write!(out, "<td>{}</td>", esc(&cell));
+        }
+        out.push_str("</tr>");
     }
     out.push_str("</table>");
 }

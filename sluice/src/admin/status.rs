@@ -2,7 +2,8 @@
 //! leader's `sluice.admin.Admin/Status` (see `proto/proto/admin.proto`):
 //! meta voters (leader, term, commit and applied index), datanodes (zone,
 //! host, state, space, credit in use, memory), gateways (open write epochs,
-//! memory), degraded blobs and heals in progress, and the leader's memory.
+//! memory), degraded blobs and heals in progress, the leader's memory, and
+//! every node's background workers (state, passes, last error).
 //!
 //! `--json` prints one JSON object ([`StatusJson`]); the field names are
 //! stable for scripts.
@@ -12,6 +13,7 @@ use serde::Serialize;
 use sluice_meta_client::MetaClient;
 use sluice_proto::admin::admin_client::AdminClient;
 use sluice_proto::admin::{MetaVoterStatus, ProcessMemory, StatusRequest, StatusResponse};
+use sluice_proto::meta::WorkerStatus;
 
 use super::AdminConn;
 
@@ -67,6 +69,33 @@ impl MemoryJson {
     }
 }
 
+/// A background worker in the JSON output.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct WorkerJson {
+    pub name: String,
+    /// `running`, `idle`, `failed` or `stopped`.
+    pub state: String,
+    pub iterations: u64,
+    pub last_error: Option<String>,
+    /// When `last_error` was reported (the node's clock, ms since the Unix epoch).
+    pub last_error_at_ms: Option<i64>,
+}
+
+impl WorkerJson {
+    fn list(workers: &[WorkerStatus]) -> Vec<WorkerJson> {
+        workers
+            .iter()
+            .map(|w| WorkerJson {
+                name: w.name.clone(),
+                state: w.state.clone(),
+                iterations: w.iterations,
+                last_error: non_empty(&w.last_error),
+                last_error_at_ms: (w.last_error_at_ms != 0).then_some(w.last_error_at_ms),
+            })
+            .collect()
+    }
+}
+
 /// A meta voter in the JSON output.
 #[derive(Debug, Serialize)]
 pub struct VoterJson {
@@ -96,6 +125,7 @@ pub struct DatanodeJson {
     pub write_budget_bytes: u64,
     pub disk_generation: u64,
     pub memory: Option<MemoryJson>,
+    pub workers: Vec<WorkerJson>,
 }
 
 /// A gateway in the JSON output.
@@ -109,6 +139,7 @@ pub struct GatewayJson {
     /// process started (as of its last renewal).
     pub requests_total: u64,
     pub slowdowns_total: u64,
+    pub workers: Vec<WorkerJson>,
 }
 
 /// `sluice admin status --json`.
@@ -126,6 +157,8 @@ pub struct StatusJson {
     pub degraded_blobs_at_least: bool,
     pub heals_in_progress: u64,
     pub leader_memory: Option<MemoryJson>,
+    /// The answering meta node's (the leader's) own workers.
+    pub leader_workers: Vec<WorkerJson>,
     pub now_ms: i64,
 }
 
@@ -170,6 +203,7 @@ impl From<&StatusResponse> for StatusJson {
                     write_budget_bytes: d.write_budget_bytes,
                     disk_generation: d.disk_generation,
                     memory: MemoryJson::from(d.memory.as_ref()),
+                    workers: WorkerJson::list(&d.workers),
                 })
                 .collect(),
             gateways: s
@@ -182,12 +216,14 @@ impl From<&StatusResponse> for StatusJson {
                     memory: MemoryJson::from(g.memory.as_ref()),
                     requests_total: g.requests_total,
                     slowdowns_total: g.slowdowns_total,
+                    workers: WorkerJson::list(&g.workers),
                 })
                 .collect(),
             degraded_blobs: s.degraded_blobs,
             degraded_blobs_at_least: s.degraded_capped,
             heals_in_progress: s.heals_in_progress,
             leader_memory: MemoryJson::from(s.leader_memory.as_ref()),
+            leader_workers: WorkerJson::list(&s.leader_workers),
             now_ms: s.now_ms,
         }
     }
@@ -379,6 +415,14 @@ pub fn render(s: &StatusResponse) -> String {
                 .collect(),
         ));
     }
+    let workers = worker_rows(s);
+    if !workers.is_empty() {
+        out.push('\n');
+        out.push_str(&table(
+            &["NODE", "WORKER", "STATE", "PASSES", "LAST ERROR"],
+            workers,
+        ));
+    }
     out.push_str(&format!(
         "\ndegraded blobs: {}{}; heals in progress: {}\n",
         if s.degraded_capped { "at least " } else { "" },
@@ -386,6 +430,38 @@ pub fn render(s: &StatusResponse) -> String {
         s.heals_in_progress
     ));
     out
+}
+
+/// One row per background worker: the leader's (`meta <id>`), each
+/// datanode's (`datanode <id>`) and each gateway's (`gateway <id>`); the
+/// last error with how long ago it was reported, `-` if none.
+pub(crate) fn worker_rows(s: &StatusResponse) -> Vec<Vec<String>> {
+    let row = |node: &str, w: &WorkerStatus| {
+        let error = if w.last_error.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{} ({})", w.last_error, ago(s.now_ms, w.last_error_at_ms))
+        };
+        vec![
+            node.to_string(),
+            w.name.clone(),
+            w.state.clone(),
+            w.iterations.to_string(),
+            error,
+        ]
+    };
+    let mut rows = Vec::new();
+    let meta = format!("meta {}", s.leader_id);
+    rows.extend(s.leader_workers.iter().map(|w| row(&meta, w)));
+    for d in &s.datanodes {
+        let node = format!("datanode {}", d.id);
+        rows.extend(d.workers.iter().map(|w| row(&node, w)));
+    }
+    for g in &s.gateways {
+        let node = format!("gateway {}", g.gateway_id);
+        rows.extend(g.workers.iter().map(|w| row(&node, w)));
+    }
+    rows
 }
 
 #[cfg(test)]
@@ -453,12 +529,25 @@ pub(crate) mod tests {
                 memory: None,
                 requests_total: 120,
                 slowdowns_total: 3,
+                workers: vec![WorkerStatus {
+                    name: "epoch-renewal".into(),
+                    state: "running".into(),
+                    iterations: 40,
+                    ..Default::default()
+                }],
             }],
             degraded_blobs: 2,
             degraded_capped: false,
             degraded_limit: 100_000,
             heals_in_progress: 1,
             leader_memory: None,
+            leader_workers: vec![WorkerStatus {
+                name: "reclaimer".into(),
+                state: "failed".into(),
+                last_error: "reclaim pass stopped: no quorum".into(),
+                last_error_at_ms: 1_000_000 - 30_000,
+                iterations: 7,
+            }],
             now_ms: 1_000_000,
         }
     }
@@ -485,6 +574,14 @@ pub(crate) mod tests {
             text.ends_with("\ndegraded blobs: 2; heals in progress: 1\n"),
             "{text}"
         );
+        assert!(
+            text.contains("\nmeta 1        reclaimer      failed   7       reclaim pass stopped: no quorum (30s ago)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\ngateway gw-1  epoch-renewal  running  40      -\n"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -500,5 +597,9 @@ pub(crate) mod tests {
         assert_eq!(json["datanodes"][1]["memory"]["rss_bytes"], 100u64 << 20);
         assert_eq!(json["voters"][1]["reachable"], false);
         assert_eq!(json["gateways"][0]["open_epochs"][1], 5);
+        assert_eq!(json["gateways"][0]["workers"][0]["name"], "epoch-renewal");
+        assert!(json["gateways"][0]["workers"][0]["last_error"].is_null());
+        assert_eq!(json["leader_workers"][0]["state"], "failed");
+        assert_eq!(json["leader_workers"][0]["last_error_at_ms"], 970_000);
     }
 }
