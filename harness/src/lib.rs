@@ -1,7 +1,9 @@
 //! `sluice-harness`: what the black-box tools share, and nothing of a
-//! role. `sluice-bench`, `sluice-chaos` and the end-to-end tests drive
-//! Sluice from outside, through S3 and the `sluice` binary; this crate
-//! holds the pieces they have in common, and depends on no Sluice crate.
+//! role. `sluice-bench` (and its soak smoke test) and `sluice-chaos`
+//! drive Sluice from outside, through S3 and the `sluice` binary; this
+//! crate holds the pieces they have in common and depends on no Sluice
+//! crate, so a role crate may take it as a dev-dependency (the datanode's
+//! `gc-pass` example reads its peak RSS with [`rss`]).
 //!
 //! * [`s3`] — SDK client set-up (retry, timeouts, a custom CA) and the
 //!   interceptor that counts every error response by S3 code.
