@@ -2,22 +2,13 @@
 
 use std::path::PathBuf;
 
-/// A boxed source error (S3 SDK and plotters errors are generic types).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub use sluice_harness::error::BoxError;
 
 /// What can stop a benchmark run before or after the load phase. Errors of
 /// individual S3 requests during the load phase are not here: they are
 /// counted by S3 code in the report.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
-    /// A `--pids` list could not be parsed.
-    #[error("invalid --pids `{spec}`: {reason}")]
-    InvalidPids {
-        /// The list as given.
-        spec: String,
-        /// What is wrong with it.
-        reason: String,
-    },
     /// A flag value is out of the range S3 or the benchmark accepts.
     #[error("invalid --{flag}: {reason}")]
     InvalidOption {
@@ -25,15 +16,6 @@ pub enum BenchError {
         flag: &'static str,
         /// What is wrong with it.
         reason: String,
-    },
-    /// `/proc/PID/status` exists but could not be read.
-    #[error("read {path}")]
-    ReadProc {
-        /// The status file.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
     },
     /// An output file (CSV, JSON, SVG) or the output directory could not be written.
     #[error("write {path}")]
@@ -73,13 +55,7 @@ pub enum BenchError {
         #[source]
         source: BoxError,
     },
-    /// The target bucket could not be checked or created.
-    #[error("prepare bucket `{bucket}`")]
-    Bucket {
-        /// Bucket name.
-        bucket: String,
-        /// The S3 SDK error.
-        #[source]
-        source: BoxError,
-    },
+    /// A harness step: a `--pids` list, a `/proc` read, the bucket.
+    #[error(transparent)]
+    Harness(#[from] sluice_harness::HarnessError),
 }

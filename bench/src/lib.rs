@@ -31,59 +31,44 @@
 //! the start, middle and end of the bucket, snapshot build and a replacement
 //! voter's catch-up (see [`meta_load`]).
 //!
-//! `gc-pass` writes `--shards` (default 1 M) shard files into a real
-//! datanode store and times one pass of the datanode's GC over them, with
-//! an in-memory twin of meta's answer, then checks that exactly the
-//! unreferenced shards are gone (see [`gc_pass`]).
-//!
-//! `placement-sim` runs the gateway's placement and heal-target code over
-//! simulated clusters of up to thousands of datanodes and reports fill
-//! deviation, movement on a node's join or leave, and heal fan-out (see
-//! [`placement_sim`]; no cluster is started).
+//! The white-box simulations live beside the role they exercise:
+//! `cargo run -p sluice-gateway --release --example placement-sim` (the
+//! gateway's placement and heal-target code over simulated clusters) and
+//! `cargo run -p sluice-datanode --release --example gc-pass` (one pass of
+//! the datanode's GC over a real store of a million shard files).
 //!
 //! # Layout
 //! * [`multipart`] — the `multipart-put` workload: options, workers, the run.
 //! * [`objects`] — the `put` and `get` workloads and their cleanup.
 //! * [`meta_load`] — the `meta-load` benchmark of the metadata path.
-//! * [`gc_pass`] — the `gc-pass` benchmark of one datanode GC pass.
 //! * [`load`] — the timed load phase they share: counters, the per-second
 //!   sampler, server CPU at both ends, setup and output steps.
-//! * [`s3`] — SDK client setup and the interceptor that counts every error
-//!   response (retried ones too) by S3 code.
-//! * [`data`] — pseudo-random part payloads.
+//! * [`s3`], [`data`], [`rss`] — from `sluice-harness`: SDK client setup
+//!   and the error tally by S3 code, pseudo-random payloads, `--pids`
+//!   parsing and `/proc` RSS and CPU sampling.
 //! * [`completed`] — completed uploads and the bytes they must hold.
 //! * [`verify`] — reading completed uploads back, byte for byte.
 //! * [`stats`] — HDR latency percentiles, throughput arithmetic.
-//! * [`rss`] — `--pids` parsing, `/proc/PID/status` `VmRSS` sampling and
-//!   `/proc/PID/stat` CPU ticks.
 //! * [`samples`] — the `samples.csv` format (write and parse).
 //! * [`report`] — the end-of-run summaries (`summary.json` and stdout text).
 //! * [`chart`] — `chart.svg` (throughput and RSS over time).
 //! * [`soak`] — the soak benchmark: cluster, shapes, verdicts.
 //! * [`heal`] — the heal benchmark: wipe a datanode, follow the rebuild.
-//! * [`placement_sim`] — the placement simulation.
 //! * [`error`] — [`BenchError`].
 
 pub mod chart;
 pub mod completed;
-pub mod data;
 pub mod error;
-pub mod gc_pass;
 pub mod heal;
 pub mod load;
 pub mod meta_load;
 pub mod objects;
-pub mod placement_sim;
-pub mod rss;
 pub mod samples;
 pub mod stats;
 
 pub mod multipart;
 pub mod report;
-pub mod s3;
 pub mod soak;
 pub mod verify;
 pub use error::BenchError;
-
-#[cfg(test)]
-mod fake_s3;
+pub use sluice_harness::{data, rss, s3};

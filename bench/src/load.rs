@@ -413,7 +413,7 @@ pub fn create_out_dir(out_dir: &Path) -> Result<(), BenchError> {
 /// responses (HeadBucket 404) are not counted.
 ///
 /// # Errors
-/// [`BenchError::Bucket`] when the bucket neither exists nor can be created.
+/// [`HarnessError::Bucket`](sluice_harness::HarnessError::Bucket) when the bucket neither exists nor can be created.
 pub async fn connect(
     options: &ClientOptions,
     bucket: &str,

@@ -3,12 +3,10 @@
 //! the command line, starts tracing and prints the report.
 
 use clap::{Parser, Subcommand};
-use sluice_bench::gc_pass::{self, GcPassOptions};
 use sluice_bench::heal::{self, HealOptions};
 use sluice_bench::meta_load::{self, MetaLoadOptions};
 use sluice_bench::multipart::{self, MultipartPutOptions};
 use sluice_bench::objects::{self, GetOptions, ObjectOptions};
-use sluice_bench::placement_sim::{self, PlacementSimOptions};
 use sluice_bench::soak::{self, SoakOptions};
 
 #[derive(Parser)]
@@ -51,17 +49,6 @@ enum Command {
     /// and without a delimiter), many-part pages and heads, then replace a follower (new id) and
     /// time its snapshot catch-up with the peak RSS of leader and new node; writes summary.json.
     MetaLoad(Box<MetaLoadOptions>),
-    /// One datanode GC pass: write --shards (default 1 M) 21-byte shard files into a real
-    /// DiskStore (untimed), time one pass of the datanode's GC code with an in-memory twin of
-    /// meta's Collectable answering --unreferenced-percent of them collectable, at
-    /// --gc-max-ops-per-sec; report time, shards listed and deleted, peak RSS; check that
-    /// exactly the unreferenced shards are gone (exit status 1 otherwise); write summary.json.
-    GcPass(Box<GcPassOptions>),
-    /// Placement at scale, simulated: the gateway's placement and heal-target code over
-    /// simulated clusters (--nodes x --zones, uneven --capacities-tb); prints markdown tables
-    /// of per-node fill deviation, shards moved when a node joins or leaves, and heal fan-out
-    /// after a node loss with the hours to re-protect it. No cluster, no I/O.
-    PlacementSim(Box<PlacementSimOptions>),
 }
 
 #[tokio::main]
@@ -115,23 +102,6 @@ async fn main() -> anyhow::Result<()> {
             let report = meta_load::run(*options).await?;
             print!("{}", meta_load::render(&report));
             println!("  summary: {}", summary.display());
-        }
-        Command::GcPass(options) => {
-            let summary = options.out_dir.join("summary.json");
-            let report = gc_pass::run(*options).await?;
-            print!("{}", gc_pass::render(&report));
-            println!("  summary: {}", summary.display());
-        }
-        Command::PlacementSim(options) => {
-            let shapes = placement_sim::run(&options, |r| {
-                tracing::info!(
-                    nodes = r.nodes,
-                    zones = r.zones,
-                    seconds = format!("{:.1}", r.seconds),
-                    "placement-sim: shape done"
-                )
-            })?;
-            print!("{}", placement_sim::render(&options, &shapes));
         }
     }
     Ok(())

@@ -24,9 +24,7 @@
 //! The figures are printed as a table and written to `<out-dir>/summary.json`.
 
 use std::fmt::Write as _;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -37,10 +35,11 @@ use serde::Serialize;
 use sluice_meta_client::MetaClient;
 use sluice_proto::admin::{self as apb, admin_client::AdminClient};
 use sluice_proto::meta as pb;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
-use crate::rss::parse_vm_rss;
+use crate::rss::rss_bytes_of;
 use crate::stats::{LatencyStats, LatencySummary};
+use sluice_harness::cluster::{self, Launch, Role};
 
 /// Flags of `sluice-bench meta-load`.
 #[derive(Debug, Clone, clap::Args)]
@@ -148,27 +147,12 @@ impl Node {
 
     fn rss_mib(&self) -> f64 {
         let Some(pid) = self.pid() else { return 0.0 };
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| parse_vm_rss(&s))
-            .map_or(0.0, |b| b as f64 / (1 << 20) as f64)
+        rss_bytes_of(pid).map_or(0.0, |b| b as f64 / (1 << 20) as f64)
     }
 
     fn start(&mut self, bin: &Path) -> Result<()> {
-        let log = std::fs::File::options()
-            .create(true)
+        let child = Launch::new(bin, Role::Meta, &self.config, &self.log, "info")
             .append(true)
-            .open(&self.log)
-            .with_context(|| format!("open {}", self.log.display()))?;
-        let child = Command::new(bin)
-            .arg("meta")
-            .arg("--config")
-            .arg(&self.config)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("start {}", bin.display()))?;
         self.child = Some(child);
@@ -177,18 +161,8 @@ impl Node {
 
     async fn stop(&mut self) -> Result<()> {
         if let Some(mut child) = self.child.take() {
-            if let Some(pid) = child.id() {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-            if tokio::time::timeout(Duration::from_secs(20), child.wait())
-                .await
-                .is_err()
-            {
-                child.kill().await?;
-            }
+            let name = format!("meta{}", self.id);
+            cluster::terminate(&mut child, &name, Duration::from_secs(20)).await;
         }
         Ok(())
     }
@@ -215,16 +189,6 @@ async fn http_get(port: u16, path: &str) -> Result<String> {
     Ok(body
         .split_once("\r\n\r\n")
         .map_or(body.clone(), |(_, b)| b.to_string()))
-}
-
-fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind(("127.0.0.1", 0)))
-        .collect::<std::io::Result<_>>()?;
-    Ok(listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<std::io::Result<_>>()?)
 }
 
 /// Writes the config of meta node `id` (a fresh pair of ports) and
@@ -261,7 +225,7 @@ fn node(
 
 /// The three initial voters (ids 1-3).
 fn write_configs(options: &MetaLoadOptions) -> Result<Vec<Node>> {
-    let ports = free_ports(6)?;
+    let ports = cluster::reserve_ports(6)?;
     let mut voters = String::from("[voters]\n");
     for (i, port) in ports[..3].iter().enumerate() {
         writeln!(voters, "{} = \"http://127.0.0.1:{port}\"", i + 1)?;
@@ -642,7 +606,7 @@ async fn measure_with_epoch(
         .context("lost node")?;
     nodes[lost_ix].stop().await?;
     std::fs::remove_dir_all(&nodes[lost_ix].dir)?;
-    let ports = free_ports(2)?;
+    let ports = cluster::reserve_ports(2)?;
     let mut replacement = node(options, 4, [ports[0], ports[1]], "", true)?;
     let target = leader(client).await?.last_applied_index;
     let started = Instant::now();

@@ -132,7 +132,7 @@ impl MultipartPutOptions {
     /// # Errors
     /// [`BenchError::InvalidOption`] for zero concurrency, parts outside
     /// 1..=10000, a part size of 0 or above 5 GiB, a zero duration or zero
-    /// attempts; [`BenchError::InvalidPids`] for a bad `--pids` list.
+    /// attempts; [`HarnessError::InvalidPids`](sluice_harness::HarnessError::InvalidPids) for a bad `--pids` list.
     pub fn validate(&self) -> Result<Vec<ProcTarget>, BenchError> {
         let invalid = |flag: &'static str, reason: &str| BenchError::InvalidOption {
             flag,
@@ -165,7 +165,7 @@ impl MultipartPutOptions {
         if self.uploads_per_worker == Some(0) {
             return Err(invalid("uploads-per-worker", "must be at least 1"));
         }
-        parse_targets(&self.pids)
+        Ok(parse_targets(&self.pids)?)
     }
 
     fn shape(&self) -> Shape {

@@ -160,7 +160,7 @@ impl ObjectOptions {
     /// # Errors
     /// [`BenchError::InvalidOption`] for zero concurrency, an object size
     /// of 0 or above 5 GiB, a zero duration or zero attempts;
-    /// [`BenchError::InvalidPids`] for a bad `--pids` list.
+    /// [`HarnessError::InvalidPids`](sluice_harness::HarnessError::InvalidPids) for a bad `--pids` list.
     pub fn validate(&self) -> Result<Vec<ProcTarget>, BenchError> {
         if self.concurrent == 0 {
             return Err(invalid("concurrent", "must be at least 1"));
@@ -181,7 +181,7 @@ impl ObjectOptions {
         if self.max_attempts == 0 {
             return Err(invalid("max-attempts", "must be at least 1"));
         }
-        parse_targets(&self.pids)
+        Ok(parse_targets(&self.pids)?)
     }
 
     fn client_options(&self) -> ClientOptions {

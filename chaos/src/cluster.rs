@@ -20,15 +20,17 @@
 //! namespaces, cgroups) is removed by [`Cluster::cleanup`], also on failure.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
+
+use sluice_harness::cluster::{self, Launch, NotReady};
 
 /// Size of each datanode's sparse XFS image. The datanodes' reserved free
 /// space is set to [`RESERVED_FREE_BYTES`].
@@ -56,7 +58,7 @@ pub const ACCESS_KEY: &str = "SLUICECHAOSKEY";
 pub const SECRET_KEY: &str = "sluice-chaos-secret-0123456789abcdef";
 
 /// A role of the `sluice` binary (the soak benchmark's type).
-pub use sluice_bench::soak::config::Role;
+pub use sluice_harness::cluster::Role;
 
 /// The sum of the budgets written into `role`'s config, bytes.
 pub fn budget_bytes(role: Role) -> u64 {
@@ -648,27 +650,20 @@ impl Cluster {
                 .context("starting a fault proxy")?;
             node.proxy = Some(child);
         }
-        let log = append(&node.log)?;
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &ns]);
+        let mut launch = Launch::new(&bin, node.role, &node.config, &node.log, &filter)
+            .append(true)
+            .wrapper(["ip", "netns", "exec", ns.as_str()])
+            .env("NO_COLOR", "1");
         if let Some(offset) = faketime {
-            cmd.arg("env")
-                .arg(format!("LD_PRELOAD={}", faketime_lib()?.display()))
-                .arg(format!("FAKETIME={offset}"))
-                .arg("FAKETIME_DONT_FAKE_MONOTONIC=1")
-                .arg("FAKETIME_DONT_RESET=1");
+            launch = launch.wrapper([
+                "env".to_owned(),
+                format!("LD_PRELOAD={}", faketime_lib()?.display()),
+                format!("FAKETIME={offset}"),
+                "FAKETIME_DONT_FAKE_MONOTONIC=1".to_owned(),
+                "FAKETIME_DONT_RESET=1".to_owned(),
+            ]);
         }
-        cmd.arg(&bin)
-            .arg(node.role.as_str())
-            .arg("--config")
-            .arg(&node.config)
-            .env("RUST_LOG", &filter)
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .kill_on_drop(true);
-        let child = cmd.spawn().with_context(|| format!("starting {name}"))?;
+        let child = launch.spawn().with_context(|| format!("starting {name}"))?;
         node.pid = child.id();
         node.child = Some(child);
         Ok(())
@@ -677,8 +672,7 @@ impl Cluster {
     /// Sends `signal` to `name` (no wait).
     pub fn signal(&self, name: &str, signal: Signal) -> anyhow::Result<()> {
         if let Some(pid) = self.node(name).pid {
-            kill(Pid::from_raw(pid as i32), signal)
-                .with_context(|| format!("{signal} to {name}"))?;
+            cluster::signal(pid, signal).with_context(|| format!("{signal} to {name}"))?;
         }
         Ok(())
     }
@@ -687,8 +681,7 @@ impl Cluster {
     pub async fn kill9(&mut self, name: &str) -> anyhow::Result<()> {
         let node = self.node_mut(name);
         if let Some(mut child) = node.child.take() {
-            let _ = child.start_kill();
-            let _ = child.wait().await;
+            cluster::kill9(&mut child).await;
         }
         node.pid = None;
         Ok(())
@@ -698,14 +691,7 @@ impl Cluster {
     pub async fn stop(&mut self, name: &str, grace: Duration) {
         let node = self.node_mut(name);
         if let Some(mut child) = node.child.take() {
-            if let Some(pid) = child.id() {
-                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGCONT);
-                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
-            }
-            if tokio::time::timeout(grace, child.wait()).await.is_err() {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-            }
+            cluster::terminate(&mut child, name, grace).await;
         }
         node.pid = None;
     }
@@ -743,18 +729,19 @@ impl Cluster {
     /// Whether `name`'s /health/ready answers 200 (asked from the client
     /// namespace with `sluice health`).
     pub async fn ready(&self, name: &str) -> bool {
-        let client = self.hosts["client"].ns.clone();
-        Command::new("ip")
-            .args(["netns", "exec", &client])
-            .arg(&self.opts.bin)
-            .args(["health", "--url", &self.metrics_url(name)])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await
-            .map(|s| s.success())
-            .unwrap_or(false)
+        cluster::health_ready(
+            &self.client_wrapper(),
+            &self.opts.bin,
+            &self.metrics_url(name),
+        )
+        .await
+    }
+
+    /// `ip netns exec <client namespace>`.
+    fn client_wrapper(&self) -> Vec<OsString> {
+        ["ip", "netns", "exec", self.hosts["client"].ns.as_str()]
+            .map(OsString::from)
+            .to_vec()
     }
 
     /// Waits until every named process is ready.
@@ -763,26 +750,29 @@ impl Cluster {
     /// One exits or is not ready within `timeout`.
     pub async fn wait_ready(&mut self, names: &[String], timeout: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
+        let wrapper = self.client_wrapper();
+        let bin = self.opts.bin.clone();
         for name in names {
-            loop {
-                if !self.running(name) {
-                    bail!(
-                        "{name} exited; log {}:\n{}",
-                        self.node(name).log.display(),
-                        tail(&self.node(name).log, 20)
-                    );
+            let url = self.metrics_url(name);
+            let log = self.node(name).log.clone();
+            let Some(child) = self.node_mut(name).child.as_mut() else {
+                bail!("{name} exited; log {}:\n{}", log.display(), tail(&log, 20));
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ready = cluster::wait_ready(child, left, Duration::from_millis(500), || {
+                cluster::health_ready(&wrapper, &bin, &url)
+            })
+            .await;
+            match ready {
+                Ok(()) => {}
+                Err(NotReady::Exited(_)) => {
+                    bail!("{name} exited; log {}:\n{}", log.display(), tail(&log, 20))
                 }
-                if self.ready(name).await {
-                    break;
-                }
-                if Instant::now() >= deadline {
-                    bail!(
-                        "{name} not ready after {timeout:?}; log {}:\n{}",
-                        self.node(name).log.display(),
-                        tail(&self.node(name).log, 20)
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                Err(NotReady::Timeout(_)) => bail!(
+                    "{name} not ready after {timeout:?}; log {}:\n{}",
+                    log.display(),
+                    tail(&log, 20)
+                ),
             }
         }
         Ok(())
@@ -979,14 +969,11 @@ fn append(path: &Path) -> anyhow::Result<std::fs::File> {
         .open(path)?)
 }
 
-/// The last lines of a log (the soak benchmark's helper).
-pub use sluice_bench::soak::cluster::log_tail as tail;
+/// The last lines of a log (the harness's helper).
+pub use sluice_harness::cluster::log_tail as tail;
 
 /// VmRSS of a process, bytes.
-pub fn rss_bytes(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    sluice_bench::rss::parse_vm_rss(&status)
-}
+pub use sluice_harness::rss::rss_bytes_of as rss_bytes;
 
 /// Thread ids of a process.
 fn threads(pid: u32) -> Vec<u32> {

@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 /// to return; the checker then verifies the bytes against that write.
 pub const VALUE_ID_META: &str = "chaos-value";
 
-/// One part of a value: `len` bytes of `sluice_bench::data::fill(seed)`.
+/// One part of a value: `len` bytes of `sluice_harness::data::fill(seed)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Part {
     /// Seed of the part's pseudo-random bytes.
@@ -53,7 +53,7 @@ impl Value {
         for p in &self.parts {
             let start = out.len();
             out.resize(start + p.len as usize, 0);
-            sluice_bench::data::fill(p.seed, &mut out[start..]);
+            sluice_harness::data::fill(p.seed, &mut out[start..]);
         }
         out
     }
@@ -287,7 +287,7 @@ mod tests {
         let all = v.bytes();
         assert_eq!(all.len(), 15);
         let mut p2 = vec![0u8; 5];
-        sluice_bench::data::fill(8, &mut p2);
+        sluice_harness::data::fill(8, &mut p2);
         assert_eq!(&all[10..], &p2[..]);
         assert_eq!(
             v.range_bytes(Some(ByteRange {

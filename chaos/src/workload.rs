@@ -5,7 +5,7 @@
 //! # Clients
 //!
 //! `--clients` tasks, each with its own aws-sdk-s3 client (built by
-//! [`sluice_bench::s3::build_client`]) on endpoint `i mod n` of
+//! [`sluice_harness::s3::build_client`]) on endpoint `i mod n` of
 //! `--endpoints`, one operation at a time. The SDK makes exactly one
 //! attempt per request (`max_attempts = 1`), so every request the server
 //! may have seen is in the history; where the workload retries (a failed
@@ -58,7 +58,7 @@
 //! Every write carries a value id unique in the run, `(client << 40) |
 //! counter`, in the user metadata [`VALUE_ID_META`] (decimal); the bytes
 //! of part `p` (0 for a PutObject, the part number for a multipart upload)
-//! are `sluice_bench::data::fill` of `splitmix64(seed ^ splitmix64(id ^
+//! are `sluice_harness::data::fill` of `splitmix64(seed ^ splitmix64(id ^
 //! splitmix64(p)))`, so the checker regenerates them ([`Value::bytes`]).
 //! A read streams the body through SHA-256 and records the value id the
 //! object's metadata names, the length and the hash.
@@ -142,8 +142,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use sluice_bench::data::{fill, splitmix64};
-use sluice_bench::s3::{ChecksumMode, ClientOptions, ErrorTally, build_client, ensure_bucket};
+use sluice_harness::data::{fill, splitmix64};
+use sluice_harness::s3::{ChecksumMode, ClientOptions, ErrorTally, build_client, ensure_bucket};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 

@@ -29,24 +29,24 @@
 //! * [`blob`] — the data path: write, read and delete erasure-coded blobs.
 //! * [`placement`], [`layout`], [`erasure`], [`datanodes`] — rendezvous
 //!   placement, stripe arithmetic, Reed–Solomon coding, the live datanode set.
-pub mod access;
-pub mod admission;
-pub mod aws_chunked;
+pub(crate) mod access;
+pub(crate) mod admission;
+pub(crate) mod aws_chunked;
 pub mod blob;
 pub mod config;
 pub mod credit;
 pub mod datanodes;
 pub mod epoch;
-pub mod erasure;
+pub(crate) mod erasure;
 pub mod heal;
 pub mod health;
 pub mod layout;
 pub mod listener;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod placement;
 pub mod s3;
 pub mod server;
-pub mod tls;
+pub(crate) mod tls;
 
 pub use admission::GatewayStats;
 pub use config::{Config, ConfigError};

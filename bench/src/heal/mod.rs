@@ -506,7 +506,9 @@ async fn run_on_cluster(
     // 2. The data set.
     let write_tally = Arc::new(ErrorTally::default());
     let s3 = client(cluster, access, plan.max_attempts, Arc::clone(&write_tally));
-    ensure_bucket(&s3, BUCKET, &access.region).await?;
+    ensure_bucket(&s3, BUCKET, &access.region)
+        .await
+        .map_err(BenchError::from)?;
     let run_seed = splitmix64(
         SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -3,7 +3,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::*;
-use crate::fake_s3::FakeS3;
+use sluice_harness::fake_s3::FakeS3;
 
 #[derive(Debug, Parser)]
 struct Cli {

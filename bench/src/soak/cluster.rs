@@ -11,10 +11,7 @@
 //! also killed if the cluster is dropped without being stopped.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +19,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::Serialize;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::time::Instant;
 
 use super::config::{
@@ -34,7 +31,7 @@ use super::options::Knobs;
 use crate::error::BoxError;
 use crate::rss::ProcTarget;
 use crate::s3::{ChecksumMode, ClientOptions, ErrorTally, build_client, ensure_bucket};
-use sluice_gateway::server::{CONNECTION_STATE_BYTES, HTTP1_MAX_BUF_BYTES};
+use sluice_harness::cluster::{self, Launch, LaunchError, NotReady};
 
 /// Datanodes in the cluster: k + m of the gateway's default 4+2 layout.
 pub const DATANODES: u64 = 6;
@@ -156,17 +153,7 @@ pub struct Cluster {
 pub const RESTART_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn reserve_ports(n: usize) -> Result<Vec<u16>, SoakError> {
-    // All bound at once so that they differ; released just before the
-    // processes bind them.
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind(("127.0.0.1", 0)))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(SoakError::Port)?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(SoakError::Port)
+    cluster::reserve_ports(n).map_err(SoakError::Port)
 }
 
 fn create_dir(path: &Path) -> Result<(), SoakError> {
@@ -177,12 +164,7 @@ fn create_dir(path: &Path) -> Result<(), SoakError> {
     })
 }
 
-/// The last `lines` lines of a log file (empty if unreadable).
-pub fn log_tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
+pub use sluice_harness::cluster::log_tail;
 
 impl Cluster {
     /// Writes the configs, starts every process and waits until the
@@ -495,58 +477,33 @@ impl Process {
 
 /// Waits until `p` accepts TCP connections on its main port.
 async fn wait_listening(p: &mut Process, timeout: Duration) -> Result<(), SoakError> {
-    let started = Instant::now();
-    loop {
-        if let Ok(Some(status)) = p.child.try_wait() {
-            return Err(SoakError::Exited {
-                name: p.name.clone(),
-                status: status.to_string(),
-                log: p.log.clone(),
-                tail: log_tail(&p.log, LOG_TAIL_LINES),
-            });
-        }
-        if tokio::net::TcpStream::connect(("127.0.0.1", p.port))
-            .await
-            .is_ok()
-        {
-            return Ok(());
-        }
-        if started.elapsed() >= timeout {
-            return Err(SoakError::RestartNotReady {
-                name: p.name.clone(),
-                port: p.port,
-                waited: started.elapsed(),
-            });
-        }
-        tokio::time::sleep(READY_POLL).await;
+    let port = p.port;
+    match cluster::wait_ready(&mut p.child, timeout, READY_POLL, || {
+        cluster::tcp_listening(port)
+    })
+    .await
+    {
+        Ok(()) => Ok(()),
+        Err(NotReady::Exited(status)) => Err(SoakError::Exited {
+            name: p.name.clone(),
+            status,
+            log: p.log.clone(),
+            tail: log_tail(&p.log, LOG_TAIL_LINES),
+        }),
+        Err(NotReady::Timeout(waited)) => Err(SoakError::RestartNotReady {
+            name: p.name.clone(),
+            port,
+            waited,
+        }),
     }
 }
 
 async fn stop_one(p: &mut Process, timeout: Duration) -> ProcessExit {
-    match tokio::time::timeout(timeout, p.child.wait()).await {
-        Ok(Ok(status)) => ProcessExit {
-            name: p.name.clone(),
-            status: status.to_string(),
-            killed: false,
-        },
-        Ok(Err(e)) => ProcessExit {
-            name: p.name.clone(),
-            status: format!("cannot wait: {e}"),
-            killed: false,
-        },
-        Err(_) => {
-            tracing::warn!(process = %p.name, ?timeout, "no exit after SIGTERM; sending SIGKILL");
-            let _ = p.child.start_kill();
-            let status = match p.child.wait().await {
-                Ok(status) => status.to_string(),
-                Err(e) => format!("cannot wait: {e}"),
-            };
-            ProcessExit {
-                name: p.name.clone(),
-                status,
-                killed: true,
-            }
-        }
+    let exit = cluster::wait_or_kill(&mut p.child, &p.name, timeout).await;
+    ProcessExit {
+        name: p.name.clone(),
+        status: exit.status,
+        killed: exit.killed,
     }
 }
 
@@ -643,28 +600,12 @@ async fn secure_configs(
 
 /// Runs `<bin> admin certs <args>`.
 async fn admin_certs(bin: &Path, args: &[&str]) -> Result<(), SoakError> {
-    let command = format!("{} admin certs {}", bin.display(), args.join(" "));
-    let out = Command::new(bin)
-        .args(["admin", "certs"])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
+    cluster::admin_certs(bin, args)
         .await
         .map_err(|e| SoakError::Certs {
-            command: command.clone(),
-            message: e.to_string(),
-        })?;
-    if !out.status.success() {
-        return Err(SoakError::Certs {
-            command,
-            message: format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        });
-    }
-    Ok(())
+            command: e.command,
+            message: e.message,
+        })
 }
 
 fn spawn(
@@ -676,33 +617,20 @@ fn spawn(
     name: &str,
     append: bool,
 ) -> Result<Child, SoakError> {
-    let file_error = |source| SoakError::Filesystem {
-        action: "create",
-        path: log.to_owned(),
-        source,
-    };
-    let out = File::options()
-        .create(true)
-        .write(true)
+    Launch::new(bin, role, config, log, log_filter)
         .append(append)
-        .truncate(!append)
-        .open(log)
-        .map_err(file_error)?;
-    let err = out.try_clone().map_err(file_error)?;
-    Command::new(bin)
-        .arg(role.as_str())
-        .arg("--config")
-        .arg(config)
-        .env("RUST_LOG", log_filter)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .kill_on_drop(true)
         .spawn()
-        .map_err(|source| SoakError::Spawn {
-            name: name.to_owned(),
-            path: bin.to_owned(),
-            source,
+        .map_err(|e| match e {
+            LaunchError::Log { path, source } => SoakError::Filesystem {
+                action: "create",
+                path,
+                source,
+            },
+            LaunchError::Spawn { source, .. } => SoakError::Spawn {
+                name: name.to_owned(),
+                path: bin.to_owned(),
+                source,
+            },
         })
 }
 
@@ -738,6 +666,23 @@ pub struct ClientLoad {
 /// The README formula's "~80 KiB × TLS connections" (rustls's record and
 /// plaintext buffers of an S3 connection), bytes.
 pub const S3_TLS_CONNECTION_BYTES: u64 = 80 * 1024;
+
+/// The gateway's fixed state per S3 connection, bytes: its
+/// `server::CONNECTION_STATE_BYTES`, copied so that bench links no role
+/// crate (`gateway_constants_agree` checks the copy against the gateway).
+pub const CONNECTION_STATE_BYTES: usize = 16 * 1024;
+
+/// The gateway's HTTP/1 read buffer limit, bytes: its
+/// `server::HTTP1_MAX_BUF_BYTES` (checked like [`CONNECTION_STATE_BYTES`]).
+pub const HTTP1_MAX_BUF_BYTES: usize = 64 * 1024;
+
+/// The gateway's default `max_connections` (checked like
+/// [`CONNECTION_STATE_BYTES`]).
+pub const GATEWAY_DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// The gateway's default `max_inflight_requests` (checked like
+/// [`CONNECTION_STATE_BYTES`]).
+pub const GATEWAY_DEFAULT_MAX_INFLIGHT_REQUESTS: usize = 256;
 
 /// What the gateway's memory formula (README, "Memory formula") adds to its
 /// budgets for a shape's load, bytes: [`CONNECTION_STATE_BYTES`] per
@@ -783,6 +728,7 @@ async fn probe_write(
 mod tests {
     use super::*;
     use crate::soak::options::Knob;
+    use std::net::TcpListener;
 
     #[test]
     fn ports_are_distinct() {
@@ -993,12 +939,15 @@ mod tests {
     }
 
     #[test]
-    fn log_tail_keeps_the_last_lines() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("x.log");
-        std::fs::write(&path, "a\nb\nc\nd\n").expect("write");
-        assert_eq!(log_tail(&path, 2), "c\nd");
-        assert_eq!(log_tail(&path, 10), "a\nb\nc\nd");
-        assert_eq!(log_tail(&dir.path().join("missing"), 3), "");
+    fn gateway_constants_agree() {
+        use sluice_gateway::server;
+        assert_eq!(CONNECTION_STATE_BYTES, server::CONNECTION_STATE_BYTES);
+        assert_eq!(HTTP1_MAX_BUF_BYTES, server::HTTP1_MAX_BUF_BYTES);
+        let config = sluice_gateway::Config::default();
+        assert_eq!(GATEWAY_DEFAULT_MAX_CONNECTIONS, config.max_connections);
+        assert_eq!(
+            GATEWAY_DEFAULT_MAX_INFLIGHT_REQUESTS,
+            config.max_inflight_requests
+        );
     }
 }

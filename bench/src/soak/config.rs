@@ -28,28 +28,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long each role is given to finish in-flight work on SIGTERM.
 const SHUTDOWN_GRACE: &str = "5s";
 
-/// A role of the `sluice` binary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// `sluice meta`.
-    Meta,
-    /// `sluice datanode`.
-    Datanode,
-    /// `sluice gateway`.
-    Gateway,
-}
-
-impl Role {
-    /// The subcommand.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Meta => "meta",
-            Role::Datanode => "datanode",
-            Role::Gateway => "gateway",
-        }
-    }
-}
+pub use sluice_harness::cluster::Role;
 
 /// Config keys each role of a binary accepts; `None` for a role means
 /// unknown (the binary did not list them), and every key is then written.

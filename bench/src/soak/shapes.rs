@@ -12,9 +12,11 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use serde::Serialize;
-use sluice_gateway::config::Config as GatewayConfig;
 
-use super::cluster::{ClientLoad, Cluster, gateway_client_bytes};
+use super::cluster::{
+    ClientLoad, Cluster, GATEWAY_DEFAULT_MAX_CONNECTIONS, GATEWAY_DEFAULT_MAX_INFLIGHT_REQUESTS,
+    gateway_client_bytes,
+};
 use super::config::{GatewayAccess, KnobOutcome, Role};
 use super::error::SoakError;
 use super::options::{LoadShape, Plan, ShapeName};
@@ -246,7 +248,7 @@ pub async fn run_shape(
         requests: load.concurrent * load.part_concurrent,
         max_inflight: applied_max_inflight(&cluster.knobs),
         // The soak leaves it to the gateway's default.
-        max_connections: GatewayConfig::default().max_connections,
+        max_connections: GATEWAY_DEFAULT_MAX_CONNECTIONS,
         tls: plan.s3_https,
     });
     let inputs: Vec<ProcessInput> = cluster
@@ -426,7 +428,7 @@ fn applied_max_inflight(knobs: &[KnobOutcome]) -> usize {
         .iter()
         .find(|k| k.role == Role::Gateway && k.key == "max_inflight_requests" && k.applied)
         .and_then(|k| k.value.parse().ok())
-        .unwrap_or(GatewayConfig::default().max_inflight_requests)
+        .unwrap_or(GATEWAY_DEFAULT_MAX_INFLIGHT_REQUESTS)
 }
 
 #[cfg(test)]
@@ -444,7 +446,7 @@ mod tests {
             value: value.into(),
             applied,
         };
-        let default = GatewayConfig::default().max_inflight_requests;
+        let default = sluice_gateway::Config::default().max_inflight_requests;
         assert_eq!(applied_max_inflight(&[]), default);
         let written = [
             outcome(Role::Datanode, "write_budget_bytes", "8388608", true),

@@ -158,7 +158,7 @@ pub(super) fn expected_digest(value: &Value, range: Option<ByteRange>) -> (u64, 
             continue;
         }
         buf.resize(p.len as usize, 0);
-        sluice_bench::data::fill(p.seed, &mut buf);
+        sluice_harness::data::fill(p.seed, &mut buf);
         hasher.update(&buf[(s - part_start) as usize..(e - part_start) as usize]);
     }
     (to - from, hex::encode(hasher.finalize()))

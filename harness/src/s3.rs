@@ -37,7 +37,7 @@ use aws_sdk_s3::operation::put_object::PutObjectError;
 use aws_sdk_s3::operation::upload_part::UploadPartError;
 use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
 
-use crate::error::BenchError;
+use crate::error::HarnessError;
 
 /// The S3 error code of throttling responses (`503 SlowDown`).
 pub const SLOW_DOWN: &str = "SlowDown";
@@ -271,13 +271,13 @@ pub fn build_client(options: &ClientOptions, tally: Arc<ErrorTally>) -> aws_sdk_
 /// the bucket was created.
 ///
 /// # Errors
-/// [`BenchError::Bucket`] when the bucket neither exists nor can be created
+/// [`HarnessError::Bucket`] when the bucket neither exists nor can be created
 /// (`BucketAlreadyOwnedByYou` counts as existing).
 pub async fn ensure_bucket(
     client: &aws_sdk_s3::Client,
     bucket: &str,
     region: &str,
-) -> Result<bool, BenchError> {
+) -> Result<bool, HarnessError> {
     if client.head_bucket().bucket(bucket).send().await.is_ok() {
         return Ok(false);
     }
@@ -292,7 +292,7 @@ pub async fn ensure_bucket(
     match request.send().await {
         Ok(_) => Ok(true),
         Err(e) if e.code() == Some("BucketAlreadyOwnedByYou") => Ok(false),
-        Err(e) => Err(BenchError::Bucket {
+        Err(e) => Err(HarnessError::Bucket {
             bucket: bucket.to_owned(),
             source: Box::new(e),
         }),

@@ -607,7 +607,7 @@ fn verify(store: &DiskStore, shards: u64, percent: u64) -> Result<Verification> 
 fn vm_hwm_bytes() -> u64 {
     fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| crate::rss::parse_status_kib(&s, "VmHWM"))
+        .and_then(|s| sluice_harness::rss::parse_status_kib(&s, "VmHWM"))
         .unwrap_or(0)
 }
 

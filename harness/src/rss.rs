@@ -6,7 +6,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::error::BenchError;
+use crate::error::HarnessError;
 
 /// A process whose RSS is sampled, named for its CSV column.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,8 +41,8 @@ impl ProcTarget {
     /// (or, like a kernel thread, has no `VmRSS` line).
     ///
     /// # Errors
-    /// [`BenchError::ReadProc`] when the status file exists but cannot be read.
-    pub fn rss_bytes(&self) -> Result<Option<u64>, BenchError> {
+    /// [`HarnessError::ReadProc`] when the status file exists but cannot be read.
+    pub fn rss_bytes(&self) -> Result<Option<u64>, HarnessError> {
         let path = self.status_path();
         match std::fs::read_to_string(&path) {
             Ok(text) => Ok(parse_vm_rss(&text)),
@@ -50,9 +50,15 @@ impl ProcTarget {
             Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(3) => {
                 Ok(None)
             }
-            Err(source) => Err(BenchError::ReadProc { path, source }),
+            Err(source) => Err(HarnessError::ReadProc { path, source }),
         }
     }
+}
+
+/// `VmRSS` of process `pid`, bytes; `None` when it cannot be read.
+pub fn rss_bytes_of(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_vm_rss(&status)
 }
 
 /// The CPU ticks ([`ProcTarget::cpu_ticks`]) of every target, in order;
@@ -66,10 +72,10 @@ pub fn read_cpu_ticks(targets: &[ProcTarget]) -> Vec<Option<u64>> {
 /// `pid<PID>` (`bench` for `self`). An empty string gives an empty list.
 ///
 /// # Errors
-/// [`BenchError::InvalidPids`] for a non-numeric pid, a name with characters
+/// [`HarnessError::InvalidPids`] for a non-numeric pid, a name with characters
 /// other than letters, digits, `-` and `_`, or a duplicate name.
-pub fn parse_targets(spec: &str) -> Result<Vec<ProcTarget>, BenchError> {
-    let invalid = |reason: String| BenchError::InvalidPids {
+pub fn parse_targets(spec: &str) -> Result<Vec<ProcTarget>, HarnessError> {
+    let invalid = |reason: String| HarnessError::InvalidPids {
         spec: spec.to_owned(),
         reason,
     };
