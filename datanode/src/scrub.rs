@@ -5,10 +5,13 @@
 //! One pass ([`scrub_pass`]) pages through the store ([`ShardStore::list`],
 //! [`SCRUB_PAGE_BLOBS`] blobs per page) and reads each shard block by
 //! block, paced by a [`TokenBucket`] of `scrub_bandwidth_bytes_per_sec`.
-//! A shard whose header is bad, a block of which fails its checksum, or
-//! that cannot be read is moved out of the shard namespace
+//! A shard whose header is bad, or a block of which fails its checksum or
+//! length check, is moved out of the shard namespace
 //! ([`ShardStore::quarantine`]) and reported to meta through a
-//! [`DamageReporter`] (`ReportMissing`), so heal rebuilds it in place.
+//! [`DamageReporter`] (`ReportMissing`), so heal rebuilds it in place. Only
+//! such evidence counts: an I/O error (EIO, EMFILE, ENOMEM) may be a
+//! passing storage hiccup, so the shard is left as it is, counted, and read
+//! again on the next pass.
 //! Reports meta did not take stay pending (at most [`MAX_PENDING_REPORTS`])
 //! and are sent again after the next pass.
 //!
@@ -19,7 +22,10 @@
 //! # Metrics (label `node`)
 //! * `sluice_datanode_scrub_bytes_total`: stored bytes read by scrub.
 //! * `sluice_datanode_scrub_shards_total`: shards scrubbed.
-//! * `sluice_datanode_scrub_corrupt_shards_total`: shards quarantined.
+//! * `sluice_datanode_scrub_corrupt_shards_total`: shards found corrupt
+//!   (quarantined, or left in place when the quarantine is full).
+//! * `sluice_datanode_scrub_read_errors_total`: shards scrub could not read
+//!   (I/O errors); retried on the next pass.
 //! * `sluice_datanode_scrub_pass_seconds`: duration of the last pass.
 //! * `sluice_datanode_scrub_progress_ratio`: shards done / shards stored in
 //!   the current pass (1 when idle after a pass).
@@ -35,14 +41,16 @@ use sluice_proto::meta::ShardRef;
 use sluice_util::worker::WorkerHandle;
 use tokio::time::Instant;
 
-use crate::store::{HEADER_LEN, ShardKey, ShardReader, ShardStore, StoreError};
+use crate::store::{HEADER_LEN, Quarantine, ShardKey, ShardReader, ShardStore, StoreError};
 
 /// Counter: stored bytes read by scrub.
 pub const SCRUB_BYTES_TOTAL: &str = "sluice_datanode_scrub_bytes_total";
 /// Counter: shards scrubbed.
 pub const SCRUB_SHARDS_TOTAL: &str = "sluice_datanode_scrub_shards_total";
-/// Counter: shards found corrupt (bad header, bad block, read error) and quarantined.
+/// Counter: shards found corrupt (bad header, a block's checksum or length).
 pub const SCRUB_CORRUPT_SHARDS_TOTAL: &str = "sluice_datanode_scrub_corrupt_shards_total";
+/// Counter: shards scrub could not read for an I/O error (left in place).
+pub const SCRUB_READ_ERRORS_TOTAL: &str = "sluice_datanode_scrub_read_errors_total";
 /// Gauge: seconds the last complete pass took.
 pub const SCRUB_PASS_SECONDS: &str = "sluice_datanode_scrub_pass_seconds";
 /// Gauge: fraction (0..=1) of the stored shards the current pass has done.
@@ -68,6 +76,11 @@ pub fn describe() {
         SCRUB_CORRUPT_SHARDS_TOTAL,
         metrics::Unit::Count,
         "Shards scrub found corrupt and quarantined"
+    );
+    metrics::describe_counter!(
+        SCRUB_READ_ERRORS_TOTAL,
+        metrics::Unit::Count,
+        "Shards scrub could not read (I/O errors), left in place and retried next pass"
     );
     metrics::describe_gauge!(
         SCRUB_PASS_SECONDS,
@@ -188,8 +201,11 @@ pub struct ScrubReport {
     pub scrubbed_shards: u64,
     /// Stored bytes read (headers, data and checksums).
     pub scrubbed_bytes: u64,
-    /// Shards quarantined.
+    /// Shards found corrupt (quarantined, or left in place when the
+    /// quarantine is full), and reported.
     pub corrupt_shards: u64,
+    /// Shards that could not be read (I/O errors), left as they are.
+    pub read_errors: u64,
     /// Shards meta took a report of (this pass's and earlier ones').
     pub reported_shards: u64,
     /// Shards still waiting to be reported.
@@ -253,7 +269,22 @@ enum Outcome {
     Sound,
     /// Deleted or replaced since it was listed.
     Gone,
-    Damaged(StoreError),
+    /// Evidence of corruption: a bad header, or a block's checksum or
+    /// length.
+    Corrupt(StoreError),
+    /// Not read to the end for another reason (an I/O error): no evidence
+    /// either way.
+    Unread(StoreError),
+}
+
+/// Sorts a store error met while reading a shard.
+fn outcome_of(e: StoreError) -> Result<Outcome, ScrubError> {
+    match e {
+        StoreError::NotFound(_) => Ok(Outcome::Gone),
+        StoreError::ShuttingDown => Err(ScrubError::ShuttingDown),
+        e @ StoreError::Corrupt { .. } => Ok(Outcome::Corrupt(e)),
+        e => Ok(Outcome::Unread(e)),
+    }
 }
 
 /// Reads every block of `key`, paced by the bucket; adds the bytes read.
@@ -265,9 +296,7 @@ async fn read_shard<S: ShardStore>(
 ) -> Result<Outcome, ScrubError> {
     let mut reader = match store.open(key, 0, 0).await {
         Ok(r) => r,
-        Err(StoreError::NotFound(_)) => return Ok(Outcome::Gone),
-        Err(StoreError::ShuttingDown) => return Err(ScrubError::ShuttingDown),
-        Err(e) => return Ok(Outcome::Damaged(e)),
+        Err(e) => return outcome_of(e),
     };
     *bytes += HEADER_LEN;
     pace(bucket, HEADER_LEN).await;
@@ -278,8 +307,7 @@ async fn read_shard<S: ShardStore>(
                 *bytes += stored;
                 pace(bucket, stored).await;
             }
-            Err(StoreError::ShuttingDown) => return Err(ScrubError::ShuttingDown),
-            Err(e) => return Ok(Outcome::Damaged(e)),
+            Err(e) => return outcome_of(e),
         }
     }
     Ok(Outcome::Sound)
@@ -327,22 +355,29 @@ pub async fn scrub_pass<S: ShardStore, R: DamageReporter>(
             match outcome {
                 Outcome::Gone => continue,
                 Outcome::Sound => {}
-                Outcome::Damaged(e) => {
-                    tracing::warn!(node = pass.node_id, shard = %entry.key, error = %e, "scrub: damaged shard; quarantining it and reporting it to meta");
-                    if store
+                Outcome::Unread(e) => {
+                    tracing::warn!(node = pass.node_id, shard = %entry.key, error = %e, "scrub: could not read shard; leaving it and reading it again next pass");
+                    report.read_errors += 1;
+                    metrics::counter!(SCRUB_READ_ERRORS_TOTAL, "node" => label.clone())
+                        .increment(1);
+                }
+                Outcome::Corrupt(e) => {
+                    let done = store
                         .quarantine(&entry.key)
                         .await
-                        .map_err(ScrubError::Quarantine)?
-                    {
-                        report.corrupt_shards += 1;
-                        metrics::counter!(SCRUB_CORRUPT_SHARDS_TOTAL, "node" => label.clone())
-                            .increment(1);
-                        crate::metrics::set_shards_stored(&label, store.stats().shards);
-                        if pass.pending.len() < MAX_PENDING_REPORTS {
-                            pass.pending.insert(entry.key.clone());
-                        } else {
-                            tracing::warn!(node = pass.node_id, shard = %entry.key, "scrub: too many unreported damaged shards; this one is not queued");
-                        }
+                        .map_err(ScrubError::Quarantine)?;
+                    if done == Quarantine::NotStored {
+                        continue;
+                    }
+                    tracing::warn!(node = pass.node_id, shard = %entry.key, error = %e, quarantine = ?done, "scrub: corrupt shard; reporting it to meta");
+                    report.corrupt_shards += 1;
+                    metrics::counter!(SCRUB_CORRUPT_SHARDS_TOTAL, "node" => label.clone())
+                        .increment(1);
+                    crate::metrics::set_shards_stored(&label, store.stats().shards);
+                    if pass.pending.len() < MAX_PENDING_REPORTS {
+                        pass.pending.insert(entry.key.clone());
+                    } else {
+                        tracing::warn!(node = pass.node_id, shard = %entry.key, "scrub: too many unreported damaged shards; this one is not queued");
                     }
                 }
             }

@@ -104,7 +104,7 @@ impl ShardStore for FaultStore {
     async fn has_shard(&self, key: &ShardKey) -> Result<bool, StoreError> {
         self.inner.has_shard(key).await
     }
-    async fn quarantine(&self, key: &ShardKey) -> Result<bool, StoreError> {
+    async fn quarantine(&self, key: &ShardKey) -> Result<crate::store::Quarantine, StoreError> {
         self.inner.quarantine(key).await
     }
     async fn list(&self, after: &str, limit: usize) -> Result<ShardPage, StoreError> {

@@ -30,8 +30,9 @@
 //! `0..MAX_SHARDS_PER_BLOB` instead of reading the directory.
 //!
 //! Scrub moves a corrupt shard to `<data_dir>/quarantine/<ms>-<key>`
-//! ([`ShardStore::quarantine`]), keeping at most [`MAX_QUARANTINED_FILES`]
-//! there (the oldest are deleted).
+//! ([`ShardStore::quarantine`]), at most [`MAX_QUARANTINED_FILES`] of them;
+//! none is ever deleted by Sluice (an operator clears the directory), so a
+//! full quarantine leaves further corrupt shards in place.
 //!
 //! All file I/O runs on the blocking pool (but a dropped writer's unlink of
 //! its temp file, on the dropping thread, and reads the caches can answer:
@@ -54,9 +55,9 @@ use bytes::Bytes;
 
 use super::format::{self, Geometry, HEADER_LEN};
 use super::{
-    Block, BlockRule, Committed, FANOUT, MAX_SHARDS_PER_BLOB, ShardEntry, ShardKey, ShardPage,
-    ShardReader, ShardStore, ShardWriter, StoreError, StoreStats, fanout_of, list_position,
-    resolve_range, validate_blob_id,
+    Block, BlockRule, Committed, FANOUT, MAX_SHARDS_PER_BLOB, Quarantine, ShardEntry, ShardKey,
+    ShardPage, ShardReader, ShardStore, ShardWriter, StoreError, StoreStats, fanout_of,
+    list_position, resolve_range, validate_blob_id,
 };
 use crate::metrics;
 
@@ -67,8 +68,8 @@ use crate::metrics;
 /// `shards / 256` names of ~60 bytes (~2.5 MB at 10 M shards). GC, scrub
 /// and a ListShards client walk at the same time.
 pub const LIST_WALKS_KEPT: usize = 4;
-/// Most quarantined shard files kept under `<data_dir>/quarantine/`; the
-/// oldest beyond it are deleted.
+/// Most quarantined shard files kept under `<data_dir>/quarantine/`; past
+/// it a corrupt shard stays in place. None is deleted automatically.
 pub const MAX_QUARANTINED_FILES: usize = 64;
 /// Marks a temp file name: `<blob_id>.<shard_index>.tmp-<uuid>`.
 const TMP_MARKER: &str = ".tmp-";
@@ -226,9 +227,12 @@ impl Inner {
         Ok(Geometry::from_file_len(block_size, len).is_ok())
     }
 
-    /// Renames `key`'s file into the quarantine directory and trims it to
-    /// [`MAX_QUARANTINED_FILES`].
-    fn quarantine(&self, key: &ShardKey) -> Result<bool, StoreError> {
+    /// Renames `key`'s file into the quarantine directory unless it holds
+    /// [`MAX_QUARANTINED_FILES`] already (then the file stays in place).
+    fn quarantine(&self, key: &ShardKey) -> Result<Quarantine, StoreError> {
+        if self.quarantined_files()? >= MAX_QUARANTINED_FILES {
+            return Ok(Quarantine::Full);
+        }
         let path = self.shard_path(key);
         let target = self.quarantine.join(format!(
             "{:020}-{key}",
@@ -238,46 +242,35 @@ impl Inner {
             let _guard = self.lock(fanout_of(key.blob_id()));
             let len = match fs::metadata(&path) {
                 Ok(m) => m.len(),
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Quarantine::NotStored),
                 Err(e) => return Err(StoreError::io("stat", path)(e)),
             };
             match fs::rename(&path, &target) {
                 Ok(()) => self.account_delete(len),
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Quarantine::NotStored),
                 Err(e) => return Err(StoreError::io("rename", path)(e)),
             }
         }
         if let Some(dir) = path.parent() {
             sync_dir(dir)?;
         }
-        self.trim_quarantine()?;
         sync_dir(&self.quarantine)?;
-        Ok(true)
+        Ok(Quarantine::Moved)
     }
 
-    /// Deletes the oldest quarantined files beyond [`MAX_QUARANTINED_FILES`]
-    /// (names start with a zero-padded timestamp, so name order is age order).
-    fn trim_quarantine(&self) -> Result<(), StoreError> {
+    /// How many files the quarantine directory holds, counting at most
+    /// [`MAX_QUARANTINED_FILES`].
+    fn quarantined_files(&self) -> Result<usize, StoreError> {
         let dir = &self.quarantine;
-        let mut names = Vec::new();
+        let mut n = 0;
         for entry in fs::read_dir(dir).map_err(StoreError::io("read directory", dir))? {
-            let entry = entry.map_err(StoreError::io("read directory", dir))?;
-            names.push(entry.file_name());
-            // Bounded: trim as soon as a few too many are seen.
-            if names.len() > 2 * MAX_QUARANTINED_FILES {
-                names.sort();
-                for name in names.drain(..names.len() - MAX_QUARANTINED_FILES) {
-                    remove_if_exists(&dir.join(name))?;
-                }
+            entry.map_err(StoreError::io("read directory", dir))?;
+            n += 1;
+            if n >= MAX_QUARANTINED_FILES {
+                break;
             }
         }
-        if names.len() > MAX_QUARANTINED_FILES {
-            names.sort();
-            for name in names.drain(..names.len() - MAX_QUARANTINED_FILES) {
-                remove_if_exists(&dir.join(name))?;
-            }
-        }
-        Ok(())
+        Ok(n)
     }
 
     /// Removes temp files and counts committed shards.
@@ -579,7 +572,7 @@ impl ShardStore for DiskStore {
         blocking(move || inner.has_shard(&key)).await
     }
 
-    async fn quarantine(&self, key: &ShardKey) -> Result<bool, StoreError> {
+    async fn quarantine(&self, key: &ShardKey) -> Result<Quarantine, StoreError> {
         let (inner, key) = (Arc::clone(&self.inner), key.clone());
         blocking(move || inner.quarantine(&key)).await
     }

@@ -11,8 +11,9 @@ use bytes::Bytes;
 
 use super::format::stored_len;
 use super::{
-    Block, BlockRule, Committed, ShardEntry, ShardKey, ShardPage, ShardReader, ShardStore,
-    ShardWriter, StoreError, StoreStats, list_position, resolve_range, validate_blob_id,
+    Block, BlockRule, Committed, Quarantine, ShardEntry, ShardKey, ShardPage, ShardReader,
+    ShardStore, ShardWriter, StoreError, StoreStats, list_position, resolve_range,
+    validate_blob_id,
 };
 use crate::block_crc32c;
 
@@ -116,8 +117,11 @@ impl ShardStore for MemoryStore {
     }
 
     /// Drops the shard (tests only: nothing is kept for inspection).
-    async fn quarantine(&self, key: &ShardKey) -> Result<bool, StoreError> {
-        Ok(self.map().remove(key).is_some())
+    async fn quarantine(&self, key: &ShardKey) -> Result<Quarantine, StoreError> {
+        Ok(match self.map().remove(key) {
+            Some(_) => Quarantine::Moved,
+            None => Quarantine::NotStored,
+        })
     }
 
     /// Store order like the disk store ([`list_position`]); each page

@@ -235,6 +235,18 @@ impl StoreError {
     }
 }
 
+/// What [`ShardStore::quarantine`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quarantine {
+    /// The shard moved out of the shard namespace.
+    Moved,
+    /// The quarantine is full: the shard stays in place (still listed;
+    /// reads fail its checksum and route around it, heal rewrites it).
+    Full,
+    /// No shard was stored under the key.
+    NotStored,
+}
+
 /// Stores shards. Cloning is cheap and shares the store.
 ///
 /// To ensure correctness, implementations guarantee:
@@ -295,10 +307,15 @@ pub trait ShardStore: Clone + Send + Sync + 'static {
 
     /// Moves shard `key` out of the shard namespace (scrub found it
     /// corrupt): it is no longer listed, opened or counted. A durable
-    /// store keeps a bounded number of quarantined files for inspection.
-    /// `Ok(false)` when it was not stored.
+    /// store keeps a bounded number of quarantined files and never deletes
+    /// one (a corrupt shard may still hold the only good copy of some
+    /// blocks); when that many are kept, the shard stays where it is
+    /// ([`Quarantine::Full`]).
     /// Errors: [`StoreError::Io`].
-    fn quarantine(&self, key: &ShardKey) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn quarantine(
+        &self,
+        key: &ShardKey,
+    ) -> impl Future<Output = Result<Quarantine, StoreError>> + Send;
 
     /// Lists the shards of the first `limit` (at least 1) blobs after
     /// `after_blob_id` in store order ([`list_position`]; `""` starts at
