@@ -19,7 +19,7 @@
 //! `soak` starts a multi-process Sluice cluster and runs the soak
 //! shapes (seed, SDK-default, overload) with that engine, judging each by
 //! RSS, errors, SlowDown and byte-identical read-back (see [`soak`] and
-//! the README section "Memory and backpressure").
+//! bench/README.md#the-soak-benchmark).
 //!
 //! `heal` starts the same cluster, writes a seeded data set, wipes one
 //! datanode and follows the gateway's heal through `/metrics` until the

@@ -1,7 +1,7 @@
 //! Memory sampling: every process's RSS once a second against its bound,
 //! baseline (RSS when the cluster first became ready) + the role's
-//! configured budgets + [`crate::cluster::RSS_SLACK_BYTES`] (the README's
-//! memory formula, "Memory and backpressure").
+//! configured budgets + [`crate::cluster::RSS_SLACK_BYTES`] (the memory
+//! formula, docs/design/memory.md#memory-formula).
 //!
 //! The orchestrator publishes the current pid of each process (they change
 //! on restarts) in a [`Pids`] table; the sampler reads `/proc/<pid>/status`.

@@ -1,4 +1,5 @@
-//! The short chaos run of the README's test command: one seed, a few fault
+//! The short chaos run of the workspace's test command (CONTRIBUTING.md,
+//! "What the test command runs"): one seed, a few fault
 //! kinds (a leader kill, a datanode kill, a host partition, a gateway
 //! pause, a wiped disk, bitrot), about four and a half minutes, against the `sluice`
 //! binary of this build. Needs root and the tools of

@@ -663,8 +663,9 @@ pub struct ClientLoad {
     pub tls: bool,
 }
 
-/// The README formula's "~80 KiB × TLS connections" (rustls's record and
-/// plaintext buffers of an S3 connection), bytes.
+/// The memory formula's "~80 KiB × TLS connections" (rustls's record and
+/// plaintext buffers of an S3 connection; docs/design/memory.md#memory-formula),
+/// bytes.
 pub const S3_TLS_CONNECTION_BYTES: u64 = 80 * 1024;
 
 /// The gateway's fixed state per S3 connection, bytes: its
@@ -684,7 +685,7 @@ pub const GATEWAY_DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// [`CONNECTION_STATE_BYTES`]).
 pub const GATEWAY_DEFAULT_MAX_INFLIGHT_REQUESTS: usize = 256;
 
-/// What the gateway's memory formula (README, "Memory formula") adds to its
+/// What the gateway's memory formula (docs/design/memory.md#memory-formula) adds to its
 /// budgets for a shape's load, bytes: [`CONNECTION_STATE_BYTES`] per
 /// connection (at most `max_connections`), [`S3_TLS_CONNECTION_BYTES`] more
 /// per connection over HTTPS, and twice [`HTTP1_MAX_BUF_BYTES`] per upload

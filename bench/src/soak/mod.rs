@@ -24,7 +24,7 @@
 //! of it to about two minutes with generous RSS bounds; its overload shape
 //! reports SlowDown without requiring it, and requires at least one
 //! completed upload so that the read-back checks something.
-//! See the README section "Memory and backpressure" for the commands and [`verdict`] for the exact
+//! See bench/README.md#the-soak-benchmark for the commands and [`verdict`] for the exact
 //! definitions.
 //!
 //! # Layout

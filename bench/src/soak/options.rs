@@ -180,7 +180,7 @@ pub struct SoakOptions {
     pub rss_growth_floor: Option<ByteSize>,
     /// Extra allowance over baseline + budgets (+ the gateway's client terms) in the peak-RSS
     /// checks, per process: what the memory formula does not count (allocator metadata,
-    /// thread stacks, the roles' mutual-TLS connections; see README, "Memory formula")
+    /// thread stacks, the roles' mutual-TLS connections; see docs/design/memory.md#memory-formula)
     /// [default: 4MiB; smoke 256MiB].
     #[arg(long)]
     pub rss_slack: Option<ByteSize>,
