@@ -80,7 +80,7 @@ const INODE_MARGIN: u64 = 100_000;
 /// Shards between two progress lines of the setup.
 const PROGRESS_EVERY: u64 = 100_000;
 
-/// Flags of `sluice-bench gc-pass`.
+/// Flags of the `gc-pass` example (`cargo run -p sluice-datanode --example gc-pass`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct GcPassOptions {
     /// Directory for the store (refused if it exists and is neither empty nor a previous

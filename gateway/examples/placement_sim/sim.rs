@@ -53,7 +53,7 @@ use sluice_proto::meta::Placement;
 /// Bytes per (decimal) terabyte, as disks are sold.
 const TB: f64 = 1e12;
 
-/// Flags of `sluice-bench placement-sim`.
+/// Flags of the `placement-sim` example (`cargo run -p sluice-gateway --example placement-sim`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct PlacementSimOptions {
     /// Datanode counts to simulate (comma-separated); every count is run
