@@ -220,6 +220,7 @@ pub async fn run(
         interval: config.reclaim_interval,
         delete_delay: config.delete_delay,
         concurrency: config.reclaim_concurrency,
+        cursor: Default::default(),
     };
     workers.spawn("reclaimer", move |w| async move {
         w.clone().until_cancelled(reclaimer.run(w)).await;

@@ -48,7 +48,9 @@ pub const MAX_IDS_PER_CALL: usize = 1000;
 /// Pending deletions read per page.
 pub const PAGE: usize = 1000;
 
-/// Most pending deletions one pass reads; the rest wait for the next pass.
+/// Most pending deletions one pass reads; the next pass goes on from
+/// where this one stopped (a cursor), so every record is read within
+/// `ceil(records / MAX_PASS_RECORDS)` passes.
 pub const MAX_PASS_RECORDS: usize = 10_000;
 
 /// Most channels [`GrpcDeleter`] keeps (one per datanode address).
@@ -176,6 +178,65 @@ pub(crate) struct Reclaimer<K: KvStore, D: ShardDeleter> {
     pub delete_delay: Duration,
     /// `reclaim_concurrency`: most DeleteBlobs calls in flight.
     pub concurrency: usize,
+    /// Blob id after which the next pass reads; `None` from the start.
+    pub cursor: Mutex<Option<String>>,
+}
+
+/// What one pass read: the blob ids due per node that has not confirmed,
+/// and where the next pass goes on.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Window {
+    pub by_node: BTreeMap<u64, Vec<String>>,
+    pub scanned: usize,
+    pub due: usize,
+    /// The cursor for the next pass: `None` when this one reached the end.
+    pub next: Option<String>,
+}
+
+/// Reads the pending deletions after `cursor`, [`PAGE`] per page, until
+/// the end or `max_records` read, and groups those due by node.
+pub(crate) fn read_window<K: KvStore>(
+    kv: &K,
+    now_ms: i64,
+    delete_delay: Duration,
+    cursor: Option<String>,
+    max_records: usize,
+    page_len: usize,
+) -> Result<Window, SmError> {
+    let mut w = Window::default();
+    let mut wrap = cursor.is_some();
+    let mut after = cursor;
+    loop {
+        let page = sm::pending::due(kv, now_ms, delete_delay, after.as_deref(), page_len)?;
+        // A cursor at the last record: start over in this pass rather than
+        // spend one reading nothing.
+        if wrap && page.scanned == 0 && w.scanned == 0 {
+            wrap = false;
+            after = None;
+            continue;
+        }
+        wrap = false;
+        w.scanned += page.scanned;
+        w.due += page.due.len();
+        for record in page.due {
+            let Some(placement) = record.placement else {
+                continue;
+            };
+            for node in record.remaining_nodes {
+                w.by_node
+                    .entry(node)
+                    .or_default()
+                    .push(placement.blob_id.clone());
+            }
+        }
+        match page.next {
+            Some(next) if w.scanned < max_records => after = Some(next),
+            next => {
+                w.next = next;
+                return Ok(w);
+            }
+        }
+    }
 }
 
 impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
@@ -207,37 +268,29 @@ impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
 
     /// One pass: delete what is due and collect what was confirmed.
     pub(crate) async fn pass(&self) -> Result<PassStats, ReclaimError> {
-        let now = wall_clock_ms();
-        let mut stats = PassStats::default();
-        // node -> blob ids still to delete there.
-        let mut by_node: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = sm::pending::due(
-                self.kv.as_ref(),
-                now,
-                self.delete_delay,
-                after.as_deref(),
-                PAGE,
-            )?;
-            stats.scanned += page.scanned;
-            stats.due += page.due.len();
-            for record in page.due {
-                let Some(placement) = record.placement else {
-                    continue;
-                };
-                for node in record.remaining_nodes {
-                    by_node
-                        .entry(node)
-                        .or_default()
-                        .push(placement.blob_id.clone());
-                }
-            }
-            match page.next {
-                Some(next) if stats.scanned < MAX_PASS_RECORDS => after = Some(next),
-                _ => break,
-            }
-        }
+        let cursor = self
+            .cursor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let window = read_window(
+            self.kv.as_ref(),
+            wall_clock_ms(),
+            self.delete_delay,
+            cursor,
+            MAX_PASS_RECORDS,
+            PAGE,
+        )?;
+        *self
+            .cursor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = window.next;
+        let mut stats = PassStats {
+            scanned: window.scanned,
+            due: window.due,
+            ..PassStats::default()
+        };
+        let by_node = window.by_node;
         metrics::gauge!(PENDING_DELETIONS).set(stats.scanned as f64);
 
         let mut calls = Vec::new();
@@ -298,5 +351,55 @@ impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
             )) => Err(ReclaimError::NotLeader),
             Err(e) => Err(ReclaimError::Raft(e.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Batch, MemStore};
+    use sluice_proto::meta as pb;
+
+    /// Releases blobs `b000`.. at leader time `at_ms`, one node each.
+    fn release(kv: &MemStore, names: impl Iterator<Item = usize>, at_ms: i64) {
+        let mut b = Batch::new();
+        let placements: Vec<pb::Placement> = names
+            .map(|i| pb::Placement {
+                blob_id: format!("b{i:03}"),
+                nodes: vec![1],
+                ..Default::default()
+            })
+            .collect();
+        sm::pending::record_released(&mut b, &placements, at_ms);
+        kv.apply(b).unwrap();
+    }
+
+    #[test]
+    fn passes_go_on_from_where_the_last_stopped() {
+        // 30 records released just now come first in key order; the 10
+        // after them are due. Each pass reads at most 20 records.
+        let kv = MemStore::new();
+        let delay = Duration::from_secs(60);
+        release(&kv, 0..30, 1_000_000);
+        release(&kv, 30..40, 1);
+        let now = 1_000_001;
+        let pass = |cursor| read_window(&kv, now, delay, cursor, 20, 5).unwrap();
+
+        let first = pass(None);
+        assert_eq!((first.scanned, first.due), (20, 0));
+        assert_eq!(first.next.as_deref(), Some("b019"));
+        // Restarting from the first record every pass (no cursor) would
+        // read these 20 again forever; the cursor reaches the due ones.
+        let second = pass(first.next);
+        assert_eq!((second.scanned, second.due), (20, 10));
+        assert_eq!(
+            second.by_node[&1],
+            (30..40).map(|i| format!("b{i:03}")).collect::<Vec<_>>()
+        );
+        // The page ended full at the last record: the next pass finds
+        // nothing after it and starts over at the first.
+        let third = pass(second.next);
+        assert_eq!((third.scanned, third.due), (20, 0));
+        assert_eq!(third.next.as_deref(), Some("b019"));
     }
 }
