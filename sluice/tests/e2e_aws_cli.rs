@@ -46,16 +46,7 @@ fn start_dev(data_dir: &Path, s3_port: u16, grpc_base: u16, metrics_port: u16, h
 /// GET /metrics with curl; the Prometheus text exposition.
 fn scrape(dev: &Dev) -> String {
     let url = dev.metrics_url.as_deref().expect("metrics on");
-    let out = Command::new("curl")
-        .args(["-sS", "-f", url])
-        .output()
-        .expect("run curl");
-    assert!(
-        out.status.success(),
-        "curl {url}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 metrics")
+    run_ok(&format!("curl {url}"), "curl", &["-sS", "-f", url], &[])
 }
 
 /// Sends SIGINT (Ctrl-C) and expects a clean exit.
@@ -530,16 +521,11 @@ fn aws_cli_against_sluice_dev() {
         &["s3", "presign", "s3://e2e/manual", "--expires-in", "300"],
     );
     let fetched = tmp.path().join("presigned.back");
-    let curl = Command::new("curl")
-        .args(["-sS", "-f", "-o"])
-        .arg(&fetched)
-        .arg(url.trim())
-        .output()
-        .expect("run curl");
-    assert!(
-        curl.status.success(),
-        "curl presigned GET: {}",
-        String::from_utf8_lossy(&curl.stderr)
+    run_ok(
+        "curl presigned GET",
+        "curl",
+        &["-sS", "-f", "-o", fetched.to_str().unwrap(), url.trim()],
+        &[],
     );
     assert_eq!(std::fs::read(&fetched).unwrap(), expected);
 
