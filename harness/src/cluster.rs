@@ -5,7 +5,9 @@
 //! stopping and watching a role process takes is here, once.
 //!
 //! * [`Role`] — the binary's role subcommands.
-//! * [`reserve_ports`] — distinct free loopback ports.
+//! * [`reserve_ports`] — distinct free loopback ports;
+//!   [`reserve_port_range`] — consecutive ones (`sluice dev
+//!   --grpc-port-base` numbers its nodes from one port up).
 //! * [`admin_certs`] — cluster certificates by the binary's `sluice admin certs`.
 //! * [`Launch`] — `sluice <role> --config <file>`, output to a log file,
 //!   optionally behind a wrapper command (`ip netns exec`, `env`).
@@ -20,6 +22,7 @@ use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -65,6 +68,36 @@ pub fn reserve_ports(n: usize) -> std::io::Result<Vec<u16>> {
         .iter()
         .map(|l| l.local_addr().map(|a| a.port()))
         .collect()
+}
+
+/// The first of `count` consecutive free ports on 127.0.0.1.
+///
+/// The candidates are spread over 20000..60000 by the process id and by
+/// how many ranges this process reserved before, so that tests running in
+/// parallel (in one process or in several) do not probe, and then bind,
+/// the same range. The ports are released on return.
+///
+/// # Errors
+/// No free range was found in 200 tries.
+pub fn reserve_port_range(count: u16) -> std::io::Result<u16> {
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let first = CALLS.fetch_add(1, Ordering::Relaxed) * 1000;
+    for attempt in first..first + 200 {
+        let spread = std::process::id()
+            .wrapping_mul(7919)
+            .wrapping_add(attempt.wrapping_mul(104_729));
+        let base = 20_000 + (spread % 40_000) as u16;
+        let listeners: Vec<_> = (0..count)
+            .map(|i| TcpListener::bind(("127.0.0.1", base + i)))
+            .collect();
+        if listeners.iter().all(Result::is_ok) {
+            return Ok(base);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        format!("no {count} consecutive free loopback ports found"),
+    ))
 }
 
 /// The last `lines` lines of a log file (empty if unreadable).
@@ -373,6 +406,20 @@ mod tests {
         let unique: std::collections::BTreeSet<_> = ports.iter().collect();
         assert_eq!(unique.len(), 8);
         assert!(ports.iter().all(|p| *p != 0));
+    }
+
+    #[test]
+    fn a_port_range_is_free_and_consecutive() {
+        let a = reserve_port_range(9).unwrap();
+        let b = reserve_port_range(9).unwrap();
+        assert_ne!(a, b, "two reservations probe different ranges");
+        for base in [a, b] {
+            assert!((20_000..60_000).contains(&base), "{base}");
+            let held: Vec<_> = (0..9)
+                .map(|i| TcpListener::bind(("127.0.0.1", base + i)).unwrap())
+                .collect();
+            assert_eq!(held.len(), 9);
+        }
     }
 
     #[test]

@@ -3,73 +3,30 @@
 //! single-voter cluster gives (`remove` of the last voter, `add` of a node
 //! that never catches up, which leaves the membership as it was).
 
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output};
 
-/// Finds `count` consecutive free loopback ports.
-fn free_port_range(count: u16) -> u16 {
-    for attempt in 0..200u32 {
-        let base = 20_000 + ((std::process::id() * 6007 + attempt * 104_729) % 40_000) as u16;
-        let listeners: Vec<_> = (0..count)
-            .map(|i| TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], base + i))))
-            .collect();
-        if listeners.iter().all(Result::is_ok) {
-            return base;
-        }
-    }
-    panic!("no free port range found");
+use sluice_harness::cluster::{reserve_port_range, reserve_ports};
+use sluice_harness::dev::{Dev, DevOptions};
+
+fn start_dev(dir: &Path, base: u16) -> Dev {
+    let options = DevOptions::new(
+        Path::new(env!("CARGO_BIN_EXE_sluice")),
+        dir,
+        base,
+        base + 1,
+        ("SLUICEADMINTESTKEY", "admin-test-secret-0123456789abcdef"),
+    );
+    Dev::start(options).expect("start sluice dev")
 }
 
-/// `sluice dev`, killed on drop.
-struct Dev(Child);
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_dev(dir: &std::path::Path, base: u16) -> Dev {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["dev", "--data-dir"])
-        .arg(dir)
-        .args(["--listen", &format!("127.0.0.1:{base}")])
-        .args(["--grpc-port-base", &(base + 1).to_string()])
-        .args(["--metrics-listen", "off"])
-        .env("SLUICE_ACCESS_KEY", "SLUICEADMINTESTKEY")
-        .env("SLUICE_SECRET_KEY", "admin-test-secret-0123456789abcdef")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start sluice dev");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    for line in lines.by_ref() {
-        let line = line.expect("read banner");
-        if line.starts_with("Press Ctrl-C") {
-            break;
-        }
-    }
-    // Keep draining stdout so the process never writes to a closed pipe.
-    std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
-    Dev(child)
-}
-
-/// `sluice dev`'s data dir: the admin certificate it made is under `tls/`.
-static DEV_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-
-fn admin(meta: &str, args: &[&str]) -> Output {
-    let tls = DEV_DIR.get().expect("dev started").join("tls");
+fn admin(dev: &Dev, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["admin", "meta"])
         .args(args)
-        .args(["--meta", meta])
-        .env("SLUICE_ADMIN_CA", tls.join("ca.pem"))
-        .env("SLUICE_ADMIN_CERT", tls.join("admin-dev.pem"))
-        .env("SLUICE_ADMIN_KEY", tls.join("admin-dev.key"))
+        .args(["--meta", &dev.meta_url()])
+        // The admin certificate `sluice dev` made.
+        .envs(dev.admin_env())
         .env("RUST_LOG", "warn")
         .output()
         .expect("run sluice admin meta")
@@ -101,30 +58,28 @@ fn refused(out: Output, want: &str) {
 #[test]
 fn admin_meta_against_sluice_dev() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let base = free_port_range(16);
-    let _dev = start_dev(dir.path(), base);
-    DEV_DIR.set(dir.path().to_owned()).expect("one dev cluster");
-    let meta = format!("https://127.0.0.1:{}", base + 1);
+    let base = reserve_port_range(16).expect("free ports");
+    let dev = start_dev(dir.path(), base);
+    let meta = dev.meta_url();
 
     let list: serde_json::Value =
-        serde_json::from_str(&ok(admin(&meta, &["list", "--json"]))).expect("json");
+        serde_json::from_str(&ok(admin(&dev, &["list", "--json"]))).expect("json");
     assert_eq!(list["leader_id"], 1, "{list}");
     assert_eq!(list["members"].as_array().map(Vec::len), Some(1), "{list}");
     assert_eq!(list["members"][0]["role"], "voter", "{list}");
     assert_eq!(list["members"][0]["addr"], meta.as_str(), "{list}");
     assert!(list["commit_index"].as_u64().unwrap_or(0) >= 1, "{list}");
 
-    let table = ok(admin(&meta, &["list"]));
+    let table = ok(admin(&dev, &["list"]));
     assert!(table.contains(&format!("   1  {meta}  leader")), "{table}");
 
-    refused(admin(&meta, &["remove", "1"]), "last voter");
-    refused(admin(&meta, &["remove", "9"]), "not a member");
-    let nobody = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let nobody_addr = format!("http://{}", nobody.local_addr().expect("addr"));
-    drop(nobody);
+    refused(admin(&dev, &["remove", "1"]), "last voter");
+    refused(admin(&dev, &["remove", "9"]), "not a member");
+    let nobody = reserve_ports(1).expect("a free port")[0];
+    let nobody_addr = format!("http://127.0.0.1:{nobody}");
     refused(
         admin(
-            &meta,
+            &dev,
             &[
                 "add",
                 "--id",
@@ -138,7 +93,7 @@ fn admin_meta_against_sluice_dev() {
         "did not catch up",
     );
     let list: serde_json::Value =
-        serde_json::from_str(&ok(admin(&meta, &["list", "--json"]))).expect("json");
+        serde_json::from_str(&ok(admin(&dev, &["list", "--json"]))).expect("json");
     assert_eq!(
         list["members"].as_array().map(Vec::len),
         Some(1),

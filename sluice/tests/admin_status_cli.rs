@@ -3,37 +3,17 @@
 //! serve` status page (in headless Chromium when it is installed; `.ci/run`
 //! installs it), as an operator would use them.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use sluice_harness::cluster::reserve_port_range;
+use sluice_harness::dev::{Dev, DevOptions, KillOnDrop};
 
 const ACCESS_KEY: &str = "SLUICESTATUSKEY";
 const SECRET_KEY: &str = "status-secret-key-0123456789abcdef";
-
-/// Finds `count` consecutive free loopback ports.
-fn free_port_range(count: u16) -> u16 {
-    for attempt in 0..200u32 {
-        let base = 20_000 + ((std::process::id() * 6007 + attempt * 104_729) % 40_000) as u16;
-        let listeners: Vec<_> = (0..count)
-            .map(|i| TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], base + i))))
-            .collect();
-        if listeners.iter().all(Result::is_ok) {
-            return base;
-        }
-    }
-    panic!("no free port range found");
-}
-
-/// Kills the child if the test fails before stopping it.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// `GET path` on `addr`: (status, body).
 fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
@@ -86,30 +66,19 @@ fn status_json(
 #[test]
 fn admin_status_status_page_and_health_against_sluice_dev() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let base = free_port_range(10);
+    let base = reserve_port_range(10).expect("free ports");
     let (s3_port, grpc_base, metrics_port) = (base, base + 1, base + 9);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["dev", "--data-dir"])
-        .arg(dir.path())
-        .args(["--listen", &format!("127.0.0.1:{s3_port}")])
-        .args(["--grpc-port-base", &grpc_base.to_string()])
-        .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
-        .env("SLUICE_ACCESS_KEY", ACCESS_KEY)
-        .env("SLUICE_SECRET_KEY", SECRET_KEY)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start sluice dev");
-    let stdout = child.stdout.take().expect("stdout");
-    let guard = Guard(child);
-    let mut lines = BufReader::new(stdout).lines();
-    for line in lines.by_ref() {
-        if line.expect("banner").starts_with("Press Ctrl-C") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    let dev = Dev::start(
+        DevOptions::new(
+            Path::new(env!("CARGO_BIN_EXE_sluice")),
+            dir.path(),
+            s3_port,
+            grpc_base,
+            (ACCESS_KEY, SECRET_KEY),
+        )
+        .metrics_port(metrics_port),
+    )
+    .expect("start sluice dev");
 
     let metrics = SocketAddr::from(([127, 0, 0, 1], metrics_port));
     let s3 = SocketAddr::from(([127, 0, 0, 1], s3_port));
@@ -128,14 +97,9 @@ fn admin_status_status_page_and_health_against_sluice_dev() {
         "{body}"
     );
 
-    let meta = format!("https://127.0.0.1:{grpc_base}");
+    let meta = dev.meta_url();
     // The admin certificate `sluice dev` made.
-    let tls = dir.path().join("tls");
-    let admin_cert = [
-        ("SLUICE_ADMIN_CA", tls.join("ca.pem")),
-        ("SLUICE_ADMIN_CERT", tls.join("admin-dev.pem")),
-        ("SLUICE_ADMIN_KEY", tls.join("admin-dev.key")),
-    ];
+    let admin_cert = dev.admin_env();
     let status: serde_json::Value = wait_for("status with every datanode up", || {
         let json = status_json(&meta, &admin_cert)?;
         let datanodes = json["datanodes"].as_array().cloned().unwrap_or_default();
@@ -249,7 +213,7 @@ fn admin_status_status_page_and_health_against_sluice_dev() {
     }
 
     status_page(base + 8, &meta, &admin_cert, dir.path());
-    drop(guard);
+    drop(dev);
 }
 
 /// `sluice admin serve` on `port`: the page and its JSON name the leader
@@ -268,7 +232,7 @@ fn status_page(
         .stdout(Stdio::null())
         .spawn()
         .expect("start sluice admin serve");
-    let _serve = Guard(serve);
+    let _serve = KillOnDrop(serve);
     // Two polls: the charts need two samples.
     let html = wait_for("the status page with its charts", || match get(page, "/") {
         Ok((200, body)) if body.contains("<polyline") => Ok(body),

@@ -12,10 +12,11 @@
 //! script installs it with apt when it is missing and it runs as root).
 //! Takes minutes.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
+
+use sluice_harness::cluster::reserve_ports;
 
 /// Why the smoke cannot run here, if it cannot.
 fn missing_tool() -> Option<String> {
@@ -39,14 +40,6 @@ fn missing_tool() -> Option<String> {
     None
 }
 
-/// Two distinct free loopback ports (both held while the second is found).
-fn free_ports() -> (u16, u16) {
-    let bind = || TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    let (a, b) = (bind(), bind());
-    let port = |l: &TcpListener| l.local_addr().expect("local addr").port();
-    (port(&a), port(&b))
-}
-
 #[test]
 fn compose_cluster_smoke() {
     if let Some(why) = missing_tool() {
@@ -55,7 +48,8 @@ fn compose_cluster_smoke() {
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let script = repo.join("deploy/compose/smoke.sh");
-    let (s3_port, status_port) = free_ports();
+    let ports = reserve_ports(2).expect("two free ports");
+    let (s3_port, status_port) = (ports[0], ports[1]);
     let started = Instant::now();
     let out = Command::new("bash")
         .arg(&script)

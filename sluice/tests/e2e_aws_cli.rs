@@ -4,171 +4,60 @@
 //! Needs `aws` (aws-cli), `curl`, `s3cmd`, `rclone` and python's boto3
 //! and minio on PATH; `.ci/run` installs them.
 
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
+use sluice_harness::cluster::reserve_port_range;
+use sluice_harness::dev::{Dev, DevOptions};
 
 const ACCESS_KEY: &str = "SLUICEE2ETESTKEY";
 const SECRET_KEY: &str = "e2e-secret-key-0123456789abcdef";
 
-/// Finds `count` consecutive free loopback ports. Tests of this binary run
-/// in parallel in one process: each call starts at another offset, so two
-/// tests never probe (and then bind) the same range.
-fn free_port_range(count: u16) -> u16 {
-    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let first = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 1000;
-    for attempt in first..first + 200 {
-        let spread = std::process::id()
-            .wrapping_mul(7919)
-            .wrapping_add(attempt.wrapping_mul(104_729));
-        let base = 20_000 + (spread % 40_000) as u16;
-        let listeners: Vec<_> = (0..count)
-            .map(|i| TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], base + i))))
-            .collect();
-        if listeners.iter().all(Result::is_ok) {
-            return base;
-        }
-    }
-    panic!("no free port range found");
+/// Starts `sluice dev` and checks that its banner names the endpoint, the
+/// metrics endpoint, and the CA bundle iff `https`.
+fn start_dev(data_dir: &Path, s3_port: u16, grpc_base: u16, metrics_port: u16, https: bool) -> Dev {
+    let options = DevOptions::new(
+        Path::new(env!("CARGO_BIN_EXE_sluice")),
+        data_dir,
+        s3_port,
+        grpc_base,
+        (ACCESS_KEY, SECRET_KEY),
+    )
+    .metrics_port(metrics_port)
+    .https(https);
+    let dev = Dev::start(options).expect("start sluice dev");
+    let scheme = if https { "https" } else { "http" };
+    assert_eq!(dev.endpoint, format!("{scheme}://127.0.0.1:{s3_port}"));
+    assert_eq!(
+        dev.ca_bundle.is_some(),
+        https,
+        "the banner names the CA iff --https"
+    );
+    assert_eq!(
+        dev.metrics_url.as_deref(),
+        Some(format!("http://127.0.0.1:{metrics_port}/metrics").as_str()),
+        "banner names the metrics endpoint"
+    );
+    dev
 }
 
-struct Dev {
-    child: Child,
-    endpoint: String,
-    metrics_url: String,
-    /// `--https`: the dev CA the banner names (`--ca-bundle`).
-    ca_bundle: Option<String>,
+/// GET /metrics with curl; the Prometheus text exposition.
+fn scrape(dev: &Dev) -> String {
+    let url = dev.metrics_url.as_deref().expect("metrics on");
+    run_ok(&format!("curl {url}"), "curl", &["-sS", "-f", url], &[])
 }
 
-impl Dev {
-    fn start(data_dir: &Path, s3_port: u16, grpc_base: u16, metrics_port: u16) -> Dev {
-        Self::start_with(data_dir, s3_port, grpc_base, metrics_port, false)
-    }
-
-    fn start_with(
-        data_dir: &Path,
-        s3_port: u16,
-        grpc_base: u16,
-        metrics_port: u16,
-        https: bool,
-    ) -> Dev {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
-        command
-            .args(["dev", "--data-dir"])
-            .arg(data_dir)
-            .args(["--listen", &format!("127.0.0.1:{s3_port}")])
-            .args(["--grpc-port-base", &grpc_base.to_string()])
-            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")]);
-        if https {
-            command.arg("--https");
-        }
-        let mut child = command
-            .env("SLUICE_ACCESS_KEY", ACCESS_KEY)
-            .env("SLUICE_SECRET_KEY", SECRET_KEY)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start sluice dev");
-        // The banner names the endpoint once every listener is bound.
-        let stdout = child.stdout.take().expect("stdout");
-        let mut endpoint = None;
-        let mut metrics_url = None;
-        let mut ca_bundle = None;
-        let mut lines = BufReader::new(stdout).lines();
-        for line in lines.by_ref() {
-            let line = line.expect("read banner");
-            println!("sluice dev: {line}");
-            if let Some(e) = line.trim().strip_prefix("endpoint:") {
-                endpoint = Some(e.trim().to_string());
-            }
-            if let Some(m) = line.trim().strip_prefix("metrics:") {
-                metrics_url = Some(m.trim().to_string());
-            }
-            if let Some(c) = line.trim().strip_prefix("CA bundle:") {
-                ca_bundle = Some(c.trim().to_string());
-            }
-            if line.starts_with("Press Ctrl-C") {
-                break;
-            }
-        }
-        // Keep draining stdout so the process never writes to a closed pipe.
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                println!("sluice dev: {line}");
-            }
-        });
-        let endpoint = endpoint.expect("banner names the endpoint");
-        let scheme = if https { "https" } else { "http" };
-        assert_eq!(endpoint, format!("{scheme}://127.0.0.1:{s3_port}"));
-        assert_eq!(
-            ca_bundle.is_some(),
-            https,
-            "the banner names the CA iff --https"
-        );
-        let metrics_url = metrics_url.expect("banner names the metrics endpoint");
-        assert_eq!(
-            metrics_url,
-            format!("http://127.0.0.1:{metrics_port}/metrics")
-        );
-        Dev {
-            child,
-            endpoint,
-            metrics_url,
-            ca_bundle,
-        }
-    }
-
-    /// GET /metrics with curl; the Prometheus text exposition.
-    fn scrape(&self) -> String {
-        let out = Command::new("curl")
-            .args(["-sS", "-f", &self.metrics_url])
-            .output()
-            .expect("run curl");
-        assert!(
-            out.status.success(),
-            "curl {}: {}",
-            self.metrics_url,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf-8 metrics")
-    }
-
-    /// Sends SIGINT (Ctrl-C) and expects a clean exit.
-    fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        let status = Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                assert!(
-                    status.success(),
-                    "sluice dev exited with {status} after Ctrl-C"
-                );
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "sluice dev did not stop within 30s of Ctrl-C"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Sends SIGINT (Ctrl-C) and expects a clean exit.
+fn stop(dev: Dev) {
+    let status = dev
+        .stop(Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        status.success(),
+        "sluice dev exited with {status} after Ctrl-C"
+    );
 }
 
 fn aws(dev: &Dev, args: &[&str]) -> Output {
@@ -409,7 +298,7 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
 /// /metrics of a running `sluice dev`: process RSS and budgets, and the
 /// roles' own metrics through the same recorder.
 fn check_metrics(dev: &Dev) {
-    let metrics = dev.scrape();
+    let metrics = scrape(dev);
     let rss = sample(&metrics, "sluice_process_resident_memory_bytes")
         .unwrap_or_else(|| panic!("no RSS gauge in /metrics:\n{metrics}"));
     assert!(
@@ -456,16 +345,8 @@ fn sha256_file(path: &Path) -> String {
 }
 
 fn write_random_file(path: &Path, len: usize, seed: u64) -> Vec<u8> {
-    // xorshift64*: deterministic and fast enough for tens of MiB.
-    let mut x = seed | 1;
-    let mut data = Vec::with_capacity(len);
-    while data.len() < len {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        data.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
-    }
-    data.truncate(len);
+    let mut data = vec![0; len];
+    sluice_harness::data::fill(seed, &mut data);
     std::fs::write(path, &data).expect("write file");
     data
 }
@@ -511,9 +392,9 @@ fn aws_cli_against_sluice_dev() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data_dir: PathBuf = tmp.path().join("data");
     // S3, then meta and six datanodes, then metrics.
-    let base = free_port_range(9);
+    let base = reserve_port_range(9).expect("free ports");
     let (s3_port, grpc_base, metrics_port) = (base, base + 1, base + 8);
-    let dev = Dev::start(&data_dir, s3_port, grpc_base, metrics_port);
+    let dev = start_dev(&data_dir, s3_port, grpc_base, metrics_port, false);
 
     let probe = tmp.path().join("probe.txt");
     // Larger than any inline_max_bytes: a write that needs the datanodes.
@@ -640,16 +521,11 @@ fn aws_cli_against_sluice_dev() {
         &["s3", "presign", "s3://e2e/manual", "--expires-in", "300"],
     );
     let fetched = tmp.path().join("presigned.back");
-    let curl = Command::new("curl")
-        .args(["-sS", "-f", "-o"])
-        .arg(&fetched)
-        .arg(url.trim())
-        .output()
-        .expect("run curl");
-    assert!(
-        curl.status.success(),
-        "curl presigned GET: {}",
-        String::from_utf8_lossy(&curl.stderr)
+    run_ok(
+        "curl presigned GET",
+        "curl",
+        &["-sS", "-f", "-o", fetched.to_str().unwrap(), url.trim()],
+        &[],
     );
     assert_eq!(std::fs::read(&fetched).unwrap(), expected);
 
@@ -696,9 +572,9 @@ fn aws_cli_against_sluice_dev() {
             part2.to_str().unwrap(),
         ],
     );
-    dev.stop();
+    stop(dev);
 
-    let dev = Dev::start(&data_dir, s3_port, grpc_base, metrics_port);
+    let dev = start_dev(&data_dir, s3_port, grpc_base, metrics_port, false);
     let deadline = Instant::now() + Duration::from_secs(60);
     let back2 = tmp.path().join("big.back2");
     while !aws(
@@ -749,7 +625,7 @@ fn aws_cli_against_sluice_dev() {
     ));
     assert_eq!(parts["Parts"][0]["Size"], 1024);
     other_clients(&dev, tmp.path());
-    dev.stop();
+    stop(dev);
 }
 
 /// Runs `program` with `args` (explicit keys in the arguments or config,
@@ -945,9 +821,9 @@ print("minio ok")
 fn aws_cli_over_https_with_access_keys() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data_dir: PathBuf = tmp.path().join("data");
-    let base = free_port_range(9);
+    let base = reserve_port_range(9).expect("free ports");
     let (s3_port, grpc_base, metrics_port) = (base, base + 1, base + 8);
-    let dev = Dev::start_with(&data_dir, s3_port, grpc_base, metrics_port, true);
+    let dev = start_dev(&data_dir, s3_port, grpc_base, metrics_port, true);
     let ca = dev.ca_bundle.clone().unwrap();
     assert!(Path::new(&ca).exists(), "CA bundle {ca}");
     // Files holding secrets are mode 0600.
@@ -970,17 +846,10 @@ fn aws_cli_over_https_with_access_keys() {
     // A second user through the admin CLI.
     let admin = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args([
-                "admin",
-                "key",
-                "--meta",
-                &format!("https://127.0.0.1:{grpc_base}"),
-            ])
+            .args(["admin", "key", "--meta", &dev.meta_url()])
             .args(args)
             // The admin certificate `sluice dev` made.
-            .env("SLUICE_ADMIN_CA", data_dir.join("tls/ca.pem"))
-            .env("SLUICE_ADMIN_CERT", data_dir.join("tls/admin-dev.pem"))
-            .env("SLUICE_ADMIN_KEY", data_dir.join("tls/admin-dev.key"))
+            .envs(dev.admin_env())
             .output()
             .expect("run sluice admin");
         assert!(
@@ -1028,5 +897,5 @@ fn aws_cli_over_https_with_access_keys() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    dev.stop();
+    stop(dev);
 }
