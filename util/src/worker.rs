@@ -24,7 +24,6 @@ use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
 use tokio::task::JoinHandle;
@@ -160,7 +159,7 @@ impl Workers {
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "panic".to_string());
                     s.last_error = Some(cut(format!("panicked: {msg}")));
-                    s.last_error_at_ms = now_ms();
+                    s.last_error_at_ms = crate::clock::wall_clock_ms();
                     s.state = WorkerState::Failed;
                     tracing::error!(worker = name, error = %msg, "worker panicked");
                 }
@@ -307,7 +306,7 @@ impl WorkerHandle {
         s.iterations += 1;
         s.state = WorkerState::Failed;
         s.last_error = Some(text);
-        s.last_error_at_ms = now_ms();
+        s.last_error_at_ms = crate::clock::wall_clock_ms();
     }
 }
 
@@ -320,13 +319,6 @@ fn cut(mut text: String) -> String {
         text.truncate(end);
     }
     text
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
