@@ -162,8 +162,8 @@ async fn small_objects_live_in_their_record() -> Result<()> {
     );
 
     // Every datanode down: inline objects still read; an erasure-coded
-    // one cannot (500 InternalError, the data path's answer to a blob with
-    // fewer than k readable shards).
+    // one cannot (503 ServiceUnavailable, retryable: the data path's answer
+    // to a blob with fewer than k readable shards, whose nodes may be back).
     for d in c.datanodes.iter_mut() {
         d.stop().await?;
     }
@@ -173,8 +173,8 @@ async fn small_objects_live_in_their_record() -> Result<()> {
     expect_error(
         "GET of a coded object with no datanode",
         r,
-        500,
-        Some("InternalError"),
+        503,
+        Some("ServiceUnavailable"),
     )?;
     c.stop_all().await
 }
