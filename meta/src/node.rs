@@ -175,10 +175,8 @@ pub async fn run(
     let liveness = Arc::new(Liveness::new(config.datanode_liveness));
     {
         let (raft, liveness) = (raft.clone(), liveness.clone());
-        workers.spawn("leadership-watch", move |w| async move {
-            w.clone()
-                .until_cancelled(watch_leadership(raft, liveness, w))
-                .await;
+        workers.spawn_loop("leadership-watch", move |w| {
+            watch_leadership(raft, liveness, w)
         });
     }
     let sweeper = Sweeper {
@@ -187,18 +185,14 @@ pub async fn run(
         interval: config.stale_upload_check_interval,
         expiry: config.stale_upload_expiry,
     };
-    workers.spawn("upload-sweeper", move |w| async move {
-        w.clone().until_cancelled(sweeper.run(w)).await;
-    });
+    workers.spawn_loop("upload-sweeper", move |w| sweeper.run(w));
     let lifecycle_sweeper = LifecycleSweeper {
         raft: raft.clone(),
         kv: kv.clone(),
         interval: config.lifecycle_check_interval,
         day: config.lifecycle_day,
     };
-    workers.spawn("lifecycle-sweeper", move |w| async move {
-        w.clone().until_cancelled(lifecycle_sweeper.run(w)).await;
-    });
+    workers.spawn_loop("lifecycle-sweeper", move |w| lifecycle_sweeper.run(w));
     let lease_sweeper = LeaseSweeper {
         raft: raft.clone(),
         kv: kv.clone(),
@@ -207,9 +201,7 @@ pub async fn run(
         session_interval: config.session_sweep_interval,
         session_expiry: config.session_expiry,
     };
-    workers.spawn("lease-sweeper", move |w| async move {
-        w.clone().until_cancelled(lease_sweeper.run(w)).await;
-    });
+    workers.spawn_loop("lease-sweeper", move |w| lease_sweeper.run(w));
     let reclaimer = Reclaimer {
         raft: raft.clone(),
         kv: kv.clone(),
@@ -222,9 +214,7 @@ pub async fn run(
         concurrency: config.reclaim_concurrency,
         cursor: Default::default(),
     };
-    workers.spawn("reclaimer", move |w| async move {
-        w.clone().until_cancelled(reclaimer.run(w)).await;
-    });
+    workers.spawn_loop("reclaimer", move |w| reclaimer.run(w));
 
     let loads = Arc::new(crate::admin::status::Loads::default());
     let admin = AdminService {

@@ -142,7 +142,7 @@ async fn heal_after_datanode_was_down() -> Result<()> {
 }
 
 /// More than m datanodes (3 of 6 at 4+2) stopped with their disks intact,
-/// for well past `node_down_after` (2 s here, several audit passes), then
+/// past `node_down_after` (2 s here) until the audit has marked them, then
 /// back, two first: nothing of theirs is deleted and every object reads
 /// back throughout. Before the audit's marks were floored at k, GC kept
 /// shards whose index is still assigned to their node and reads tried
@@ -184,10 +184,22 @@ async fn more_than_m_datanodes_down_past_down_after_lose_nothing() -> Result<()>
         c.datanodes[i].stop().await?;
     }
     c.wait_datanodes(&[4, 5, 6], &[1, 2, 3]).await?;
-    // Down for 4x node_down_after: the audit (every 1 s) has judged all
-    // three lost several times over.
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let marked: Vec<_> = c.placements(true).await.map_err(anyhow::Error::msg)?;
+    // Down past node_down_after (2 s): the audit (every 1 s) judges all
+    // three lost and reports every shard on them; wait until each blob has
+    // m = 2 marks, as many as the floor at k allows.
+    let marked = wait_until("the audit's marks", CONVERGE_TIMEOUT, || async {
+        let all = c.placements(false).await?;
+        let short = all
+            .iter()
+            .filter_map(|b| b.placement.as_ref())
+            .find(|p| p.missing.len() < p.parity_shards as usize);
+        match short {
+            Some(p) if all.len() == objs.len() => Err(format!("not yet marked: {p:?}")),
+            None if all.len() == objs.len() => Ok(all),
+            _ => Err(format!("{} placements, want {}", all.len(), objs.len())),
+        }
+    })
+    .await?;
     for b in &marked {
         let p = b.placement.as_ref().context("placement")?;
         ensure!(
@@ -204,6 +216,8 @@ async fn more_than_m_datanodes_down_past_down_after_lose_nothing() -> Result<()>
         c.datanodes[i].start().await?;
     }
     c.wait_datanodes(&[1, 2, 4, 5, 6], &[3]).await?;
+    // What must not happen (GC deleting the marked shards) has no event to
+    // wait for: give it 15 GC passes (every 200 ms).
     tokio::time::sleep(Duration::from_secs(3)).await;
     for i in 0..2 {
         let n = c.shard_files(i).map_err(anyhow::Error::msg)?.len();
@@ -227,6 +241,7 @@ async fn more_than_m_datanodes_down_past_down_after_lose_nothing() -> Result<()>
     // Many GC passes (every 200 ms) and heal passes run on the returned
     // nodes; heal must end with every blob whole again.
     c.wait_healed("datanodes 1-3 back", HEAL_TIMEOUT).await?;
+    // As above: 10 more GC passes may not delete what heal left placed.
     tokio::time::sleep(Duration::from_secs(2)).await;
     for i in 0..3 {
         let n = c.shard_files(i).map_err(anyhow::Error::msg)?.len();

@@ -130,9 +130,25 @@ impl Workers {
         &self.inner.cancel
     }
 
+    /// [`Workers::spawn`] for a loop that runs until dropped: it is
+    /// dropped when the worker is cancelled.
+    pub fn spawn_loop<F, Fut>(&self, name: &str, work: F)
+    where
+        F: FnOnce(WorkerHandle) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.spawn(name, move |w| {
+            let stop = w.clone();
+            let fut = work(w);
+            async move {
+                stop.until_cancelled(fut).await;
+            }
+        });
+    }
+
     /// Runs `work` as worker `name` on a new task. `work` must return
-    /// once [`WorkerHandle::cancelled`] fires (or wrap itself in
-    /// [`WorkerHandle::until_cancelled`]). A panic marks it failed.
+    /// once [`WorkerHandle::cancelled`] fires (a loop that runs until
+    /// dropped: [`Workers::spawn_loop`]). A panic marks it failed.
     pub fn spawn<F, Fut>(&self, name: &str, work: F)
     where
         F: FnOnce(WorkerHandle) -> Fut,

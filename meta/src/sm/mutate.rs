@@ -318,7 +318,6 @@ fn normalize_etag(etag: &str) -> String {
 }
 
 fn create_bucket<K: KvStore>(kv: &K, r: &pb::CreateBucketRequest) -> Outcome {
-    check_name("bucket name", &r.name)?;
     let key = keys::bucket(&r.name);
     if kv.get(Space::Buckets, &key)?.is_some() {
         return Ok((Batch::new(), Applied::Created(false)));
@@ -423,7 +422,6 @@ fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest, index: u64, now_ms: 
         return refuse(ErrorCode::InvalidArgument, "PutObject without an object");
     };
     let bucket = require_bucket(kv, &object.bucket)?;
-    check_name("key", &object.key)?;
     let key = keys::object(&object.bucket, &object.key);
     let old = records::get(kv, Space::Objects, &key)?;
     check_condition(old.as_ref(), r.condition.as_ref())?;
@@ -656,8 +654,6 @@ fn create_upload<K: KvStore>(kv: &K, r: &pb::CreateUploadRequest, now_ms: i64) -
         return refuse(ErrorCode::InvalidArgument, "CreateUpload without an upload");
     };
     require_bucket(kv, &upload.bucket)?;
-    check_name("key", &upload.key)?;
-    check_name("upload id", &upload.upload_id)?;
     let key = keys::upload(&upload.bucket, &upload.key, &upload.upload_id);
     let mut b = Batch::new();
     // A retried create keeps the first record (and its initiation time).
