@@ -63,13 +63,7 @@ fn main() -> ExitCode {
 }
 
 async fn async_main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    sluice_harness::init_logging();
     match real_main(Cli::parse()).await {
         Ok(code) => code,
         Err(e) => {

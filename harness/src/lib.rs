@@ -16,6 +16,7 @@
 //! * [`dev`] — `sluice dev` as a process, for the binary's end-to-end
 //!   tests: its banner, its admin certificate, Ctrl-C.
 //! * [`fake_s3`] — a minimal in-process S3 endpoint for tool tests.
+//! * [`init_logging`] — the tools' log set-up.
 
 pub mod cluster;
 pub mod data;
@@ -26,3 +27,17 @@ pub mod rss;
 pub mod s3;
 
 pub use error::HarnessError;
+
+/// Logs to stderr at `RUST_LOG`'s filter (default `info`), in colour only
+/// on a terminal: the set-up of every tool's `main` (bench, chaos, the
+/// roles' simulation examples).
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

@@ -23,13 +23,7 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    sluice_harness::init_logging();
     let options = Cli::parse().options;
     let summary = options.out_dir.join("summary.json");
     let report = gc::run(options).await?;
