@@ -176,6 +176,13 @@ pub struct Config {
     /// then left to expire on meta, which lets GC collect its garbage.
     #[serde(with = "humantime_serde")]
     pub epoch_rotation: Duration,
+    /// A GET still streaming this long leases the blobs it reads, so that
+    /// an overwrite or delete meanwhile cannot have them deleted under it
+    /// (default 1 min). Keep it well below meta's `delete_delay` (default
+    /// 5 min): a GET is unprotected between `delete_delay` and the moment
+    /// its lease is committed.
+    #[serde(with = "humantime_serde")]
+    pub read_lease_after: Duration,
     // --- heal worker (docs/design/durability.md §6; see `crate::heal`) ---
     /// Whether this gateway runs the heal worker (default true).
     pub heal_enabled: bool,
@@ -266,6 +273,7 @@ impl Default for Config {
             stall_timeout: Duration::from_secs(30),
             credit_idle_timeout: Duration::from_secs(2),
             epoch_rotation: crate::epoch::DEFAULT_EPOCH_ROTATION,
+            read_lease_after: crate::read_lease::DEFAULT_READ_LEASE_AFTER,
             heal_enabled: true,
             heal_bandwidth_bytes_per_sec: ByteSize(DEFAULT_HEAL_BANDWIDTH_BYTES_PER_SEC),
             heal_interval: Duration::from_secs(10),
@@ -455,6 +463,9 @@ impl Config {
         }
         if self.meta_endpoints.is_empty() {
             return Err(ConfigError::Empty("meta_endpoints"));
+        }
+        if self.read_lease_after.is_zero() {
+            return Err(ConfigError::Zero("read_lease_after"));
         }
         if self.s3_tls.is_some() == self.s3_plaintext {
             return Err(ConfigError::S3Transport);

@@ -44,6 +44,7 @@ pub mod layout;
 pub mod listener;
 pub(crate) mod metrics;
 pub mod placement;
+pub mod read_lease;
 pub mod s3;
 pub mod server;
 pub(crate) mod tls;

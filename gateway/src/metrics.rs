@@ -50,6 +50,12 @@ pub const BLOBS_RELEASED_TOTAL: &str = "sluice_gateway_blobs_released_total";
 /// Counter: blobs this gateway wrote and deleted itself because their
 /// commit was refused or never happened.
 pub const BLOBS_DISCARDED_TOTAL: &str = "sluice_gateway_blobs_discarded_total";
+/// Counter: read leases taken (GETs that streamed past `read_lease_after`).
+pub const READ_LEASES_TOTAL: &str = "sluice_gateway_read_leases_total";
+/// Counter: `LeaseBlobs` calls that failed (retried while the GET runs).
+pub const READ_LEASE_FAILURES_TOTAL: &str = "sluice_gateway_read_lease_failures_total";
+/// Counter: blobs a lease came too late for (their deletion was claimed).
+pub const READ_LEASE_LOST_BLOBS_TOTAL: &str = "sluice_gateway_read_lease_lost_blobs_total";
 
 /// Requests recorded by [`record_request`] in this process (reported to meta
 /// with each epoch renewal, for `sluice admin status`).
@@ -124,6 +130,21 @@ pub fn count_discarded(n: usize) {
     metrics::counter!(BLOBS_DISCARDED_TOTAL).increment(n as u64);
 }
 
+/// Counts one read lease taken in [`READ_LEASES_TOTAL`].
+pub fn read_lease_taken() {
+    metrics::counter!(READ_LEASES_TOTAL).increment(1);
+}
+
+/// Counts one failed `LeaseBlobs` in [`READ_LEASE_FAILURES_TOTAL`].
+pub fn read_lease_failed() {
+    metrics::counter!(READ_LEASE_FAILURES_TOTAL).increment(1);
+}
+
+/// Counts `n` blobs leased too late in [`READ_LEASE_LOST_BLOBS_TOTAL`].
+pub fn read_lease_lost(n: usize) {
+    metrics::counter!(READ_LEASE_LOST_BLOBS_TOTAL).increment(n as u64);
+}
+
 /// Registers descriptions with the installed recorder.
 pub fn describe() {
     use metrics::Unit;
@@ -191,6 +212,21 @@ pub fn describe() {
         "Credit lost with broken credit streams"
     );
     metrics::describe_gauge!(WRITE_EPOCH, Unit::Count, "Current write epoch");
+    metrics::describe_counter!(
+        READ_LEASES_TOTAL,
+        Unit::Count,
+        "Read leases taken by GETs streaming past read_lease_after"
+    );
+    metrics::describe_counter!(
+        READ_LEASE_FAILURES_TOTAL,
+        Unit::Count,
+        "LeaseBlobs calls that failed"
+    );
+    metrics::describe_counter!(
+        READ_LEASE_LOST_BLOBS_TOTAL,
+        Unit::Count,
+        "Blobs a read lease came too late for (deletion already claimed)"
+    );
     metrics::describe_counter!(
         EPOCHS_LOST_TOTAL,
         Unit::Count,

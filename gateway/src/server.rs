@@ -608,7 +608,8 @@ pub async fn run_with_meta(
         config.region.clone(),
         config.max_background_deletes,
     )
-    .with_inline_max(config.inline_max_bytes.as_u64());
+    .with_inline_max(config.inline_max_bytes.as_u64())
+    .with_read_lease_after(config.read_lease_after);
     let limiter = InflightLimiter::new(config.max_inflight_requests, stats);
     let health = Arc::new(GatewayHealth::new(
         meta_for_health,

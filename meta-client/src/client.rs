@@ -901,6 +901,30 @@ impl MetaClient {
         Ok(())
     }
 
+    /// Leases `blob_ids` under (epoch, lease id) for a GET in progress:
+    /// the blobs whose deletion was already claimed (`lost`). Idempotent,
+    /// so retried freely.
+    pub async fn lease_blobs(&self, req: pb::LeaseBlobsRequest) -> Result<Vec<String>, MetaError> {
+        let r = self
+            .call("LeaseBlobs", |mut c| {
+                let req = req.clone();
+                async move { c.lease_blobs(req).await }
+            })
+            .await?;
+        Ok(r.lost)
+    }
+
+    /// Ends read lease (epoch, lease id). Idempotent.
+    pub async fn release_blobs(&self, epoch: u64, lease_id: u64) -> Result<(), MetaError> {
+        let req = pb::ReleaseBlobsRequest { epoch, lease_id };
+        self.call(
+            "ReleaseBlobs",
+            |mut c| async move { c.release_blobs(req).await },
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Compare-and-set of a healed placement (`req.op_id` is filled in);
     /// `PlacementChanged` when the placement is no longer `req.expected`.
     pub async fn update_placement(

@@ -8,7 +8,6 @@
 
 use sluice_util::clock::wall_clock_ms;
 use std::sync::Arc;
-use std::time::Duration;
 
 use openraft::BasicNode;
 use openraft::ServerState;
@@ -28,9 +27,6 @@ pub(crate) struct MetaService<K: KvStore> {
     pub(crate) raft: MetaRaft,
     pub(crate) kv: Arc<K>,
     pub(crate) liveness: Arc<Liveness>,
-    /// How long a released blob's shards stay readable before Collectable
-    /// lets datanodes delete them (`docs/design/durability.md` §4).
-    pub(crate) delete_delay: Duration,
     /// Loads datanodes and gateways report, for `sluice admin status`.
     pub(crate) loads: Arc<crate::admin::status::Loads>,
 }
@@ -504,16 +500,9 @@ impl<K: KvStore> Meta for MetaService<K> {
         datanode_speaks_only_for_itself(&request, request.get_ref().node_id)?;
         self.linearizable().await?;
         let r = request.get_ref();
-        let delete_delay_ms = i64::try_from(self.delete_delay.as_millis()).unwrap_or(i64::MAX);
         // Refuses more than MAX_SHARDS_PER_CALL shards with INVALID_ARGUMENT.
-        let collectable = sm::collectable(
-            self.kv.as_ref(),
-            r.node_id,
-            &r.shards,
-            wall_clock_ms(),
-            delete_delay_ms,
-        )
-        .map_err(sm_status)?;
+        let collectable =
+            sm::collectable(self.kv.as_ref(), r.node_id, &r.shards).map_err(sm_status)?;
         Ok(Response::new(pb::CollectableResponse { collectable }))
     }
 
@@ -590,6 +579,30 @@ impl<K: KvStore> Meta for MetaService<K> {
             .await?;
         done("UpdatePlacement", &applied)?;
         Ok(Response::new(pb::UpdatePlacementResponse {}))
+    }
+
+    async fn lease_blobs(
+        &self,
+        request: Request<pb::LeaseBlobsRequest>,
+    ) -> Result<Response<pb::LeaseBlobsResponse>, Status> {
+        match self
+            .write(Command::LeaseBlobs(request.into_inner()))
+            .await?
+        {
+            Applied::Leased(lost) => Ok(Response::new(pb::LeaseBlobsResponse { lost })),
+            other => Err(unexpected("LeaseBlobs", &other)),
+        }
+    }
+
+    async fn release_blobs(
+        &self,
+        request: Request<pb::ReleaseBlobsRequest>,
+    ) -> Result<Response<pb::ReleaseBlobsResponse>, Status> {
+        let applied = self
+            .write(Command::ReleaseBlobs(request.into_inner()))
+            .await?;
+        done("ReleaseBlobs", &applied)?;
+        Ok(Response::new(pb::ReleaseBlobsResponse {}))
     }
 
     async fn cluster_status(

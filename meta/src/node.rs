@@ -213,6 +213,7 @@ pub async fn run(
         delete_delay: config.delete_delay,
         concurrency: config.reclaim_concurrency,
         cursor: Default::default(),
+        clock: Default::default(),
     };
     workers.spawn_loop("reclaimer", move |w| reclaimer.run(w));
 
@@ -236,9 +237,6 @@ pub async fn run(
         raft: raft.clone(),
         kv: kv.clone(),
         liveness,
-        // Collectable and the reclaimer must agree on when a released
-        // blob's shards may go.
-        delete_delay: config.delete_delay,
         loads,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

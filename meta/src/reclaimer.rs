@@ -1,10 +1,14 @@
 //! The leader's reclaimer: deletes the shards of released blobs once their
 //! `delete_delay` passed (`docs/design/durability.md` §4).
 //!
-//! On the leader only, every `reclaim_interval`, the reclaimer pages the
-//! pending deletions ([`sm::pending::due`], [`PAGE`] records per page, at
-//! most [`MAX_PASS_RECORDS`] per pass), groups their blob ids by the nodes
-//! that have not confirmed yet, and sends each node `DeleteBlobs` (at most
+//! Every `reclaim_interval` each meta node samples its applied log index
+//! on its monotonic clock. On the leader only, the reclaimer then pages
+//! the pending deletions released at or below the index it sampled
+//! `delete_delay` ago ([`sm::pending::due`], [`PAGE`] records per page, at
+//! most [`MAX_PASS_RECORDS`] per pass), claims them (`ClaimPending`, at
+//! most [`MAX_IDS_PER_CALL`] ids per entry: a blob a read lease names stays
+//! unclaimed), groups the claimed blob ids by the nodes that have not
+//! confirmed yet, and sends each node `DeleteBlobs` (at most
 //! [`MAX_IDS_PER_CALL`] ids per call, at most `reclaim_concurrency` calls
 //! in flight, `reclaim_call_timeout` per call). For every call a node
 //! answered OK it proposes `CollectPending`; a node that failed (down,
@@ -19,9 +23,9 @@
 //! `sluice_meta_reclaimed_blobs_total` (blob ids a datanode confirmed).
 
 use sluice_util::clock::wall_clock_ms;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -34,7 +38,8 @@ use tonic::transport::Channel;
 use crate::raft::MetaRaft;
 use crate::sm::{self, SmError};
 use crate::store::KvStore;
-use crate::sweeper::{is_leader, periodic};
+use crate::sweeper::{SessionClock, applied_index, is_leader, periodic};
+use tokio::time::Instant;
 
 /// Gauge: pending deletions seen by the reclaimer's last pass.
 pub const PENDING_DELETIONS: &str = "sluice_meta_pending_deletions";
@@ -159,8 +164,10 @@ pub(crate) enum ReclaimError {
 pub(crate) struct PassStats {
     /// Pending deletions read.
     pub scanned: usize,
-    /// Of those, past their delete delay.
+    /// Of those, past their delete delay (or claimed before).
     pub due: usize,
+    /// Due but not claimed: a read lease names them.
+    pub leased: usize,
     /// (node, blob) deletions confirmed and collected.
     pub confirmed: usize,
     /// DeleteBlobs calls that failed.
@@ -180,25 +187,38 @@ pub(crate) struct Reclaimer<K: KvStore, D: ShardDeleter> {
     pub concurrency: usize,
     /// Blob id after which the next pass reads; `None` from the start.
     pub cursor: Mutex<Option<String>>,
+    /// Samples of this node's applied index on its monotonic clock, taken
+    /// on every tick, leader or not: an entry at or below an index sampled
+    /// at `t` was committed by `t`.
+    pub clock: Mutex<SessionClock>,
 }
 
-/// What one pass read: the blob ids due per node that has not confirmed,
-/// and where the next pass goes on.
+/// One due pending deletion as a pass reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DueRecord {
+    pub blob_id: String,
+    /// Nodes that have not confirmed yet.
+    pub nodes: Vec<u64>,
+    /// Claimed by an earlier pass.
+    pub claimed: bool,
+}
+
+/// What one pass read: the due records, and where the next pass goes on.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct Window {
-    pub by_node: BTreeMap<u64, Vec<String>>,
+    pub due: Vec<DueRecord>,
     pub scanned: usize,
-    pub due: usize,
     /// The cursor for the next pass: `None` when this one reached the end.
     pub next: Option<String>,
 }
 
 /// Reads the pending deletions after `cursor`, [`PAGE`] per page, until
-/// the end or `max_records` read, and groups those due by node.
+/// the end or `max_records` read, and keeps those due: claimed, or
+/// released at or below `released_before_index` (none of those when it is
+/// `None`: this node has no sample old enough yet).
 pub(crate) fn read_window<K: KvStore>(
     kv: &K,
-    now_ms: i64,
-    delete_delay: Duration,
+    released_before_index: Option<u64>,
     cursor: Option<String>,
     max_records: usize,
     page_len: usize,
@@ -206,8 +226,14 @@ pub(crate) fn read_window<K: KvStore>(
     let mut w = Window::default();
     let mut wrap = cursor.is_some();
     let mut after = cursor;
+    // With no cutoff only claimed records are due: index 0 is below every
+    // entry's, so nothing unclaimed passes.
+    let (cutoff, only_claimed) = match released_before_index {
+        Some(i) => (i, false),
+        None => (0, true),
+    };
     loop {
-        let page = sm::pending::due(kv, now_ms, delete_delay, after.as_deref(), page_len)?;
+        let page = sm::pending::due(kv, cutoff, after.as_deref(), page_len)?;
         // A cursor at the last record: start over in this pass rather than
         // spend one reading nothing.
         if wrap && page.scanned == 0 && w.scanned == 0 {
@@ -217,17 +243,18 @@ pub(crate) fn read_window<K: KvStore>(
         }
         wrap = false;
         w.scanned += page.scanned;
-        w.due += page.due.len();
         for record in page.due {
+            if only_claimed && !record.claimed {
+                continue;
+            }
             let Some(placement) = record.placement else {
                 continue;
             };
-            for node in record.remaining_nodes {
-                w.by_node
-                    .entry(node)
-                    .or_default()
-                    .push(placement.blob_id.clone());
-            }
+            w.due.push(DueRecord {
+                blob_id: placement.blob_id,
+                nodes: record.remaining_nodes,
+                claimed: record.claimed,
+            });
         }
         match page.next {
             Some(next) if w.scanned < max_records => after = Some(next),
@@ -246,6 +273,7 @@ impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
         let mut ticker = periodic(self.interval);
         loop {
             ticker.tick().await;
+            self.sample();
             if !is_leader(&self.raft) {
                 worker.idle();
                 continue;
@@ -266,32 +294,66 @@ impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
         }
     }
 
-    /// One pass: delete what is due and collect what was confirmed.
+    fn sample(&self) {
+        let mut clock = self.clock.lock().unwrap_or_else(PoisonError::into_inner);
+        clock.sample(Instant::now(), applied_index(&self.raft), self.delete_delay);
+    }
+
+    /// The highest log index whose releases are `delete_delay` old by this
+    /// node's monotonic clock; `None` before it has such a sample.
+    fn released_before_index(&self) -> Option<u64> {
+        let mut clock = self.clock.lock().unwrap_or_else(PoisonError::into_inner);
+        // One past the sample's index: the sample's index is the cutoff.
+        clock
+            .expire_before(Instant::now(), self.delete_delay)
+            .map(|i| i.saturating_sub(1))
+    }
+
+    /// One pass: claim what is due, delete what is claimed and collect
+    /// what was confirmed.
     pub(crate) async fn pass(&self) -> Result<PassStats, ReclaimError> {
         let cursor = self
             .cursor
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .take();
         let window = read_window(
             self.kv.as_ref(),
-            wall_clock_ms(),
-            self.delete_delay,
+            self.released_before_index(),
             cursor,
             MAX_PASS_RECORDS,
             PAGE,
         )?;
-        *self
-            .cursor
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = window.next;
+        *self.cursor.lock().unwrap_or_else(PoisonError::into_inner) = window.next;
         let mut stats = PassStats {
             scanned: window.scanned,
-            due: window.due,
+            due: window.due.len(),
             ..PassStats::default()
         };
-        let by_node = window.by_node;
         metrics::gauge!(PENDING_DELETIONS).set(stats.scanned as f64);
+
+        // Claim first: a record a read lease names stays unclaimed, and
+        // nothing unclaimed is deleted.
+        let unclaimed: Vec<String> = window
+            .due
+            .iter()
+            .filter(|r| !r.claimed)
+            .map(|r| r.blob_id.clone())
+            .collect();
+        let mut claimed: HashSet<String> = HashSet::new();
+        for chunk in unclaimed.chunks(MAX_IDS_PER_CALL) {
+            claimed.extend(self.claim(chunk.to_vec()).await?);
+        }
+        stats.leased = unclaimed.len() - claimed.len();
+        let mut by_node: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for r in window.due {
+            if !r.claimed && !claimed.contains(&r.blob_id) {
+                continue;
+            }
+            for node in r.nodes {
+                by_node.entry(node).or_default().push(r.blob_id.clone());
+            }
+        }
 
         let mut calls = Vec::new();
         for (node, blobs) in by_node {
@@ -334,6 +396,35 @@ impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
         Ok(stats)
     }
 
+    /// Proposes ClaimPending for `blob_ids`: those claimed.
+    async fn claim(&self, blob_ids: Vec<String>) -> Result<Vec<String>, ReclaimError> {
+        if !is_leader(&self.raft) {
+            return Err(ReclaimError::NotLeader);
+        }
+        let Some(released_before_index) = self.released_before_index() else {
+            return Ok(Vec::new());
+        };
+        let cmd = MetaCommand {
+            leader_now_ms: wall_clock_ms(),
+            command: Some(Command::ClaimPending(rpb::ClaimPending {
+                blob_ids,
+                released_before_index,
+            })),
+        };
+        match self.raft.client_write(cmd).await {
+            Ok(resp) => match resp.data {
+                sm::Applied::Claimed(ids) => Ok(ids),
+                other => Err(ReclaimError::Raft(format!(
+                    "ClaimPending applied as {other:?}"
+                ))),
+            },
+            Err(openraft::error::RaftError::APIError(
+                openraft::error::ClientWriteError::ForwardToLeader(_),
+            )) => Err(ReclaimError::NotLeader),
+            Err(e) => Err(ReclaimError::Raft(e.to_string())),
+        }
+    }
+
     async fn collect(&self, node_id: u64, blob_ids: Vec<String>) -> Result<(), ReclaimError> {
         if !is_leader(&self.raft) {
             return Err(ReclaimError::NotLeader);
@@ -360,8 +451,9 @@ mod tests {
     use crate::store::{Batch, MemStore};
     use sluice_proto::meta as pb;
 
-    /// Releases blobs `b000`.. at leader time `at_ms`, one node each.
-    fn release(kv: &MemStore, names: impl Iterator<Item = usize>, at_ms: i64) {
+    /// Releases blobs `b000`.. by the entry at log index `index`, one
+    /// node each.
+    fn release(kv: &MemStore, names: impl Iterator<Item = usize>, index: u64) {
         let mut b = Batch::new();
         let placements: Vec<pb::Placement> = names
             .map(|i| pb::Placement {
@@ -370,36 +462,72 @@ mod tests {
                 ..Default::default()
             })
             .collect();
-        sm::pending::record_released(&mut b, &placements, at_ms);
+        sm::pending::record_released(&mut b, &placements, index, 0);
         kv.apply(b).unwrap();
+    }
+
+    fn ids(w: &Window) -> Vec<String> {
+        w.due.iter().map(|r| r.blob_id.clone()).collect()
     }
 
     #[test]
     fn passes_go_on_from_where_the_last_stopped() {
-        // 30 records released just now come first in key order; the 10
-        // after them are due. Each pass reads at most 20 records.
+        // 30 records released at index 1000 come first in key order; the
+        // 10 after them, released at index 5, are due. Each pass reads at
+        // most 20 records.
         let kv = MemStore::new();
-        let delay = Duration::from_secs(60);
-        release(&kv, 0..30, 1_000_000);
-        release(&kv, 30..40, 1);
-        let now = 1_000_001;
-        let pass = |cursor| read_window(&kv, now, delay, cursor, 20, 5).unwrap();
+        release(&kv, 0..30, 1000);
+        release(&kv, 30..40, 5);
+        let pass = |cursor| read_window(&kv, Some(999), cursor, 20, 5).unwrap();
 
         let first = pass(None);
-        assert_eq!((first.scanned, first.due), (20, 0));
+        assert_eq!((first.scanned, first.due.len()), (20, 0));
         assert_eq!(first.next.as_deref(), Some("b019"));
         // Restarting from the first record every pass (no cursor) would
         // read these 20 again forever; the cursor reaches the due ones.
         let second = pass(first.next);
-        assert_eq!((second.scanned, second.due), (20, 10));
+        assert_eq!((second.scanned, second.due.len()), (20, 10));
         assert_eq!(
-            second.by_node[&1],
+            ids(&second),
             (30..40).map(|i| format!("b{i:03}")).collect::<Vec<_>>()
         );
+        assert!(second.due.iter().all(|r| r.nodes == [1] && !r.claimed));
         // The page ended full at the last record: the next pass finds
         // nothing after it and starts over at the first.
         let third = pass(second.next);
-        assert_eq!((third.scanned, third.due), (20, 0));
+        assert_eq!((third.scanned, third.due.len()), (20, 0));
         assert_eq!(third.next.as_deref(), Some("b019"));
+    }
+
+    #[test]
+    fn without_a_sample_delete_delay_old_only_claimed_records_are_due() {
+        let kv = MemStore::new();
+        release(&kv, 0..3, 1);
+        // A wall clock far ahead changes nothing: no index cutoff yet.
+        assert!(
+            read_window(&kv, None, None, 100, 10)
+                .unwrap()
+                .due
+                .is_empty()
+        );
+        let claim = rpb::ClaimPending {
+            blob_ids: vec!["b001".into()],
+            released_before_index: 1,
+        };
+        let (b, applied) = sm::pending::claim_pending(&kv, &claim).unwrap();
+        assert_eq!(applied, sm::Applied::Claimed(vec!["b001".into()]));
+        kv.apply(b).unwrap();
+        let w = read_window(&kv, None, None, 100, 10).unwrap();
+        assert_eq!(ids(&w), ["b001"]);
+        assert!(w.due[0].claimed);
+        // Released at index 1: due once the cutoff reaches 1.
+        assert_eq!(
+            read_window(&kv, Some(0), None, 100, 10).unwrap().due.len(),
+            1
+        );
+        assert_eq!(
+            read_window(&kv, Some(1), None, 100, 10).unwrap().due.len(),
+            3
+        );
     }
 }

@@ -139,7 +139,7 @@ fn leading_term(raft: &MetaRaft) -> Option<u64> {
 }
 
 /// This node's applied log index.
-fn applied_index(raft: &MetaRaft) -> u64 {
+pub(crate) fn applied_index(raft: &MetaRaft) -> u64 {
     raft.metrics().borrow().last_applied.map_or(0, |l| l.index)
 }
 

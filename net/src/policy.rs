@@ -72,6 +72,8 @@ pub static META: ServiceTable = ServiceTable {
         ("ReportMissing", &[Gateway, Datanode]),
         ("BeginHeal", GW),
         ("UpdatePlacement", GW),
+        ("LeaseBlobs", GW),
+        ("ReleaseBlobs", GW),
         // Meta: a node's own readiness probe, and the leader asking each
         // voter for `sluice admin status`.
         ("ClusterStatus", &[Gateway, Meta, Admin]),

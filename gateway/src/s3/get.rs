@@ -24,6 +24,7 @@ use super::error::{blob_error, custom, internal, invalid_argument, invalid_reque
 use super::put::{ChecksumFields, matches_etag};
 use super::{Gateway, etag, timestamp, timestamp_ms};
 use crate::blob::{BlobError, BlobStore};
+use crate::read_lease::ReadLease;
 
 /// Outcome of the conditional headers of a GET or HEAD.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,6 +288,19 @@ pub fn object_stream(
         .boxed())
 }
 
+/// The blob ids bytes `range` of `object` are read from (none when it is
+/// stored inline), in read order.
+pub fn blobs_read(object: &pb::ObjectRecord, range: Range<u64>) -> Vec<String> {
+    if !object.inline_data.is_empty() {
+        return Vec::new();
+    }
+    segments(object.parts.iter().map(|p| p.size), range)
+        .into_iter()
+        .filter_map(|(i, _)| object.parts[i].placement.as_ref())
+        .map(|p| p.blob_id.clone())
+        .collect()
+}
+
 /// Why a streamed object body was cut short.
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
@@ -306,6 +320,8 @@ pub struct ObjectBody {
     inner: Mutex<BoxStream<'static, Result<Bytes, BlobError>>>,
     remaining: u64,
     done: bool,
+    /// Keeps the blobs read alive while the body streams; dropped at its end.
+    lease: Option<ReadLease>,
 }
 
 impl ObjectBody {
@@ -314,12 +330,20 @@ impl ObjectBody {
             inner: Mutex::new(inner),
             remaining: len,
             done: false,
+            lease: None,
         }
+    }
+
+    /// This body holding `lease` until it ends or is dropped.
+    pub fn with_lease(mut self, lease: Option<ReadLease>) -> Self {
+        self.lease = lease;
+        self
     }
 
     fn fail(&mut self, err: BodyError) -> Poll<Option<Result<Bytes, StdError>>> {
         tracing::error!(error = %err, "object body aborted");
         self.done = true;
+        self.lease = None;
         Poll::Ready(Some(Err(Box::new(err))))
     }
 }
@@ -350,6 +374,7 @@ impl Stream for ObjectBody {
             }
             Poll::Ready(None) => {
                 this.done = true;
+                this.lease = None;
                 Poll::Ready(None)
             }
         }
@@ -428,6 +453,8 @@ pub(super) async fn get_object(
     precondition_error(conditions.evaluate(&obj.etag, obj.last_modified_ms), &obj)?;
     let sel = select(&obj, input.part_number, input.range.as_ref())?;
     let len = sel.range.end - sel.range.start;
+    // Started before the first byte: the GET's age is counted from here.
+    let lease = gw.read_leases.start(blobs_read(&obj, sel.range.clone()));
     let mut stream = object_stream(&gw.blobs, &obj, sel.range.clone())?;
     // Read the first chunk before answering, so an unreadable object is an
     // S3 error (e.g. 503) rather than a 200 whose body breaks off.
@@ -442,7 +469,7 @@ pub(super) async fn get_object(
             None => stream = futures::stream::empty().boxed(),
         }
     }
-    let body = StreamingBlob::new(ObjectBody::new(stream, len));
+    let body = StreamingBlob::new(ObjectBody::new(stream, len).with_lease(lease));
     let sums =
         ChecksumFields::from(sel.checksums(&obj, checksum_mode(input.checksum_mode.as_ref())));
     tracing::debug!(bucket = %input.bucket, key = %input.key, range = ?sel.range, "get object");

@@ -49,6 +49,7 @@ pub mod tagging;
 pub mod unconfigured;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result};
@@ -58,6 +59,7 @@ use tokio::sync::Semaphore;
 
 use crate::access::BucketCache;
 use crate::blob::BlobStore;
+use crate::read_lease::{DEFAULT_READ_LEASE_AFTER, ReadLeases};
 
 /// The S3 front end: metadata through [`MetaClient`], bodies through [`BlobStore`]. Cheap to clone.
 #[derive(Clone)]
@@ -75,6 +77,8 @@ pub struct Gateway {
     /// Largest object body stored inline in its metadata record
     /// (`inline_max_bytes`; 0: none).
     pub(crate) inline_max: u64,
+    /// Read leases of GETs that stream past `read_lease_after`.
+    pub(crate) read_leases: ReadLeases,
 }
 
 impl Gateway {
@@ -88,7 +92,13 @@ impl Gateway {
     ) -> Self {
         let reclaimer = Reclaimer::new(blobs.clone(), max_background_deletes);
         let buckets = BucketCache::new(meta.clone());
+        let read_leases = ReadLeases::new(
+            Arc::new(meta.clone()),
+            blobs.epochs().clone(),
+            DEFAULT_READ_LEASE_AFTER,
+        );
         Gateway {
+            read_leases,
             meta,
             blobs,
             region,
@@ -109,6 +119,17 @@ impl Gateway {
     /// the buckets it created).
     pub fn with_root_key_id(mut self, id: &str) -> Self {
         self.root_key_id = id.to_string();
+        self
+    }
+
+    /// This gateway leasing the blobs of GETs still streaming after
+    /// `after` (see `Config::read_lease_after`, [`crate::read_lease`]).
+    pub fn with_read_lease_after(mut self, after: Duration) -> Self {
+        self.read_leases = ReadLeases::new(
+            Arc::new(self.meta.clone()),
+            self.blobs.epochs().clone(),
+            after,
+        );
         self
     }
 

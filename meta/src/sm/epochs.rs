@@ -137,6 +137,7 @@ pub(crate) fn close_epochs<K: KvStore>(kv: &K, r: &rpb::CloseEpochs, _now_ms: i6
         }
         b.delete(Space::Epochs, keys::epoch(*e));
         super::heal::drop_intents_of_epoch(kv, &mut b, *e)?;
+        super::leases::drop_leases_of_epoch(kv, &mut b, *e)?;
     }
     Ok((b, Applied::Done))
 }

@@ -168,16 +168,14 @@ fn present(placement: &pb::Placement) -> usize {
 /// no heal intent names (node, blob, index), no committed record assigns
 /// that shard index of the blob to `node` (even one listed missing: only a
 /// heal that moves the index elsewhere releases it), and — when the blob has a
-/// pending deletion — `delete_delay_ms` has passed since its release
-/// (`released_ms + delete_delay_ms <= now_ms`, leader time in ms), else the
-/// blob's write epoch is closed. Refuses `InvalidArgument` for more than
-/// [`MAX_SHARDS_PER_CALL`] shards.
+/// pending deletion — the reclaimer claimed it (`delete_delay` passed on
+/// the leader's monotonic clock and no read lease names the blob), else the
+/// blob's write epoch is closed. No clock is read here. Refuses
+/// `InvalidArgument` for more than [`MAX_SHARDS_PER_CALL`] shards.
 pub fn collectable<K: KvStore>(
     kv: &K,
     node: u64,
     shards: &[pb::ShardRef],
-    now_ms: i64,
-    delete_delay_ms: i64,
 ) -> Result<Vec<pb::ShardRef>, SmError> {
     if shards.len() > MAX_SHARDS_PER_CALL {
         return refuse(
@@ -209,7 +207,7 @@ pub fn collectable<K: KvStore>(
             continue;
         }
         let settled = match pending::get(kv, &s.blob_id)? {
-            Some(d) => d.released_ms.saturating_add(delete_delay_ms) <= now_ms,
+            Some(d) => d.claimed,
             None => !epochs::is_open(kv, blob_id::epoch_of(&s.blob_id))?,
         };
         if settled {

@@ -20,12 +20,15 @@
 //! * [`keys`] — key encodings of the keyspaces.
 //! * [`access`] — access keys (S3 users) and their bucket grants.
 //! * [`versions`] — object versions and delete markers.
+//! * [`pending`], [`leases`] — pending deletions of released blobs and the
+//!   read leases that hold them back.
 //! * `records` — object records as head and manifest rows.
 
 pub mod access;
 pub mod epochs;
 pub mod heal;
 pub mod keys;
+pub mod leases;
 pub mod lifecycle;
 mod mutate;
 pub mod pending;
@@ -93,6 +96,11 @@ pub enum Applied {
     /// CreateAccessKey: the id of the stored key (the secret is read from
     /// the record, so it is never in the session table).
     KeyCreated(String),
+    /// LeaseBlobs: the blob ids not leased because their deletion was
+    /// already claimed.
+    Leased(Vec<String>),
+    /// ClaimPending: the blob ids whose pending deletion is claimed.
+    Claimed(Vec<String>),
     /// The mutation was refused for an S3-level reason; nothing changed.
     Refused { code: ErrorCode, message: String },
 }

@@ -12,8 +12,8 @@ use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
 
 use super::refs::{part_refs, update_index};
 use super::{
-    Applied, MAX_PART_NUMBER, SmError, access, epochs, get, heal, keys, pending, records, refuse,
-    registry, require_bucket, sessions, versions,
+    Applied, MAX_PART_NUMBER, SmError, access, epochs, get, heal, keys, leases, pending, records,
+    refuse, registry, require_bucket, sessions, versions,
 };
 use crate::store::{Batch, KvStore, Space};
 use versions::placements;
@@ -93,6 +93,9 @@ pub fn apply_command_with<K: KvStore>(
         Command::RenewEpoch(r) => epochs::renew_epoch(kv, r, now_ms),
         Command::CloseEpochs(r) => epochs::close_epochs(kv, r, now_ms),
         Command::CollectPending(r) => pending::collect_pending(kv, r),
+        Command::ClaimPending(r) => pending::claim_pending(kv, r),
+        Command::LeaseBlobs(r) => leases::lease_blobs(kv, r),
+        Command::ReleaseBlobs(r) => leases::release_blobs(kv, r),
         Command::ExpireSessions(r) => sessions::expire_sessions(kv, r),
         Command::ExpireObjects(r) => expire_objects(kv, r, index, now_ms),
         Command::ExpireUploads(r) => expire_uploads(kv, r, now_ms),
@@ -113,10 +116,10 @@ pub fn apply_command_with<K: KvStore>(
         Ok((mut batch, applied)) => {
             match &applied {
                 Applied::Released(released) | Applied::Versioned { released, .. } => {
-                    pending::record_released(&mut batch, released, now_ms);
+                    pending::record_released(&mut batch, released, index, now_ms);
                 }
                 Applied::Completed(resp) => {
-                    pending::record_released(&mut batch, &resp.released, now_ms);
+                    pending::record_released(&mut batch, &resp.released, index, now_ms);
                 }
                 _ => {}
             }
@@ -161,6 +164,9 @@ fn op_id_of(command: &Command) -> &str {
         Command::RemoveDatanode(r) => &r.op_id,
         Command::CloseEpochs(_)
         | Command::CollectPending(_)
+        | Command::ClaimPending(_)
+        | Command::LeaseBlobs(_)
+        | Command::ReleaseBlobs(_)
         | Command::ExpireSessions(_)
         | Command::ExpireObjects(_)
         | Command::ExpireUploads(_) => "",

@@ -3,18 +3,21 @@
 //!
 //! Every placement a mutation releases gets a record in `Space::Pending`
 //! (keyed by blob id) in the same batch ([`record_released`], called by
-//! `apply_command`). The leader's reclaimer pages the records older than
-//! `delete_delay` ([`due`]: a scan in blob id order, bounded per page; there
-//! is no time index), deletes the shards and reports each node that
-//! confirmed with `CollectPending`; a record goes once every node of its
-//! placement confirmed.
+//! `apply_command`), stamped with the log index of that entry. The leader's
+//! reclaimer pages the records released at or below the applied index it
+//! sampled `delete_delay` ago by its own monotonic clock ([`due`]: a scan
+//! in blob id order, bounded per page; there is no index by release), claims
+//! them ([`claim_pending`]: a record named by a read lease is skipped, see
+//! `sm::leases`), deletes the claimed records' shards and reports each node
+//! that confirmed with `CollectPending`; a record goes once every node of
+//! its placement confirmed. No wall clock decides whether a blob is
+//! deleted: a leader whose clock jumps, or a new leader, waits a full
+//! `delete_delay` of its own time.
 //!
-//! [`get`] is used by `sm::heal`
-//! (Collectable) and must keep its signature.
+//! [`get`] is used by `sm::heal` (Collectable) and `sm::leases`.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::time::Duration;
 
 use prost::Message;
 use sluice_proto::meta as pb;
@@ -37,9 +40,9 @@ pub fn get<K: KvStore>(kv: &K, blob_id: &str) -> Result<Option<rpb::PendingDelet
 }
 
 /// Adds to `b` a pending deletion for every placement in `released`
-/// (released at leader time `now_ms`; every node of the placement, each
-/// once, still has to confirm).
-pub(crate) fn record_released(b: &mut Batch, released: &[pb::Placement], now_ms: i64) {
+/// (released by the entry at log index `index`, leader time `now_ms`;
+/// every node of the placement, each once, still has to confirm).
+pub(crate) fn record_released(b: &mut Batch, released: &[pb::Placement], index: u64, now_ms: i64) {
     for p in released {
         if p.blob_id.is_empty() {
             continue;
@@ -54,6 +57,8 @@ pub(crate) fn record_released(b: &mut Batch, released: &[pb::Placement], now_ms:
             placement: Some(p.clone()),
             released_ms: now_ms,
             remaining_nodes: nodes,
+            released_index: index,
+            claimed: false,
         };
         b.put(
             Space::Pending,
@@ -66,7 +71,7 @@ pub(crate) fn record_released(b: &mut Batch, released: &[pb::Placement], now_ms:
 /// One page of [`due`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct DuePage {
-    /// Pending deletions released at least `delete_delay` ago, by blob id.
+    /// Pending deletions released at or below the cutoff index, by blob id.
     pub due: Vec<rpb::PendingDeletion>,
     /// Records read on this page (due or not): an approximate count of
     /// pending deletions when summed over a full pass.
@@ -76,17 +81,15 @@ pub struct DuePage {
 }
 
 /// Reads up to `limit` pending deletions after blob id `after` (exclusive)
-/// and returns those released at least `delete_delay` before `now_ms`
-/// (leader time, ms).
+/// and returns those released by an entry at or below log index
+/// `released_before_index` (the leader's applied index sampled
+/// `delete_delay` ago) and those already claimed.
 pub fn due<K: KvStore>(
     kv: &K,
-    now_ms: i64,
-    delete_delay: Duration,
+    released_before_index: u64,
     after: Option<&str>,
     limit: usize,
 ) -> Result<DuePage, SmError> {
-    let delay_ms = i64::try_from(delete_delay.as_millis()).unwrap_or(i64::MAX);
-    let cutoff = now_ms.saturating_sub(delay_ms);
     let from = after.map(keys::pending);
     let start = match &from {
         Some(k) => Bound::Excluded(k.as_slice()),
@@ -108,7 +111,7 @@ pub fn due<K: KvStore>(
     };
     for (_, v) in rows {
         let record: rpb::PendingDeletion = super::decode("pending deletion", &v)?;
-        if record.released_ms <= cutoff {
+        if record.claimed || record.released_index <= released_before_index {
             page.due.push(record);
         }
     }
@@ -140,4 +143,30 @@ pub(crate) fn collect_pending<K: KvStore>(kv: &K, r: &rpb::CollectPending) -> Ou
         }
     }
     Ok((b, Applied::Done))
+}
+
+/// ClaimPending: claims the pending deletions of `blob_ids` released at or
+/// below `released_before_index` that no read lease names; unknown blob ids
+/// (already collected), later releases and leased blobs are left as they
+/// are. [`Applied::Claimed`] lists the claimed blob ids (those claimed by
+/// an earlier entry included), in request order.
+pub(crate) fn claim_pending<K: KvStore>(kv: &K, r: &rpb::ClaimPending) -> Outcome {
+    let mut b = Batch::new();
+    let mut claimed = Vec::new();
+    for blob in &r.blob_ids {
+        let Some(mut record) = get(kv, blob)? else {
+            continue;
+        };
+        if record.claimed {
+            claimed.push(blob.clone());
+            continue;
+        }
+        if record.released_index > r.released_before_index || super::leases::is_leased(kv, blob)? {
+            continue;
+        }
+        record.claimed = true;
+        b.put(Space::Pending, keys::pending(blob), record.encode_to_vec());
+        claimed.push(blob.clone());
+    }
+    Ok((b, Applied::Claimed(claimed)))
 }

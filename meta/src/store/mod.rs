@@ -79,6 +79,8 @@ pub enum Space {
     /// Access keys: access key id -> `meta.AccessKey` (secret and bucket
     /// grants; see `sm::access`).
     AccessKeys = 30,
+    /// Read leases of GETs in progress (see `sm::leases`).
+    ReadLeases = 24,
 }
 
 impl Space {
@@ -87,7 +89,7 @@ impl Space {
     /// written by the install from the snapshot's meta. Sessions, epochs
     /// and pending deletions are data: a node that installs a snapshot
     /// must fence and deduplicate the same way.
-    pub const DATA: [Space; 15] = [
+    pub const DATA: [Space; 16] = [
         Space::Buckets,
         Space::Objects,
         Space::Uploads,
@@ -103,6 +105,7 @@ impl Space {
         Space::Versions,
         Space::Manifests,
         Space::AccessKeys,
+        Space::ReadLeases,
     ];
 
     /// The prefix byte of this space.
@@ -133,6 +136,7 @@ impl Space {
             Space::Versions,
             Space::Manifests,
             Space::AccessKeys,
+            Space::ReadLeases,
         ]
         .into_iter()
         .find(|s| s.id() == id)

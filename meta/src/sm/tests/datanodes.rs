@@ -153,10 +153,10 @@ fn remove_after_the_shards_moved_and_pending_records_drop_the_node() {
     let mut b = crate::store::Batch::new();
     let mut released = placement("gone");
     released.nodes = vec![1, 2];
-    pending::record_released(&mut b, &[released.clone()], 5);
+    pending::record_released(&mut b, &[released.clone()], 5, 5);
     let mut only1 = placement("gone1");
     only1.nodes = vec![1];
-    pending::record_released(&mut b, &[only1], 5);
+    pending::record_released(&mut b, &[only1], 5, 5);
     kv.apply(b).unwrap();
 
     assert_eq!(exec(&kv, remove(1, false, "op-r")), Applied::Marked(0));

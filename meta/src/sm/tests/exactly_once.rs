@@ -1,8 +1,6 @@
 //! Exactly-once sessions, write epochs, the commit fence and pending
 //! deletions, on the in-memory store.
 
-use std::time::Duration;
-
 use sluice_proto::raft as rpb;
 
 use super::*;
@@ -548,15 +546,11 @@ fn collect_pending_drops_confirmed_nodes_then_the_record() {
     let rec = pending::get(&kv, &bid("x")).unwrap().unwrap();
     assert_eq!(rec.remaining_nodes, [3, 1, 2], "deduplicated, in order");
 
-    // Due only once the delete delay passed (leader time).
-    let delay = Duration::from_secs(300);
-    assert!(
-        pending::due(&kv, 2000 + 299_999, delay, None, 10)
-            .unwrap()
-            .due
-            .is_empty()
-    );
-    let page = pending::due(&kv, 2000 + 300_000, delay, None, 10).unwrap();
+    // Released by the entry at index 2000: due once the reclaimer's cutoff
+    // (the index it applied a delete delay ago) reaches it.
+    assert_eq!(rec.released_index, 2000);
+    assert!(pending::due(&kv, 1999, None, 10).unwrap().due.is_empty());
+    let page = pending::due(&kv, 2000, None, 10).unwrap();
     assert_eq!(page.due.len(), 1);
     assert_eq!(page.scanned, 1);
     assert_eq!(page.next, None);
@@ -603,7 +597,7 @@ fn due_pages_in_blob_order() {
     let mut seen = Vec::new();
     let mut after = None;
     loop {
-        let page = pending::due(&kv, 20, Duration::ZERO, after.as_deref(), 2).unwrap();
+        let page = pending::due(&kv, 20, after.as_deref(), 2).unwrap();
         seen.extend(
             page.due
                 .iter()

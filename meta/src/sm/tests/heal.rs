@@ -161,8 +161,22 @@ fn placement_of(kv: &MemStore, blob: &str) -> pb::Placement {
     current_placement(kv, blob).unwrap().unwrap().1
 }
 
-fn collect(kv: &MemStore, node: u64, shards: &[pb::ShardRef], now_ms: i64) -> Vec<pb::ShardRef> {
-    collectable(kv, node, shards, now_ms, 500).unwrap()
+fn collect(kv: &MemStore, node: u64, shards: &[pb::ShardRef]) -> Vec<pb::ShardRef> {
+    collectable(kv, node, shards).unwrap()
+}
+
+/// Applies ClaimPending of `blobs` released at or below `index`: those claimed.
+fn claim(kv: &MemStore, blobs: &[&str], index: u64) -> Vec<String> {
+    match exec(
+        kv,
+        Command::ClaimPending(rpb::ClaimPending {
+            blob_ids: blobs.iter().map(|b| b.to_string()).collect(),
+            released_before_index: index,
+        }),
+    ) {
+        Applied::Claimed(ids) => ids,
+        other => panic!("ClaimPending applied as {other:?}"),
+    }
 }
 
 #[test]
@@ -528,10 +542,10 @@ fn collectable_answers_every_branch() {
 
     // Placed shards are never collectable; a missing one is not placed,
     // but its blob's epoch (3) is open.
-    assert!(collect(&kv, 1, &[shard(&x, 0)], 10).is_empty());
-    assert!(collect(&kv, 3, &[shard(&x, 2)], 10).is_empty());
+    assert!(collect(&kv, 1, &[shard(&x, 0)]).is_empty());
+    assert!(collect(&kv, 3, &[shard(&x, 2)]).is_empty());
     // The heal intent protects the shard being written on node 9.
-    assert!(collect(&kv, 9, &[shard(&x, 2)], 10).is_empty());
+    assert!(collect(&kv, 9, &[shard(&x, 2)]).is_empty());
 
     assert_eq!(
         update(&kv, with_missing(&x, &[2]), healed(&x), 7),
@@ -539,33 +553,32 @@ fn collectable_answers_every_branch() {
     );
     // Node 9 now holds the placed shard; node 3's stale copy waits for the
     // blob's epoch to close.
-    assert!(collect(&kv, 9, &[shard(&x, 2)], 10).is_empty());
-    assert!(collect(&kv, 3, &[shard(&x, 2)], 10).is_empty());
+    assert!(collect(&kv, 9, &[shard(&x, 2)]).is_empty());
+    assert!(collect(&kv, 3, &[shard(&x, 2)]).is_empty());
     close_epoch(&kv, 3);
-    assert_eq!(collect(&kv, 3, &[shard(&x, 2)], 10), vec![shard(&x, 2)]);
-    assert!(collect(&kv, 9, &[shard(&x, 2)], 10).is_empty());
+    assert_eq!(collect(&kv, 3, &[shard(&x, 2)]), vec![shard(&x, 2)]);
+    assert!(collect(&kv, 9, &[shard(&x, 2)]).is_empty());
     // Another node's index of a referenced blob is not this node's shard.
-    assert_eq!(collect(&kv, 1, &[shard(&x, 3)], 10), vec![shard(&x, 3)]);
+    assert_eq!(collect(&kv, 1, &[shard(&x, 3)]), vec![shard(&x, 3)]);
 
     // A reported-missing shard stays while its index is assigned to the
     // node, epoch closed or not: the node may only have been down, and its
     // file the copy a read or heal still needs. A heal that assigns the
     // index elsewhere releases it (node 3's copy above).
     assert_eq!(report(&kv, 1, vec![shard(&x, 0)]), Applied::Marked(1));
-    assert!(collect(&kv, 1, &[shard(&x, 0)], 10).is_empty());
+    assert!(collect(&kv, 1, &[shard(&x, 0)]).is_empty());
 
     // Unreferenced blobs: open epoch keeps them, closed (and legacy) not.
     open_epoch(&kv, 5);
     let young = blob(5, 1);
     let legacy = "0123456789abcdef".to_string();
     assert_eq!(
-        collect(&kv, 1, &[shard(&young, 0), shard(&legacy, 1)], 10),
+        collect(&kv, 1, &[shard(&young, 0), shard(&legacy, 1)]),
         vec![shard(&legacy, 1)]
     );
 
-    // An intent on an unreferenced blob protects it until its epoch closes.
-    // The delete leaves a pending deletion released at leader time 0, so
-    // ask at 1000 ms, past delete_delay: only the intent protects it then.
+    // An intent on an unreferenced blob protects it until its epoch closes;
+    // a released blob's shards wait for the reclaimer's claim.
     let gone = blob(2, 1);
     open_epoch(&kv, 2); // the fence: gone's epoch is open when it is put
     put_placements(&kv, "g", vec![placed(&gone)]);
@@ -579,25 +592,25 @@ fn collectable_answers_every_branch() {
             ..Default::default()
         }),
     );
-    assert_eq!(
-        pending::get(&kv, &gone).unwrap().map(|d| d.released_ms),
-        Some(0)
-    );
-    assert!(collect(&kv, 9, &[shard(&gone, 1)], 1000).is_empty());
+    let released_at = pending::get(&kv, &gone)
+        .unwrap()
+        .map(|d| d.released_index)
+        .expect("pending");
+    assert_eq!(claim(&kv, &[&gone], released_at), vec![gone.clone()]);
+    assert!(collect(&kv, 9, &[shard(&gone, 1)]).is_empty(), "the intent");
     close_epoch(&kv, 7);
-    assert_eq!(
-        collect(&kv, 9, &[shard(&gone, 1)], 1000),
-        vec![shard(&gone, 1)]
-    );
+    assert_eq!(collect(&kv, 9, &[shard(&gone, 1)]), vec![shard(&gone, 1)]);
 
-    // A pending deletion waits for delete_delay (500 ms) since its release,
-    // whatever its epoch.
+    // A pending deletion waits for its claim, whatever its epoch or its
+    // leader time: no clock is read.
     let released = blob(5, 2);
     let mut b = Batch::new();
     let rec = rpb::PendingDeletion {
         placement: Some(placed(&released)),
         released_ms: 1000,
         remaining_nodes: vec![1, 2, 3, 4, 5, 6],
+        released_index: 40,
+        claimed: false,
     };
     b.put(
         Space::Pending,
@@ -605,9 +618,12 @@ fn collectable_answers_every_branch() {
         rec.encode_to_vec(),
     );
     kv.apply(b).unwrap();
-    assert!(collect(&kv, 1, &[shard(&released, 0)], 1499).is_empty());
+    assert!(collect(&kv, 1, &[shard(&released, 0)]).is_empty());
+    assert!(claim(&kv, &[&released], 39).is_empty(), "released later");
+    assert!(collect(&kv, 1, &[shard(&released, 0)]).is_empty());
+    assert_eq!(claim(&kv, &[&released], 40), vec![released.clone()]);
     assert_eq!(
-        collect(&kv, 1, &[shard(&released, 0)], 1500),
+        collect(&kv, 1, &[shard(&released, 0)]),
         vec![shard(&released, 0)]
     );
 
@@ -616,20 +632,19 @@ fn collectable_answers_every_branch() {
         collect(
             &kv,
             1,
-            &[shard(&legacy, 1), shard(&young, 0), shard(&legacy, 1)],
-            10
+            &[shard(&legacy, 1), shard(&young, 0), shard(&legacy, 1)]
         ),
         vec![shard(&legacy, 1), shard(&legacy, 1)]
     );
     let max: Vec<_> = (0..MAX_SHARDS_PER_CALL)
         .map(|i| shard(&legacy, i as u32))
         .collect();
-    assert_eq!(collect(&kv, 1, &max, 10).len(), MAX_SHARDS_PER_CALL);
+    assert_eq!(collect(&kv, 1, &max).len(), MAX_SHARDS_PER_CALL);
     let too_many: Vec<_> = (0..=MAX_SHARDS_PER_CALL)
         .map(|i| shard(&legacy, i as u32))
         .collect();
     assert!(matches!(
-        collectable(&kv, 1, &too_many, 10, 500),
+        collectable(&kv, 1, &too_many),
         Err(SmError::Refused {
             code: ErrorCode::InvalidArgument,
             ..
@@ -796,4 +811,133 @@ fn ensure_index_migrates_a_format_1_index() {
     assert_eq!(locate(&kv, "ghost").unwrap(), None, "stale entries go");
     assert_eq!(degraded(&kv), want_degraded);
     assert_eq!(ensure_index(&kv).unwrap(), None, "migrated once");
+}
+
+fn lease(kv: &MemStore, epoch: u64, lease_id: u64, blobs: &[&str]) -> Applied {
+    exec(
+        kv,
+        Command::LeaseBlobs(pb::LeaseBlobsRequest {
+            epoch,
+            lease_id,
+            blob_ids: blobs.iter().map(|b| b.to_string()).collect(),
+        }),
+    )
+}
+
+fn release_lease(kv: &MemStore, epoch: u64, lease_id: u64) {
+    let r = exec(
+        kv,
+        Command::ReleaseBlobs(pb::ReleaseBlobsRequest { epoch, lease_id }),
+    );
+    assert_eq!(r, Applied::Done);
+}
+
+/// A released blob (its object deleted) and the index that released it.
+fn released_blob(kv: &MemStore, key: &str, n: u128) -> (String, u64) {
+    let id = blob(2, n);
+    open_epoch(kv, 2);
+    put_placements(kv, key, vec![placed(&id)]);
+    exec(
+        kv,
+        Command::DeleteObject(pb::ObjectKey {
+            bucket: "b".into(),
+            key: key.into(),
+            ..Default::default()
+        }),
+    );
+    let index = pending::get(kv, &id)
+        .unwrap()
+        .expect("pending")
+        .released_index;
+    (id, index)
+}
+
+#[test]
+fn a_read_lease_holds_back_the_claim_until_released_or_its_epoch_closes() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    let (x, at) = released_blob(&kv, "x", 1);
+    let (y, _) = released_blob(&kv, "y", 2);
+    open_epoch(&kv, 9);
+    // A GET reading x and y leases both under epoch 9.
+    assert_eq!(lease(&kv, 9, 1, &[&x, &y]), Applied::Leased(Vec::new()));
+    assert_eq!(lease(&kv, 9, 2, &[&x]), Applied::Leased(Vec::new()));
+    assert!(claim(&kv, &[&x, &y], u64::MAX).is_empty(), "both leased");
+    assert!(collect(&kv, 1, &[shard(&x, 0), shard(&y, 0)]).is_empty());
+    // Lease 1 ends: y is free, x still held by lease 2.
+    release_lease(&kv, 9, 1);
+    release_lease(&kv, 9, 1);
+    assert_eq!(claim(&kv, &[&x, &y], u64::MAX), vec![y.clone()]);
+    assert_eq!(
+        collect(&kv, 1, &[shard(&x, 0), shard(&y, 0)]),
+        vec![shard(&y, 0)]
+    );
+    // The holder's epoch closes (its gateway died): its leases end.
+    exec(
+        &kv,
+        Command::CloseEpochs(rpb::CloseEpochs { epochs: vec![9] }),
+    );
+    assert_eq!(claim(&kv, &[&x], at), vec![x.clone()]);
+    assert_eq!(collect(&kv, 1, &[shard(&x, 0)]), vec![shard(&x, 0)]);
+    assert!(
+        kv.scan(
+            Space::ReadLeases,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            10
+        )
+        .unwrap()
+        .is_empty(),
+        "no lease key left"
+    );
+}
+
+#[test]
+fn a_lease_after_the_claim_reports_the_blob_lost() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    let (x, at) = released_blob(&kv, "x", 1);
+    let live = blob(2, 3);
+    put_placements(&kv, "live", vec![placed(&live)]);
+    assert_eq!(claim(&kv, &[&x], at), vec![x.clone()]);
+    open_epoch(&kv, 9);
+    assert_eq!(
+        lease(&kv, 9, 1, &[&live, &x]),
+        Applied::Leased(vec![x.clone()])
+    );
+    // A claimed record stays claimed; a repeated claim names it again.
+    assert_eq!(claim(&kv, &[&x], 0), vec![x.clone()]);
+    // The live blob, once released later, is held by the lease.
+    exec(
+        &kv,
+        Command::DeleteObject(pb::ObjectKey {
+            bucket: "b".into(),
+            key: "live".into(),
+            ..Default::default()
+        }),
+    );
+    assert!(claim(&kv, &[&live], u64::MAX).is_empty());
+}
+
+#[test]
+fn leases_need_an_open_epoch_and_bounded_clean_ids() {
+    let kv = MemStore::new();
+    let x = blob(2, 1);
+    assert_eq!(
+        refused_code(&lease(&kv, 4, 1, &[&x])),
+        Some(ErrorCode::EpochClosed)
+    );
+    open_epoch(&kv, 4);
+    assert_eq!(
+        refused_code(&lease(&kv, 4, 1, &["bad\0id"])),
+        Some(ErrorCode::InvalidArgument)
+    );
+    let many: Vec<String> = (0..=crate::sm::leases::MAX_LEASE_BLOBS)
+        .map(|i| format!("b{i}"))
+        .collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    assert_eq!(
+        refused_code(&lease(&kv, 4, 1, &many)),
+        Some(ErrorCode::InvalidArgument)
+    );
 }

@@ -1000,7 +1000,7 @@ fn collectable_races_a_promotion() {
         blob_id: bid("x"),
         shard_index: 0,
     };
-    let out = crate::sm::collectable(&racy, 1, &[shard], 0, 1_000).unwrap();
+    let out = crate::sm::collectable(&racy, 1, &[shard]).unwrap();
     // x is now the current version of k.
     assert_eq!(
         get(&racy.inner, "k", "").unwrap().parts[0]
