@@ -52,6 +52,24 @@ pub const META_SLED_CACHE: u64 = 32 << 20;
 pub const RSS_SLACK_BYTES: u64 = 64 << 20;
 /// Election timeout of the meta nodes (min, max).
 pub const ELECTION_TIMEOUT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(2));
+/// Gateways' `node_down_after`: a datanode silent this long is down.
+pub const NODE_DOWN_AFTER: Duration = Duration::from_secs(20);
+/// Gateways' `audit_interval`.
+pub const AUDIT_INTERVAL: Duration = Duration::from_secs(20);
+/// Gateways' `heal_interval`.
+pub const HEAL_INTERVAL: Duration = Duration::from_secs(5);
+/// Datanodes' `scrub_interval`: bitrot is found within the run (the scrub
+/// reads at its default 10 MiB/s), so settling includes healing it.
+pub const SCRUB_INTERVAL: Duration = Duration::from_secs(30);
+/// Datanodes' `gc_interval`.
+pub const GC_INTERVAL: Duration = Duration::from_secs(30);
+/// Datanodes' `gc_grace`.
+pub const GC_GRACE: Duration = Duration::from_secs(60);
+/// Meta's `delete_delay`: deleted blobs are reclaimed soon, so the small
+/// volumes do not fill.
+pub const DELETE_DELAY: Duration = Duration::from_secs(30);
+/// Meta's `reclaim_interval`.
+pub const RECLAIM_INTERVAL: Duration = Duration::from_secs(10);
 /// S3 root key of the gateways.
 pub const ACCESS_KEY: &str = "SLUICECHAOSKEY";
 /// S3 root secret of the gateways.
@@ -427,8 +445,8 @@ impl Cluster {
                 .to_string()
                 .into(),
         );
-        // Deleted blobs are reclaimed soon, so the small volumes do not fill.
-        t.insert("delete_delay".into(), "30s".into());
+        t.insert("delete_delay".into(), dur(DELETE_DELAY).into());
+        t.insert("reclaim_interval".into(), dur(RECLAIM_INTERVAL).into());
         t.insert(
             "cluster_tls".into(),
             self.tls_table("meta", &id.to_string())?.into(),
@@ -485,11 +503,9 @@ impl Cluster {
         t.insert("zone".into(), format!("zone-{host}").into());
         t.insert("host".into(), host.clone().into());
         // Unreferenced shards are collected within the run.
-        t.insert("gc_interval".into(), "30s".into());
-        t.insert("gc_grace".into(), "60s".into());
-        // Bitrot is found within the run (the scrub reads at its default
-        // 10 MiB/s), so settling includes healing it.
-        t.insert("scrub_interval".into(), "60s".into());
+        t.insert("gc_interval".into(), dur(GC_INTERVAL).into());
+        t.insert("gc_grace".into(), dur(GC_GRACE).into());
+        t.insert("scrub_interval".into(), dur(SCRUB_INTERVAL).into());
         t.insert(
             "cluster_tls".into(),
             self.tls_table("datanode", &id.to_string())?.into(),
@@ -532,10 +548,10 @@ impl Cluster {
             "read_budget_bytes".into(),
             (GATEWAY_READ_BUDGET as i64).into(),
         );
-        // Heal within the run: audit often, a datanode is down after 20 s.
-        t.insert("audit_interval".into(), "20s".into());
-        t.insert("heal_interval".into(), "5s".into());
-        t.insert("node_down_after".into(), "20s".into());
+        // Heal within the run: audit often, a datanode is down soon.
+        t.insert("audit_interval".into(), dur(AUDIT_INTERVAL).into());
+        t.insert("heal_interval".into(), dur(HEAL_INTERVAL).into());
+        t.insert("node_down_after".into(), dur(NODE_DOWN_AFTER).into());
         t.insert(
             "cluster_tls".into(),
             self.tls_table("gateway", &name)?.into(),
@@ -959,6 +975,11 @@ impl Cluster {
             }
         }
     }
+}
+
+/// A duration as the configs write it (`20s`).
+fn dur(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
 }
 
 /// Opens a log for appending.

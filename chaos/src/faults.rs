@@ -14,7 +14,11 @@
 //! | full-disk | a ballast file taking every free block of the volume | ballast removed |
 //! | wipe-disk | SIGKILL, data dir emptied, started again at once | (heal rebuilds its shards) |
 //! | bitrot | one byte flipped in one shard file | (scrub or read repair) |
-//! | clock-jump | restarted under libfaketime, realtime ± 1..50 min | restarted on the true clock |
+//! | clock-jump | restarted under libfaketime, realtime ± 1..60 min | restarted on the true clock |
+//! | pause-datanodes-past-down-after | SIGSTOP of one datanode per host, past `node_down_after` + 2 audits | SIGCONT |
+//! | partition-datanodes-from-meta | iptables DROP to/from the meta nodes in two storage hosts' namespaces | rules deleted |
+//! | disk-read-errors | `strace --inject` failing every positioned read (`pread64`, `preadv`, `preadv2`) of two datanodes with EIO | strace interrupted (it detaches); scrub's counters checked |
+//! | overwrite-storm, slow-reader-overwrite | workload phases (the workload runs them at their times) | (nothing) |
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -76,8 +80,33 @@ pub enum Undo {
         /// Node name.
         name: String,
     },
+    /// Stop the read-error injectors and check what scrub did meanwhile.
+    ReadErrorsOff {
+        /// Datanode names.
+        names: Vec<String>,
+        /// The injecting strace processes.
+        injectors: Vec<u32>,
+        /// Their scrub counters when the flags were made.
+        before: Vec<ScrubCounters>,
+    },
+    /// Several undos, each tried.
+    Many {
+        /// In order.
+        undos: Vec<Undo>,
+    },
     /// Nothing to undo.
     Nothing,
+}
+
+/// A datanode's scrub counters (its metrics endpoint).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ScrubCounters {
+    /// `sluice_datanode_scrub_read_errors_total`.
+    pub read_errors: u64,
+    /// `sluice_datanode_scrub_corrupt_shards_total`.
+    pub corrupt: u64,
+    /// `sluice_datanode_scrub_shards_total`.
+    pub shards: u64,
 }
 
 /// One fault as it happened.
@@ -308,6 +337,75 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(Str
                 Undo::RestartTrueClock { name: p.clone() },
             ))
         }
+        (FaultKind::PauseDatanodesPastDownAfter, Target::Datanodes(dns)) => {
+            let mut undos = Vec::new();
+            for n in dns {
+                if let Err(e) = cluster.signal(n, Signal::SIGSTOP) {
+                    for u in &undos {
+                        let _ = Box::pin(heal(cluster, u)).await;
+                    }
+                    return Err(e);
+                }
+                undos.push(Undo::Continue { name: n.clone() });
+            }
+            Ok((dns.join(","), Undo::Many { undos }))
+        }
+        (FaultKind::PartitionDatanodesFromMeta, Target::Hosts(hosts)) => {
+            let metas: Vec<String> = ["m1", "m2", "m3"]
+                .iter()
+                .map(|m| cluster.hosts[*m].ip.clone())
+                .collect();
+            let rules = rules_drop_between(&metas);
+            let mut undos = Vec::new();
+            for h in hosts {
+                let ns = cluster.hosts[h].ns.clone();
+                if let Err(e) = insert_all(&ns, &rules) {
+                    for u in &undos {
+                        let _ = Box::pin(heal(cluster, u)).await;
+                    }
+                    return Err(e);
+                }
+                undos.push(Undo::Iptables {
+                    ns,
+                    rules: rules.clone(),
+                });
+            }
+            Ok((
+                format!("{} -/- meta", hosts.join(",")),
+                Undo::Many { undos },
+            ))
+        }
+        (FaultKind::DiskReadErrors, Target::Datanodes(dns)) => {
+            let mut before = Vec::new();
+            for n in dns {
+                before.push(
+                    scrub_counters(cluster, n)
+                        .await
+                        .with_context(|| format!("{n}'s scrub metrics"))?,
+                );
+            }
+            let mut injectors = Vec::new();
+            for n in dns {
+                match inject_read_errors(cluster, n).await {
+                    Ok(pid) => injectors.push(pid),
+                    Err(e) => {
+                        stop_injectors(&injectors);
+                        return Err(e);
+                    }
+                }
+            }
+            Ok((
+                format!("{} reads fail with EIO", dns.join(",")),
+                Undo::ReadErrorsOff {
+                    names: dns.clone(),
+                    injectors,
+                    before,
+                },
+            ))
+        }
+        (FaultKind::OverwriteStorm | FaultKind::SlowReaderOverwrite, Target::Workload) => {
+            Ok(("the workload".into(), Undo::Nothing))
+        }
         (kind, target) => bail!("fault {kind} cannot hit {target:?}"),
     }
 }
@@ -334,6 +432,109 @@ async fn write_in_flight(cluster: &Cluster, name: &str) -> Option<u64> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     None
+}
+
+/// Attaches `strace` to every thread of datanode `name` (and the threads
+/// it starts), failing each positioned read with EIO: the datanode reads
+/// shard files only with `pread64`/`preadv2` (raw syscalls through
+/// rustix, which an `LD_PRELOAD` library would not see), and sockets never
+/// with them, so only its disk reads fail. This kernel has no
+/// device-mapper or fault injection to fail the device itself. Returns
+/// strace's pid once it has attached.
+async fn inject_read_errors(cluster: &Cluster, name: &str) -> anyhow::Result<u32> {
+    let pid = cluster.node(name).pid.context("not running")?;
+    let log = cluster
+        .opts
+        .dir
+        .join("logs")
+        .join(format!("{name}.strace.log"));
+    let calls = "pread64,preadv,preadv2";
+    let child = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-p", &pid.to_string()])
+        .arg(format!("--trace={calls}"))
+        .arg(format!("--inject={calls}:error=EIO"))
+        .arg("-o")
+        .arg(&log)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting strace")?;
+    let spid = child.id();
+    // Reaped by stop_injectors (waitpid), not by the Child.
+    std::mem::forget(child);
+    // Attached once strace traces every thread of the process.
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))?.count();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let traced = std::fs::read_dir(format!("/proc/{pid}/task"))?
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("status")).is_ok_and(|s| {
+                    s.lines()
+                        .any(|l| l.starts_with("TracerPid:") && l.trim_end() != "TracerPid:\t0")
+                })
+            })
+            .count();
+        if traced >= threads {
+            return Ok(spid);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            stop_injectors(&[spid]);
+            bail!("strace attached to {traced} of {threads} threads of {name} within 5 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Interrupts the injecting straces (they detach, the reads succeed again)
+/// and reaps them.
+fn stop_injectors(pids: &[u32]) {
+    for pid in pids {
+        let pid = nix::unistd::Pid::from_raw(*pid as i32);
+        let _ = nix::sys::signal::kill(pid, Signal::SIGINT);
+        let _ = nix::sys::wait::waitpid(pid, None);
+    }
+}
+
+/// `name`'s metrics page, fetched from the client namespace.
+pub async fn metrics_text(cluster: &Cluster, name: &str) -> Option<String> {
+    let url = format!("{}/metrics", cluster.metrics_url(name));
+    let ns = cluster.hosts["client"].ns.clone();
+    let out = tokio::process::Command::new("ip")
+        .args(["netns", "exec", &ns, "curl", "-sf", "--max-time", "2", &url])
+        .output()
+        .await
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The sum over every label set of a metric (0 when absent).
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let rest = match rest.strip_prefix('{') {
+                Some(r) => &r[r.find('}')? + 1..],
+                None => rest,
+            };
+            rest.strip_prefix(' ')?.trim().parse::<f64>().ok()
+        })
+        .sum()
+}
+
+async fn scrub_counters(cluster: &Cluster, name: &str) -> anyhow::Result<ScrubCounters> {
+    let text = metrics_text(cluster, name)
+        .await
+        .context("metrics endpoint did not answer")?;
+    Ok(ScrubCounters {
+        read_errors: metric_sum(&text, "sluice_datanode_scrub_read_errors_total") as u64,
+        corrupt: metric_sum(&text, "sluice_datanode_scrub_corrupt_shards_total") as u64,
+        shards: metric_sum(&text, "sluice_datanode_scrub_shards_total") as u64,
+    })
 }
 
 /// The value of an unlabelled gauge in a Prometheus text exposition.
@@ -377,6 +578,47 @@ pub async fn heal(cluster: &mut Cluster, undo: &Undo) -> anyhow::Result<()> {
         Undo::RestartTrueClock { name } => {
             cluster.kill9(name).await?;
             cluster.start(name, None)?;
+        }
+        Undo::ReadErrorsOff {
+            names,
+            injectors,
+            before,
+        } => {
+            stop_injectors(injectors);
+            // Scrub must have met the errors and quarantined nothing for
+            // them: an I/O error is no evidence of damage.
+            let mut problems = Vec::new();
+            for (n, b) in names.iter().zip(before) {
+                let after = scrub_counters(cluster, n)
+                    .await
+                    .with_context(|| format!("{n}'s scrub metrics"))?;
+                tracing::info!(node = %n, ?b, ?after, "scrub counters across the read errors");
+                if after.corrupt > b.corrupt {
+                    problems.push(format!(
+                        "{n}: scrub quarantined {} shards on EIO",
+                        after.corrupt - b.corrupt
+                    ));
+                }
+                if after.read_errors <= b.read_errors {
+                    problems.push(format!(
+                        "{n}: scrub counted no read error while reads failed (scrub did not run in the window)"
+                    ));
+                }
+            }
+            if !problems.is_empty() {
+                bail!("{}", problems.join("; "));
+            }
+        }
+        Undo::Many { undos } => {
+            let mut errors = Vec::new();
+            for u in undos {
+                if let Err(e) = Box::pin(heal(cluster, u)).await {
+                    errors.push(format!("{e:#}"));
+                }
+            }
+            if !errors.is_empty() {
+                bail!("{}", errors.join("; "));
+            }
         }
         Undo::Nothing => {}
     }

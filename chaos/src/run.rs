@@ -37,10 +37,11 @@ use tokio::time::Instant;
 
 use crate::checker::{self, CheckOptions, CheckReport};
 use crate::cluster::{
-    ACCESS_KEY, Cluster, ClusterOptions, ELECTION_TIMEOUT, RSS_SLACK_BYTES, Role, SECRET_KEY,
+    ACCESS_KEY, Cluster, ClusterOptions, DELETE_DELAY, ELECTION_TIMEOUT, RECLAIM_INTERVAL,
+    RSS_SLACK_BYTES, Role, SECRET_KEY,
 };
 use crate::faults::{self, Event};
-use crate::history::{self, Entry, Op, Outcome};
+use crate::history::{self, Entry, Op, Outcome, ReadResult};
 use crate::monitor::{self, Peaks, Pids, Sample};
 use crate::schedule::{self, Fault, FaultKind, ScheduleOptions};
 
@@ -120,8 +121,32 @@ pub struct SeedResult {
     pub settle_secs: Option<f64>,
     /// RSS peaks.
     pub peaks: BTreeMap<String, (Role, Sample)>,
+    /// Overwrite storms: the meta leader's pending deletions, highest
+    /// sample while a storm ran, its bound, and the count once the load
+    /// stopped and the reclaimer had its delay and passes.
+    pub pending_deletions: Option<PendingDeletions>,
+    /// Slow readers across an overwrite: one line each.
+    pub slow_reads: Vec<String>,
     /// Every liveness and safety failure, one line each.
     pub failures: Vec<String>,
+}
+
+/// What the reclaimer did under overwrite storms.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PendingDeletions {
+    /// Highest `sluice_meta_pending_deletions` of the leader sampled while
+    /// a storm ran.
+    pub peak: u64,
+    /// Samples taken while storms ran.
+    pub samples: usize,
+    /// The most writes, deletes and aborts the history shows within any
+    /// `delete_delay` + 2 reclaim intervals: no more can be pending if the
+    /// reclaimer keeps up.
+    pub bound: u64,
+    /// The last sample after the load stopped.
+    pub after: Option<u64>,
+    /// Seconds from the load's stop to that sample.
+    pub after_secs: f64,
 }
 
 impl SeedResult {
@@ -140,6 +165,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Vec<SeedResult>> {
     let kinds = schedule::parse_kinds(&args.faults).map_err(anyhow::Error::msg)?;
     if kinds.contains(&FaultKind::ClockJump) {
         crate::cluster::faketime_lib()?;
+    }
+    if kinds.contains(&FaultKind::DiskReadErrors) {
+        crate::cluster::sh(&["sh", "-c", "command -v strace"])
+            .context("disk-read-errors needs strace on PATH")?;
     }
     let chaos_bin = std::env::current_exe()?;
     let sluice_bin = match &args.sluice_bin {
@@ -301,7 +330,8 @@ async fn drive(
         .arg(seed.to_string())
         .arg("--history")
         .arg(&history_path)
-        .env("RUST_LOG", "warn")
+        .args(phase_args(plan))
+        .env("RUST_LOG", "warn,sluice_chaos::workload=info")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(dir.join("workload.out"))?)
         .stderr(std::fs::File::create(
@@ -322,8 +352,27 @@ async fn drive(
     let mut crashes = Vec::new();
     let mut next = 0;
     let end = t0 + *args.duration;
+    let storms: Vec<(Duration, Duration)> = plan
+        .iter()
+        .filter(|f| f.kind == FaultKind::OverwriteStorm)
+        .map(|f| (f.at, f.end()))
+        .collect();
+    let mut pending: Option<PendingDeletions> =
+        (!storms.is_empty()).then(PendingDeletions::default);
+    let mut next_pending_sample = t0;
     loop {
         let now = Instant::now();
+        if let Some(p) = pending.as_mut()
+            && now >= next_pending_sample
+            && storms.iter().any(|(a, b)| now >= t0 + *a && now < t0 + *b)
+        {
+            next_pending_sample = now + PENDING_SAMPLE_EVERY;
+            if let Some(v) = pending_deletions(cluster).await {
+                p.peak = p.peak.max(v);
+                p.samples += 1;
+            }
+            continue;
+        }
         if next < timeline.len() && now >= t0 + timeline[next].0 {
             match timeline[next].1 {
                 Action::Inject(i) => {
@@ -366,6 +415,7 @@ async fn drive(
             nix::sys::signal::Signal::SIGTERM,
         );
     }
+    let stopped_at = Instant::now();
     let grace = *args.attempt_timeout + Duration::from_secs(30);
     match tokio::time::timeout(grace, workload.wait()).await {
         Ok(status) => tracing::info!(status = ?status, "workload stopped"),
@@ -411,6 +461,9 @@ async fn drive(
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find_map(|v| v.get("final_phase_start_us")?.as_u64());
     sampler.abort();
+    if let Some(p) = pending.as_mut() {
+        drain_pending(cluster, p, stopped_at).await;
+    }
     for (name, status) in cluster.exited() {
         crashes.push(format!(
             "{name} exited on its own ({status}); log {}",
@@ -428,10 +481,22 @@ async fn drive(
     );
     std::fs::write(dir.join("check.txt"), check.render())?;
     let leader_recovery_ms = leader_recovery(&events, &history);
+    // Past the failure budget only safety is promised: a request that hung
+    // while such a fault lasted is not a liveness failure.
+    let beyond_budget: Vec<(u64, u64)> = events
+        .iter()
+        .filter(|e| e.fault.kind.exclusive())
+        .map(|e| (e.start_us, if e.end_us == 0 { u64::MAX } else { e.end_us }))
+        .collect();
     let hung_requests = history
         .iter()
         .filter(|e| matches!(&e.outcome, Outcome::Indeterminate { reason } if reason == "attempt timeout"))
+        .filter(|e| !beyond_budget.iter().any(|(a, b)| e.start_us < *b && e.end_us > *a))
         .count();
+    if let Some(p) = pending.as_mut() {
+        p.bound = release_bound(&history, DELETE_DELAY + 2 * RECLAIM_INTERVAL);
+    }
+    let slow_reads = slow_reads(&history, final_phase_start_us);
     let peaks = peaks.lock().expect("peaks").clone();
 
     let mut failures = Vec::new();
@@ -479,6 +544,36 @@ async fn drive(
             ));
         }
     }
+    if let Some(p) = &pending {
+        if p.samples == 0 {
+            failures.push("overwrite storm: no pending-deletion sample was taken".into());
+        } else if p.peak > p.bound {
+            failures.push(format!(
+                "overwrite storm: {} pending deletions, above the {} writes and deletes of any {}",
+                p.peak,
+                p.bound,
+                humantime::format_duration(DELETE_DELAY + 2 * RECLAIM_INTERVAL)
+            ));
+        }
+        match p.after {
+            Some(0) => {}
+            Some(n) => failures.push(format!(
+                "overwrite storm: {n} deletions still pending {:.0} s after the load stopped",
+                p.after_secs
+            )),
+            None => {
+                failures.push("overwrite storm: pending deletions unreadable after the load".into())
+            }
+        }
+    }
+    for line in &slow_reads {
+        if !line.starts_with("ok") {
+            failures.push(format!("slow reader across an overwrite: {line}"));
+        }
+    }
+    if kinds.contains(&FaultKind::SlowReaderOverwrite) && slow_reads.is_empty() {
+        failures.push("slow reader across an overwrite: no slow GET in the history".into());
+    }
     for k in kinds {
         if !plan.iter().any(|f| f.kind == *k) {
             failures.push(format!(
@@ -508,8 +603,151 @@ async fn drive(
         crashes,
         settle_secs,
         peaks,
+        pending_deletions: pending,
+        slow_reads,
         failures,
     })
+}
+
+/// How often the leader's pending deletions are sampled during a storm.
+const PENDING_SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+/// The workload's phase options for the overwrite storms and slow readers
+/// of `plan`.
+fn phase_args(plan: &[Fault]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in plan {
+        match f.kind {
+            FaultKind::OverwriteStorm => {
+                out.push("--storm".into());
+                out.push(format!(
+                    "{}ms/{}ms",
+                    f.at.as_millis(),
+                    f.duration.as_millis()
+                ));
+            }
+            FaultKind::SlowReaderOverwrite => {
+                out.push("--slow-read".into());
+                out.push(format!("{}ms", f.at.as_millis()));
+            }
+            _ => {}
+        }
+    }
+    if plan
+        .iter()
+        .any(|f| f.kind == FaultKind::SlowReaderOverwrite)
+    {
+        out.push("--slow-read-for".into());
+        out.push(humantime::format_duration(schedule::slow_read_duration()).to_string());
+    }
+    out
+}
+
+/// The meta leader's `sluice_meta_pending_deletions`.
+async fn pending_deletions(cluster: &Cluster) -> Option<u64> {
+    let leader = cluster.leader().await?;
+    let text = faults::metrics_text(cluster, &leader).await?;
+    Some(faults::metric_sum(&text, "sluice_meta_pending_deletions") as u64)
+}
+
+/// After the load: waits until the reclaimer had `delete_delay` and three
+/// passes since the load stopped, then samples until nothing is pending
+/// (or two more intervals passed).
+async fn drain_pending(cluster: &Cluster, p: &mut PendingDeletions, stopped_at: Instant) {
+    let due = stopped_at + DELETE_DELAY + 3 * RECLAIM_INTERVAL;
+    tokio::time::sleep_until(due).await;
+    let deadline = due + 2 * RECLAIM_INTERVAL;
+    loop {
+        if let Some(v) = pending_deletions(cluster).await {
+            p.after = Some(v);
+            p.after_secs = stopped_at.elapsed().as_secs_f64();
+            if v == 0 {
+                return;
+            }
+        }
+        if Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(RECLAIM_INTERVAL / 2).await;
+    }
+}
+
+/// The most writes, deletes, parts and aborts (any outcome: each may
+/// release a blob) that ended within any `window`.
+pub fn release_bound(history: &[Entry], window: Duration) -> u64 {
+    let mut ends: Vec<u64> = history
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.op,
+                Op::Put { .. } | Op::Delete { .. } | Op::UploadPart { .. } | Op::Abort { .. }
+            )
+        })
+        .map(|e| e.end_us)
+        .collect();
+    ends.sort_unstable();
+    let w = window.as_micros() as u64;
+    let mut best = 0;
+    let mut lo = 0;
+    for hi in 0..ends.len() {
+        while ends[hi] - ends[lo] > w {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best as u64
+}
+
+/// Each slow GET (`slow/` keys, before the read-back): `ok ...` when it
+/// returned the original value whole while an overwrite or delete of its
+/// key ran, else what went wrong.
+pub fn slow_reads(history: &[Entry], final_phase_start_us: Option<u64>) -> Vec<String> {
+    let before_final = |e: &Entry| final_phase_start_us.is_none_or(|s| e.start_us < s);
+    let mut out = Vec::new();
+    for get in history.iter().filter(|e| {
+        matches!(&e.op, Op::Get { key, range: None } if key.starts_with("slow/")) && before_final(e)
+    }) {
+        let Op::Get { key, .. } = &get.op else {
+            continue;
+        };
+        let original = history.iter().find(|e| {
+            matches!(&e.op, Op::Put { key: k, .. } if k == key) && e.outcome == Outcome::Ok
+        });
+        let Some(Entry {
+            op: Op::Put { value, .. },
+            ..
+        }) = original
+        else {
+            continue;
+        };
+        let overlapped = history.iter().any(|e| {
+            let writes_key = matches!(&e.op, Op::Put { key: k, value: v, .. } if k == key && v.id != value.id)
+                || matches!(&e.op, Op::Delete { key: k } if k == key);
+            writes_key && e.start_us > get.start_us && e.start_us < get.end_us
+        });
+        let secs = (get.end_us - get.start_us) as f64 / 1e6;
+        let line = match &get.outcome {
+            Outcome::Read {
+                result: ReadResult::Found { value_id, len, .. },
+            } if *value_id == Some(value.id) && *len == value.size() => {
+                if overlapped {
+                    format!(
+                        "ok {key}: {len} bytes of the original in {secs:.0} s across its overwrite and delete"
+                    )
+                } else {
+                    format!(
+                        "not exercised {key}: read whole in {secs:.0} s but no overwrite or delete started during it"
+                    )
+                }
+            }
+            other => format!(
+                "{key}: the GET of the original {} bytes ended after {secs:.0} s with {other:?}",
+                value.size()
+            ),
+        };
+        out.push(line);
+    }
+    out
 }
 
 /// Waits until every process is ready, every datanode is up and nothing
@@ -639,6 +877,8 @@ fn blocks_writes(kind: FaultKind) -> bool {
             | FaultKind::PacketLoss
             | FaultKind::PartitionGatewayDatanodes
             | FaultKind::ClockJump
+            | FaultKind::PauseDatanodesPastDownAfter
+            | FaultKind::PartitionDatanodesFromMeta
     )
 }
 
@@ -735,6 +975,22 @@ pub fn table(results: &[SeedResult], kinds: &[FaultKind]) -> String {
         rec.last().map_or("-".into(), |v| v.to_string()),
         rec.len()
     ));
+    for r in results {
+        if let Some(p) = &r.pending_deletions {
+            s.push_str(&format!(
+                "\nseed {}: pending deletions under the overwrite storm: peak {} (bound {}, {} samples), {} {:.0} s after the load stopped\n",
+                r.seed,
+                p.peak,
+                p.bound,
+                p.samples,
+                p.after.map_or("-".into(), |v| v.to_string()),
+                p.after_secs
+            ));
+        }
+        for line in &r.slow_reads {
+            s.push_str(&format!("\nseed {}: slow reader: {line}\n", r.seed));
+        }
+    }
     s.push_str("\n| role | peak RSS (MiB) | bound (MiB) |\n|---|---:|---:|\n");
     for role in [Role::Meta, Role::Datanode, Role::Gateway] {
         let mut peak = 0;

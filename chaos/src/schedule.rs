@@ -60,10 +60,27 @@ pub enum FaultKind {
     WipeDisk,
     /// A byte flipped in one of a datanode's shard files (bitrot).
     Bitrot,
-    /// A process restarted with its wall clock 1 to 50 minutes ahead or
-    /// behind (libfaketime, realtime only), and restarted on the true
-    /// clock when the fault ends.
+    /// A process restarted with its wall clock 1 to 60 minutes ahead or
+    /// behind (libfaketime, realtime only; half of the draws exactly an
+    /// hour), and restarted on the true clock when the fault ends.
     ClockJump,
+    /// SIGSTOP of three datanodes, one per storage host (more than the
+    /// parity count), for longer than `node_down_after` plus audit
+    /// passes, then SIGCONT: past the failure budget, alone in its window.
+    PauseDatanodesPastDownAfter,
+    /// Two storage hosts (four datanodes) cut off the meta nodes (iptables
+    /// DROP; gateways still reach them) for as long as
+    /// [`FaultKind::PauseDatanodesPastDownAfter`]; alone in its window.
+    PartitionDatanodesFromMeta,
+    /// Every disk read of two datanodes fails with EIO for longer than a
+    /// scrub interval (`strace --inject` on their positioned reads).
+    DiskReadErrors,
+    /// Extra clients overwrite a few `storm/` keys back to back, against
+    /// the reclaimer; the meta leader's pending deletions are sampled.
+    OverwriteStorm,
+    /// A client GETs a large object slowly, for longer than
+    /// `delete_delay`, while another overwrites and deletes it.
+    SlowReaderOverwrite,
 }
 
 /// Every kind, in declaration order.
@@ -84,6 +101,11 @@ pub const ALL: &[FaultKind] = &[
     FaultKind::WipeDisk,
     FaultKind::Bitrot,
     FaultKind::ClockJump,
+    FaultKind::PauseDatanodesPastDownAfter,
+    FaultKind::PartitionDatanodesFromMeta,
+    FaultKind::DiskReadErrors,
+    FaultKind::OverwriteStorm,
+    FaultKind::SlowReaderOverwrite,
 ];
 
 impl FaultKind {
@@ -106,7 +128,52 @@ impl FaultKind {
             FaultKind::WipeDisk => "wipe-disk",
             FaultKind::Bitrot => "bitrot",
             FaultKind::ClockJump => "clock-jump",
+            FaultKind::PauseDatanodesPastDownAfter => "pause-datanodes-past-down-after",
+            FaultKind::PartitionDatanodesFromMeta => "partition-datanodes-from-meta",
+            FaultKind::DiskReadErrors => "disk-read-errors",
+            FaultKind::OverwriteStorm => "overwrite-storm",
+            FaultKind::SlowReaderOverwrite => "slow-reader-overwrite",
         }
+    }
+
+    /// Past the failure budget (more than the parity count of datanodes
+    /// out): such a fault runs alone, and only safety is checked while it
+    /// lasts.
+    pub fn exclusive(self) -> bool {
+        matches!(
+            self,
+            FaultKind::PauseDatanodesPastDownAfter | FaultKind::PartitionDatanodesFromMeta
+        )
+    }
+
+    /// A length fixed by the cluster's timers instead of drawn from the
+    /// run's fault durations.
+    pub fn fixed_duration(self) -> Option<Duration> {
+        use crate::cluster::SCRUB_INTERVAL;
+        use crate::cluster::{AUDIT_INTERVAL, DELETE_DELAY, NODE_DOWN_AFTER, RECLAIM_INTERVAL};
+        match self {
+            // Long enough to be declared down and for two audits to report
+            // every shard of the paused nodes missing.
+            FaultKind::PauseDatanodesPastDownAfter | FaultKind::PartitionDatanodesFromMeta => {
+                Some(NODE_DOWN_AFTER + 2 * AUDIT_INTERVAL)
+            }
+            // A scrub pass starts (or is running) within the window.
+            FaultKind::DiskReadErrors => Some(SCRUB_INTERVAL * 3 / 2),
+            // Twice the delay, so the pending deletions reach their
+            // steady state under the storm.
+            FaultKind::OverwriteStorm => Some(2 * DELETE_DELAY),
+            // The slow GET outlasts the delay plus two reclaimer passes.
+            FaultKind::SlowReaderOverwrite => Some(slow_read_duration() + RECLAIM_INTERVAL),
+            _ => None,
+        }
+    }
+
+    /// A workload phase, not an impairment: it fits any budget.
+    pub fn workload_phase(self) -> bool {
+        matches!(
+            self,
+            FaultKind::OverwriteStorm | FaultKind::SlowReaderOverwrite
+        )
     }
 
     /// Damage that outlives the fault until heal restores it.
@@ -185,6 +252,19 @@ pub enum Target {
     MetaFollower(u64),
     /// Any process, for clock jumps.
     Process(String),
+    /// Several datanodes.
+    Datanodes(Vec<String>),
+    /// Several storage hosts.
+    Hosts(Vec<String>),
+    /// The workload itself (a workload phase).
+    Workload,
+}
+
+/// How long the slow reader's GET lasts: past `delete_delay` and two
+/// reclaimer passes, so the old version's shards would be reclaimed under
+/// it if nothing protected them.
+pub fn slow_read_duration() -> Duration {
+    crate::cluster::DELETE_DELAY + 2 * crate::cluster::RECLAIM_INTERVAL
 }
 
 /// One scheduled fault.
@@ -252,6 +332,9 @@ impl Fault {
             Target::Process(p) if p.starts_with('m') => (1, 0, vec![]),
             Target::Process(p) if p.starts_with('g') => (0, 1, vec![]),
             Target::Process(p) => (0, 0, vec![p.clone()]),
+            Target::Datanodes(d) => (0, 0, d.clone()),
+            Target::Hosts(hs) => (0, 0, hs.iter().flat_map(|h| host_dns(h)).collect()),
+            Target::Workload => (0, 0, vec![]),
         }
     }
 }
@@ -283,7 +366,8 @@ pub fn schedule(seed: u64, opts: &ScheduleOptions) -> Vec<Fault> {
     // Permanent kinds first (stable: the rest keep their seeded order):
     // each needs HEAL_ALLOWANCE clear of the other, which a late start
     // would not leave room for.
-    first.sort_by_key(|k| !k.permanent());
+    // Then the kinds past the budget, which need a window of their own.
+    first.sort_by_key(|k| (!k.permanent(), !k.exclusive()));
     let mut faults: Vec<Fault> = Vec::new();
     let mut t = opts.warmup;
     let mut attempts = 0;
@@ -301,8 +385,16 @@ pub fn schedule(seed: u64, opts: &ScheduleOptions) -> Vec<Fault> {
         // The kinds not yet scheduled, in their seeded order (the first
         // that fits the budget now); then (or when none of them fits yet)
         // any kind at random.
-        let mut candidates: Vec<Option<usize>> = (0..first.len()).map(Some).collect();
-        candidates.push(None);
+        // While a kind past the budget is still to come, only it and the
+        // permanent kinds are tried: anything else would fill its window.
+        let exclusive_due = first.iter().any(|k| k.exclusive());
+        let mut candidates: Vec<Option<usize>> = (0..first.len())
+            .filter(|i| !exclusive_due || first[*i].exclusive() || first[*i].permanent())
+            .map(Some)
+            .collect();
+        if !exclusive_due {
+            candidates.push(None);
+        }
         let mut placed = None;
         for ci in candidates {
             let kind = match ci {
@@ -314,7 +406,7 @@ pub fn schedule(seed: u64, opts: &ScheduleOptions) -> Vec<Fault> {
                         .kinds
                         .iter()
                         .copied()
-                        .filter(|k| first.is_empty() || !k.permanent())
+                        .filter(|k| (first.is_empty() || !k.permanent()) && !k.exclusive())
                         .collect();
                     if pool.is_empty() {
                         continue;
@@ -323,7 +415,7 @@ pub fn schedule(seed: u64, opts: &ScheduleOptions) -> Vec<Fault> {
                 }
             };
             let fault = draw(&mut rng, faults.len() + 1, kind, t, duration);
-            if fits(&faults, &fault) {
+            if fault.end() <= window_end && fits(&faults, &fault) {
                 placed = Some((ci, fault));
                 break;
             }
@@ -347,6 +439,7 @@ pub fn schedule(seed: u64, opts: &ScheduleOptions) -> Vec<Fault> {
 }
 
 fn draw(rng: &mut StdRng, n: usize, kind: FaultKind, at: Duration, duration: Duration) -> Fault {
+    let duration = kind.fixed_duration().unwrap_or(duration);
     let pick_dn = |rng: &mut StdRng| format!("dn{}", rng.gen_range(1..=6));
     let pick_host = |rng: &mut StdRng| format!("s{}", rng.gen_range(1..=3));
     let pick_gw = |rng: &mut StdRng| format!("g{}", rng.gen_range(1..=2));
@@ -382,18 +475,45 @@ fn draw(rng: &mut StdRng, n: usize, kind: FaultKind, at: Duration, duration: Dur
                 1 => pick_gw(rng),
                 _ => format!("m{}", rng.gen_range(1..=3)),
             };
-            // 1 to 50 minutes, forward or back: past S3's 15-minute
-            // signature skew (a gateway that far off refuses every request:
-            // an outage of one gateway), within the 1 hour that cluster
-            // certificates are backdated (further back and the node only
-            // sees "certificate not yet valid": a partition, tested
-            // elsewhere).
-            (
-                Target::Process(who),
-                rng.gen_range(60..=50 * 60),
-                rng.gen_range(0..=1),
-            )
+            // 1 to 60 minutes, forward or back, half of the draws a whole
+            // hour: past S3's 15-minute signature skew (a gateway that far
+            // off refuses every request: an outage of one gateway), within
+            // the 2 hours that cluster certificates are backdated (further
+            // back and the node only sees "certificate not yet valid": a
+            // partition, tested elsewhere).
+            let secs = if rng.gen_bool(0.5) {
+                60 * 60
+            } else {
+                rng.gen_range(60..=60 * 60)
+            };
+            (Target::Process(who), secs, rng.gen_range(0..=1))
         }
+        FaultKind::PauseDatanodesPastDownAfter => {
+            // One datanode of each host: parity + 1 out, across every zone.
+            let dns = (1..=3u64)
+                .map(|h| format!("dn{}", 2 * h - rng.gen_range(0..=1)))
+                .collect();
+            (Target::Datanodes(dns), 0, 0)
+        }
+        FaultKind::PartitionDatanodesFromMeta => {
+            let kept = rng.gen_range(1..=3u64);
+            let hosts = (1..=3u64)
+                .filter(|h| *h != kept)
+                .map(|h| format!("s{h}"))
+                .collect();
+            (Target::Hosts(hosts), 0, 0)
+        }
+        FaultKind::DiskReadErrors => {
+            // Two datanodes on two different hosts.
+            let a = rng.gen_range(1..=3u64);
+            let b = (a + rng.gen_range(1..=2u64) - 1) % 3 + 1;
+            let dns = [a, b]
+                .iter()
+                .map(|h| format!("dn{}", 2 * h - rng.gen_range(0..=1)))
+                .collect();
+            (Target::Datanodes(dns), 0, 0)
+        }
+        FaultKind::OverwriteStorm | FaultKind::SlowReaderOverwrite => (Target::Workload, 0, 0),
     };
     Fault {
         n,
@@ -407,8 +527,8 @@ fn draw(rng: &mut StdRng, n: usize, kind: FaultKind, at: Duration, duration: Dur
 }
 
 /// Time the heal needs to restore what a datanode fault left degraded
-/// (missed writes, a wiped disk, a rotten shard): detection (audit 20 s,
-/// scrub 60 s in a run) plus rebuild.
+/// (missed writes, a wiped disk, a rotten shard): detection (an audit or a
+/// scrub interval of the run's cluster) plus rebuild.
 pub const HEAL_ALLOWANCE: Duration = Duration::from_secs(90);
 
 /// Whether `f` fits the failure budget beside the faults active at its start.
@@ -430,6 +550,13 @@ fn fits(faults: &[Fault], f: &Fault) -> bool {
         .iter()
         .filter(|g| g.at < f.end() && f.at < g.end())
         .collect();
+    // A fault past the budget shares its window with workload phases only.
+    if active.iter().any(|g| {
+        (f.kind.exclusive() && !g.kind.workload_phase())
+            || (g.kind.exclusive() && !f.kind.workload_phase())
+    }) {
+        return false;
+    }
     let (mut meta, mut gw, mut dns) = f.load();
     for g in &active {
         let (m, w, d) = g.load();
@@ -443,7 +570,7 @@ fn fits(faults: &[Fault], f: &Fault) -> bool {
     let same_process = active
         .iter()
         .any(|g| g.target == f.target || overlap_target(g, f));
-    meta <= 1 && gw <= 1 && dns.len() <= 2 && !same_process
+    meta <= 1 && gw <= 1 && (dns.len() <= 2 || f.kind.exclusive()) && !same_process
 }
 
 fn overlap_target(a: &Fault, b: &Fault) -> bool {
@@ -478,6 +605,8 @@ mod tests {
     fn every_kind_occurs_and_faults_stay_in_the_window_and_budget() {
         for seed in 0..40 {
             let mut o = opts(ALL.to_vec());
+            // Every kind, including two minute-long ones past the budget.
+            o.duration = Duration::from_secs(600);
             // The run's default gap on odd seeds.
             if seed % 2 == 1 {
                 o.mean_gap = Duration::from_secs(12);
@@ -526,6 +655,45 @@ mod tests {
                     .any(|g| g.n != f.n && g.at < f.end() && f.at < g.end())),
                 "seed {seed}: no overlap"
             );
+        }
+    }
+
+    #[test]
+    fn a_fault_past_the_budget_runs_alone_for_its_timers() {
+        let short = [
+            FaultKind::KillMetaLeader,
+            FaultKind::KillDatanode,
+            FaultKind::PartitionHost,
+            FaultKind::PauseGateway,
+            FaultKind::WipeDisk,
+            FaultKind::Bitrot,
+            FaultKind::PauseDatanodesPastDownAfter,
+        ];
+        for seed in 0..40 {
+            let mut o = opts(short.to_vec());
+            o.duration = Duration::from_secs(240);
+            o.warmup = Duration::from_secs(15);
+            o.fault_duration = (Duration::from_secs(5), Duration::from_secs(15));
+            o.mean_gap = Duration::from_secs(12);
+            let s = schedule(seed, &o);
+            let ex: Vec<&Fault> = s.iter().filter(|f| f.kind.exclusive()).collect();
+            assert!(!ex.is_empty(), "seed {seed}: not scheduled");
+            for f in ex {
+                assert_eq!(
+                    Some(f.duration),
+                    FaultKind::PauseDatanodesPastDownAfter.fixed_duration()
+                );
+                let Target::Datanodes(d) = &f.target else {
+                    panic!("{}", f.describe())
+                };
+                assert_eq!(d.len(), 3, "parity + 1");
+                assert!(
+                    s.iter()
+                        .all(|g| g.n == f.n || g.end() <= f.at || g.at >= f.end()),
+                    "seed {seed}: {} overlapped",
+                    f.describe()
+                );
+            }
         }
     }
 

@@ -289,7 +289,52 @@ pub struct WorkloadArgs {
     /// Longest pause between two operations of a client.
     #[arg(long, default_value = "100ms")]
     pub pause_max: humantime::Duration,
+    /// Overwrite storms, `AT/FOR` from the workload's start (e.g.
+    /// `40s/60s`): `--storm-clients` more clients overwrite the
+    /// `storm/` keys back to back.
+    #[arg(long)]
+    pub storm: Vec<String>,
+    /// Clients of an overwrite storm.
+    #[arg(long, default_value_t = 4)]
+    pub storm_clients: u32,
+    /// Keys `storm/0`.. an overwrite storm writes.
+    #[arg(long, default_value_t = 2)]
+    pub storm_keys: u32,
+    /// Slow readers across an overwrite, each at this time from the
+    /// workload's start: a large object is written to `slow/<n>`, read
+    /// slowly (`--slow-read-for`), and overwritten then deleted once its
+    /// body has started.
+    #[arg(long)]
+    pub slow_read: Vec<humantime::Duration>,
+    /// How long a slow reader takes over its body.
+    #[arg(long, default_value = "50s")]
+    pub slow_read_for: humantime::Duration,
+    /// Size of a slow reader's object, MiB.
+    #[arg(long, default_value_t = 48)]
+    pub slow_read_mib: u64,
 }
+
+/// Parses a `--storm` window, `AT/FOR`.
+///
+/// # Errors
+/// Not two durations.
+pub fn parse_window(s: &str) -> anyhow::Result<(Duration, Duration)> {
+    let (at, dur) = s
+        .split_once('/')
+        .with_context(|| format!("storm window `{s}`: want AT/FOR"))?;
+    Ok((
+        *at.trim().parse::<humantime::Duration>()?,
+        *dur.trim().parse::<humantime::Duration>()?,
+    ))
+}
+
+/// First client number of the storm clients (after the workload's).
+const STORM_CLIENT_BASE: u32 = 100;
+/// First client number of the slow readers; their overwriters are
+/// [`SLOW_OVERWRITER_BASE`] on.
+const SLOW_READER_BASE: u32 = 200;
+/// First client number of the slow readers' overwriters.
+const SLOW_OVERWRITER_BASE: u32 = 300;
 
 /// What a workload did: entries by operation kind and outcome.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -1138,6 +1183,220 @@ impl Client {
     }
 }
 
+/// A client of an overwrite storm: small PutObjects to `storm/<k>` back to
+/// back (one GET in ten, so reads see the storm too) within its window.
+struct Storm {
+    id: u32,
+    s3: aws_sdk_s3::Client,
+    shared: Arc<Shared>,
+    req: Requester,
+    stop: watch::Receiver<bool>,
+    rng: StdRng,
+    from: Instant,
+    until: Instant,
+}
+
+impl Storm {
+    async fn run(mut self) {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            () = tokio::time::sleep_until(self.from) => {}
+            () = fired(&mut stop) => return,
+        }
+        let bucket = self.shared.args.conn.bucket.clone();
+        let mut values = 0u64;
+        while Instant::now() < self.until && !*self.stop.borrow() && !self.req.recorder.broken() {
+            let key = format!(
+                "storm/{}",
+                self.rng.gen_range(0..self.shared.args.storm_keys.max(1))
+            );
+            if self.rng.gen_range(0..10) == 0 {
+                let fut = get_object(self.s3.clone(), bucket.clone(), key.clone(), None);
+                self.req.run_plain(Op::Get { key, range: None }, fut).await;
+                continue;
+            }
+            values += 1;
+            let id = (u64::from(self.id) << 40) | values;
+            let len = self.rng.gen_range(KIB..=8 * KIB);
+            let at = self.shared.pacer.reserve(len);
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => {}
+                () = fired(&mut stop) => return,
+            }
+            let part = Part {
+                seed: value_seed(self.shared.args.seed, id, 0),
+                len,
+            };
+            let op = Op::Put {
+                key: key.clone(),
+                value: Value {
+                    id,
+                    parts: vec![part],
+                },
+                multipart: false,
+            };
+            let fut = put_object(self.s3.clone(), bucket.clone(), key, id, part_bytes(part));
+            self.req.run_plain(op, fut).await;
+        }
+    }
+}
+
+/// A slow reader across an overwrite: writes a large object to
+/// `slow/<n>`, GETs it reading the body at a pace that takes
+/// `--slow-read-for`, and once the body has started, overwrites the key and
+/// deletes it from another client. The GET is one recorded operation: the
+/// run requires it to come back whole with the original bytes.
+struct SlowReader {
+    n: usize,
+    s3: aws_sdk_s3::Client,
+    s3_writer: aws_sdk_s3::Client,
+    shared: Arc<Shared>,
+    req: Requester,
+    writer: Requester,
+    stop: watch::Receiver<bool>,
+    at: Instant,
+}
+
+impl SlowReader {
+    async fn run(self) {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            () = tokio::time::sleep_until(self.at) => {}
+            () = fired(&mut stop) => return,
+        }
+        let args = &self.shared.args;
+        let bucket = args.conn.bucket.clone();
+        let key = format!("slow/{}", self.n);
+        let id = (u64::from(self.req.client) << 40) | 1;
+        let part = Part {
+            seed: value_seed(args.seed, id, 0),
+            len: args.slow_read_mib * MIB,
+        };
+        let op = Op::Put {
+            key: key.clone(),
+            value: Value {
+                id,
+                parts: vec![part],
+            },
+            multipart: false,
+        };
+        let fut = put_object(
+            self.s3.clone(),
+            bucket.clone(),
+            key.clone(),
+            id,
+            part_bytes(part),
+        );
+        let outcome = self.writer.run_plain(op, fut).await;
+        if outcome != Outcome::Ok {
+            tracing::warn!(%key, ?outcome, "slow reader: the original write was not acknowledged");
+            return;
+        }
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let overwrite = {
+            let writer = self.writer.clone();
+            let s3 = self.s3_writer.clone();
+            let (bucket, key, seed) = (bucket.clone(), key.clone(), args.seed);
+            async move {
+                if started_rx.await.is_err() {
+                    return;
+                }
+                let id = (u64::from(writer.client) << 40) | 1;
+                let part = Part {
+                    seed: value_seed(seed, id, 0),
+                    len: 64 * KIB,
+                };
+                let op = Op::Put {
+                    key: key.clone(),
+                    value: Value {
+                        id,
+                        parts: vec![part],
+                    },
+                    multipart: false,
+                };
+                let fut = put_object(
+                    s3.clone(),
+                    bucket.clone(),
+                    key.clone(),
+                    id,
+                    part_bytes(part),
+                );
+                writer.run_plain(op, fut).await;
+                let fut = delete_object(s3, bucket, key.clone());
+                writer.run_plain(Op::Delete { key }, fut).await;
+            }
+        };
+        let overwriter = tokio::spawn(overwrite);
+        let rate = part.len as f64 / args.slow_read_for.as_secs_f64().max(1.0);
+        let fut = slow_get_object(self.s3.clone(), bucket, key.clone(), rate, started_tx);
+        let outcome = self
+            .req
+            .run_plain(
+                Op::Get {
+                    key: key.clone(),
+                    range: None,
+                },
+                fut,
+            )
+            .await;
+        tracing::info!(%key, ?outcome, "slow reader done");
+        let _ = overwriter.await;
+    }
+}
+
+/// GetObject of the whole object, reading its body at `bytes_per_s`;
+/// `started` fires when the first body bytes arrived.
+async fn slow_get_object(
+    s3: aws_sdk_s3::Client,
+    bucket: String,
+    key: String,
+    bytes_per_s: f64,
+    started: tokio::sync::oneshot::Sender<()>,
+) -> Outcome {
+    let out = match s3.get_object().bucket(bucket).key(key).send().await {
+        Ok(out) => out,
+        Err(e) => return classify_read(&failure_of(&e)),
+    };
+    let value_id = out
+        .metadata()
+        .and_then(|m| m.get(VALUE_ID_META))
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut body = out.body;
+    let mut hash = Sha256::new();
+    let mut len = 0u64;
+    let mut started = Some(started);
+    let t0 = Instant::now();
+    loop {
+        match body.next().await {
+            None => break,
+            Some(Ok(chunk)) => {
+                len += chunk.len() as u64;
+                hash.update(&chunk);
+                if let Some(tx) = started.take() {
+                    let _ = tx.send(());
+                }
+                tokio::time::sleep_until(t0 + Duration::from_secs_f64(len as f64 / bytes_per_s))
+                    .await;
+            }
+            Some(Err(e)) => {
+                return Outcome::Indeterminate {
+                    reason: format!(
+                        "body broke off after {len} bytes: {}",
+                        DisplayErrorContext(&e)
+                    ),
+                };
+            }
+        }
+    }
+    Outcome::Read {
+        result: ReadResult::Found {
+            value_id,
+            len,
+            hash: hex::encode(hash.finalize()),
+        },
+    }
+}
+
 /// Creates the bucket if missing, retrying until it exists or `stop`
 /// fires (false then).
 async fn bucket_ready(conn: &Connection, stop: &mut watch::Receiver<bool>) -> bool {
@@ -1174,6 +1433,9 @@ pub async fn run_workload(args: WorkloadArgs) -> anyhow::Result<WorkloadStats> {
     use tokio::signal::unix::{SignalKind, signal};
     args.conn.check()?;
     anyhow::ensure!(args.clients > 0, "--clients must be at least 1");
+    for w in &args.storm {
+        parse_window(w)?;
+    }
     anyhow::ensure!(
         args.small_min <= args.small_max && args.medium_min <= args.medium_max,
         "size range with min above max"
@@ -1246,6 +1508,44 @@ pub async fn run_workload(args: WorkloadArgs) -> anyhow::Result<WorkloadStats> {
                 sizes: HashMap::new(),
             };
             tasks.spawn(Box::pin(client.run()));
+        }
+        let requester = |client: u32, op_timeout: Duration| Requester {
+            client,
+            recorder: recorder.clone(),
+            abandon: Some(abandon_rx.clone()),
+            op_timeout,
+        };
+        for window in &args.storm {
+            let (at, dur) = parse_window(window)?;
+            for i in 0..args.storm_clients {
+                let id = STORM_CLIENT_BASE + i;
+                let storm = Storm {
+                    id,
+                    s3: args.conn.client(id),
+                    shared: shared.clone(),
+                    req: requester(id, args.conn.op_timeout()),
+                    stop: stop_rx.clone(),
+                    rng: StdRng::seed_from_u64(splitmix64(args.seed ^ splitmix64(u64::from(id)))),
+                    from: started + at,
+                    until: started + at + dur,
+                };
+                tasks.spawn(Box::pin(storm.run()));
+            }
+        }
+        for (j, at) in args.slow_read.iter().enumerate() {
+            let reader = SLOW_READER_BASE + j as u32;
+            let writer = SLOW_OVERWRITER_BASE + j as u32;
+            let slow = SlowReader {
+                n: j,
+                s3: args.conn.client(reader),
+                s3_writer: args.conn.client(writer + 1),
+                shared: shared.clone(),
+                req: requester(reader, *args.slow_read_for + args.conn.op_timeout()),
+                writer: requester(writer, args.conn.op_timeout()),
+                stop: stop_rx.clone(),
+                at: started + **at,
+            };
+            tasks.spawn(Box::pin(slow.run()));
         }
         while let Some(done) = tasks.join_next().await {
             if let Err(e) = done {

@@ -1,7 +1,9 @@
 //! The short chaos run of the workspace's test command (CONTRIBUTING.md,
 //! "What the test command runs"): one seed, a few fault
 //! kinds (a leader kill, a datanode kill, a host partition, a gateway
-//! pause, a wiped disk, bitrot), about four and a half minutes, against the `sluice`
+//! pause, a wiped disk, bitrot, and three datanodes paused past
+//! `node_down_after`: past the failure budget, where only safety is
+//! checked), about five and a half minutes, against the `sluice`
 //! binary of this build. Needs root and the tools of
 //! `sluice_chaos::cluster::TOOLS` (ip, iptables, mkfs.xfs, losetup, mount,
 //! fallocate, curl): without them it says so and passes without running
@@ -50,7 +52,7 @@ fn a_short_seeded_run_loses_nothing_and_stays_live() {
         .args([
             "run",
             "--faults",
-            "kill-meta-leader,kill-datanode,partition-host,pause-gateway,wipe-disk,bitrot",
+            "kill-meta-leader,kill-datanode,partition-host,pause-gateway,wipe-disk,bitrot,pause-datanodes-past-down-after",
             "--seed",
             "1",
             "--seeds",
@@ -117,6 +119,7 @@ fn a_short_seeded_run_loses_nothing_and_stays_live() {
         "pause-gateway",
         "wipe-disk",
         "bitrot",
+        "pause-datanodes-past-down-after",
     ] {
         assert!(kinds.contains(&k), "{k} not injected: {kinds:?}");
     }

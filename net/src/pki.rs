@@ -29,8 +29,9 @@ pub const CA_KEY_FILE: &str = "ca.key";
 const CA_VALIDITY: Duration = Duration::days(3650);
 /// How long a node certificate is valid.
 const NODE_VALIDITY: Duration = Duration::days(825);
-/// Backdating, for clocks a little behind.
-const BACKDATE: Duration = Duration::hours(1);
+/// Backdating, for clocks behind: a node whose clock is up to this far
+/// behind the issuer's still accepts the certificates.
+const BACKDATE: Duration = Duration::hours(2);
 
 /// A cluster CA that can issue node certificates.
 pub struct Ca {
