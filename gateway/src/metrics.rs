@@ -18,7 +18,7 @@ pub const READ_BUFFER_BYTES_IN_USE: &str = "sluice_gateway_read_buffer_bytes_in_
 pub const READ_BUFFER_BUDGET_BYTES: &str = "sluice_gateway_read_buffer_budget_bytes";
 /// Gauge: reads waiting for a read buffer.
 pub const READ_BUFFER_WAITING_REQUESTS: &str = "sluice_gateway_read_buffer_waiting_requests";
-/// Counter, label `reason` (`inflight`, `stall`, `datanodes`): `503 SlowDown`
+/// Counter, label `reason` (`inflight`, `stall`, `datanodes`, `meta`): `503 SlowDown`
 /// responses.
 pub const SLOWDOWN_TOTAL: &str = "sluice_gateway_slowdown_total";
 /// Histogram, label `op` (the S3 operation, e.g. `UploadPart`; `Unknown`
@@ -81,6 +81,8 @@ pub enum SlowDownReason {
     Stall,
     /// Datanodes granted no credit within `stall_timeout`.
     Datanodes,
+    /// Meta's leader refused a new operation: its session table is full.
+    Meta,
 }
 
 impl SlowDownReason {
@@ -89,6 +91,7 @@ impl SlowDownReason {
             SlowDownReason::Inflight => "inflight",
             SlowDownReason::Stall => "stall",
             SlowDownReason::Datanodes => "datanodes",
+            SlowDownReason::Meta => "meta",
         }
     }
 }

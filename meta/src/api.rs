@@ -8,6 +8,7 @@
 
 use sluice_util::clock::wall_clock_ms;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use openraft::BasicNode;
 use openraft::ServerState;
@@ -29,6 +30,86 @@ pub(crate) struct MetaService<K: KvStore> {
     pub(crate) liveness: Arc<Liveness>,
     /// Loads datanodes and gateways report, for `sluice admin status`.
     pub(crate) loads: Arc<crate::admin::status::Loads>,
+    /// The leader's bound on the session table.
+    pub(crate) sessions: SessionGate,
+}
+
+/// Counter: operations the leader refused `SLOW_DOWN` because the session
+/// table was full.
+pub const SESSIONS_REFUSED_TOTAL: &str = "sluice_meta_sessions_refused_total";
+
+/// The leader's bound on the session table (`session_table_max_entries`):
+/// a command carrying an op id is proposed only while the table's entries,
+/// plus every entry the proposals not yet applied may add, stay within the
+/// bound ([`sm::sessions::admit`]). So the table never goes past it by a
+/// gated command; OpenEpoch and RenewEpoch are not gated
+/// ([`sm::admission_op_id`]), nor are the Admin service's commands
+/// (operator actions, rare), and only they can take it over.
+pub(crate) struct SessionGate {
+    max: u64,
+    /// Gated proposals whose write has not returned.
+    in_flight: AtomicU64,
+}
+
+/// A gated proposal's place; given back when dropped.
+struct Admitted<'a>(&'a AtomicU64);
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl SessionGate {
+    /// A gate for at most `max` entries.
+    pub(crate) fn new(max: u64) -> Self {
+        SessionGate {
+            max,
+            in_flight: AtomicU64::new(0),
+        }
+    }
+
+    /// Admits `command` on the leader, or refuses it `SLOW_DOWN`; the
+    /// place it holds lasts as long as the returned guard. Elsewhere it
+    /// admits (the write is answered `NOT_LEADER`).
+    fn admit<K: KvStore>(
+        &self,
+        kv: &K,
+        raft: &MetaRaft,
+        command: &Command,
+    ) -> Result<Option<Admitted<'_>>, Status> {
+        let op_id = sm::admission_op_id(command);
+        if op_id.is_empty() {
+            return Ok(None);
+        }
+        let (leader, unapplied) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            let applied = m.last_applied.map_or(0, |l| l.index);
+            (
+                m.state == ServerState::Leader,
+                m.last_log_index.unwrap_or(0).saturating_sub(applied),
+            )
+        };
+        if !leader {
+            return Ok(None);
+        }
+        // Take the place before reading the table: a proposal is then
+        // counted as in flight, or as applied, or both, never neither.
+        let mine = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        let admitted = Admitted(&self.in_flight);
+        // Log entries not yet applied may be a previous leader's gated
+        // proposals (or this leader's, counted twice: a safe overcount).
+        match sm::sessions::admit(kv, op_id, mine + unapplied, self.max) {
+            Ok(()) => Ok(Some(admitted)),
+            Err(e) => {
+                if matches!(&e, SmError::Refused { .. }) {
+                    metrics::counter!(SESSIONS_REFUSED_TOTAL).increment(1);
+                }
+                Err(sm_status(e))
+            }
+        }
+    }
 }
 
 /// `true` when a registration of (addr, disk_id) under the id of `recorded`
@@ -135,8 +216,12 @@ pub(crate) async fn linearizable(raft: &MetaRaft) -> Result<(), Status> {
 }
 
 impl<K: KvStore> MetaService<K> {
-    /// Proposes `command` (see [`propose`]).
+    /// Proposes `command` (see [`propose`]) if the session table has room
+    /// for it ([`SessionGate`]).
     async fn write(&self, command: Command) -> Result<Applied, Status> {
+        let _admitted = self
+            .sessions
+            .admit(self.kv.as_ref(), &self.raft, &command)?;
         propose(&self.raft, command).await
     }
 

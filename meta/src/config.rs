@@ -102,16 +102,36 @@ pub struct Config {
     /// so `sluice dev`, which runs every role in one process, has its own
     /// `--metrics-listen` flag instead).
     pub metrics_listen: Option<SocketAddr>,
-    /// Most client session entries (op id -> first outcome) the state
-    /// machine keeps; an insert into a full table evicts the oldest. Every
-    /// voter must use the same value. Default 100 000.
+    /// Most client session entries (op id -> first outcome) the table may
+    /// hold: the leader refuses a new operation with `503 SlowDown` (meta's
+    /// `SLOW_DOWN`) rather than go past it; nothing is evicted to make
+    /// room. Read by the leader only (apply never reads it), so voters may
+    /// differ. Default 100 000.
     pub session_table_max_entries: u64,
-    /// A session entry applied (leader time) longer ago than this is
-    /// expired by the leader's sweeper. Must exceed 2 × `epoch_lease` + 20 s
-    /// (MetaClient's retry deadline). Default 10 min.
+    /// A session entry applied longer ago than this (by the leader's
+    /// monotonic clock) is expired by the leader's sweeper. At least
+    /// `session_min_age`, and more than 2 × `epoch_lease` +
+    /// `client_retry_deadline`. Default 10 min.
     #[serde(with = "humantime_serde")]
     pub session_expiry: Duration,
-    /// How often the leader expires old session entries. Default 30 s.
+    /// While the table holds more than `session_high_water` ×
+    /// `session_table_max_entries` entries, the leader's sweeper also
+    /// removes the oldest entries applied longer ago than this, down to the
+    /// mark; it never removes a younger one. At least 2 ×
+    /// `client_retry_deadline`: the deadline, plus as much again for an
+    /// attempt sent just before it to reach the leader. Default 45 s.
+    #[serde(with = "humantime_serde")]
+    pub session_min_age: Duration,
+    /// The fraction of `session_table_max_entries` above which entries
+    /// older than `session_min_age` are removed. In (0, 1]. Default 0.9.
+    pub session_high_water: f64,
+    /// The longest retry deadline of the MetaClients whose mutations this
+    /// cluster serves: no attempt of an operation is sent later than this
+    /// after the operation began (a gateway's client: 20 s). Bounds
+    /// `session_min_age` and `session_expiry` from below. Default 20 s.
+    #[serde(with = "humantime_serde")]
+    pub client_retry_deadline: Duration,
+    /// How often the leader expires old session entries. Default 5 s.
     #[serde(with = "humantime_serde")]
     pub session_sweep_interval: Duration,
     /// A write epoch not renewed (leader time) for this long is closed by
@@ -149,10 +169,6 @@ pub struct Config {
     pub insecure_cluster: bool,
 }
 
-/// MetaClient's retry deadline: no attempt is sent later than this after
-/// a call began (see `client.rs`).
-pub const CLIENT_RETRY_DEADLINE: Duration = Duration::from_secs(20);
-
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -177,7 +193,10 @@ impl Default for Config {
             metrics_listen: None,
             session_table_max_entries: crate::sm::sessions::DEFAULT_MAX_ENTRIES,
             session_expiry: Duration::from_secs(600),
-            session_sweep_interval: Duration::from_secs(30),
+            session_min_age: Duration::from_secs(45),
+            session_high_water: 0.9,
+            client_retry_deadline: Duration::from_secs(20),
+            session_sweep_interval: Duration::from_secs(5),
             epoch_lease: Duration::from_millis(crate::sm::epochs::DEFAULT_LEASE_MS),
             epoch_sweep_interval: Duration::from_secs(2),
             reclaim_interval: Duration::from_secs(30),
@@ -222,9 +241,23 @@ pub enum ConfigError {
     #[error("session_table_max_entries must be greater than 0")]
     SessionTableMax,
     #[error(
-        "session_expiry ({expiry:?}) must exceed 2 x epoch_lease ({lease:?}) + the client retry deadline (20s)"
+        "session_expiry ({expiry:?}) must exceed 2 x epoch_lease ({lease:?}) + client_retry_deadline ({deadline:?}) and be at least session_min_age ({min_age:?})"
     )]
-    SessionExpiry { expiry: Duration, lease: Duration },
+    SessionExpiry {
+        expiry: Duration,
+        lease: Duration,
+        deadline: Duration,
+        min_age: Duration,
+    },
+    #[error(
+        "session_min_age ({min_age:?}) must be at least 2 x client_retry_deadline ({deadline:?})"
+    )]
+    SessionMinAge {
+        min_age: Duration,
+        deadline: Duration,
+    },
+    #[error("session_high_water ({0}) must be in (0, 1]")]
+    SessionHighWater(String),
     #[error("{0} must be greater than 0")]
     Zero(&'static str),
     #[error("cluster security: {0}")]
@@ -278,6 +311,7 @@ impl Config {
         }
         for (name, d) in [
             ("session_sweep_interval", self.session_sweep_interval),
+            ("client_retry_deadline", self.client_retry_deadline),
             ("epoch_lease", self.epoch_lease),
             ("epoch_sweep_interval", self.epoch_sweep_interval),
             ("reclaim_interval", self.reclaim_interval),
@@ -297,11 +331,26 @@ impl Config {
             Some(&self.node_id.to_string()),
         )
         .map_err(|e| ConfigError::ClusterSecurity(e.to_string()))?;
-        if self.session_expiry <= self.epoch_lease * 2 + CLIENT_RETRY_DEADLINE {
+        if self.session_min_age < self.client_retry_deadline * 2 {
+            return Err(ConfigError::SessionMinAge {
+                min_age: self.session_min_age,
+                deadline: self.client_retry_deadline,
+            });
+        }
+        if self.session_expiry <= self.epoch_lease * 2 + self.client_retry_deadline
+            || self.session_expiry < self.session_min_age
+        {
             return Err(ConfigError::SessionExpiry {
                 expiry: self.session_expiry,
                 lease: self.epoch_lease,
+                deadline: self.client_retry_deadline,
+                min_age: self.session_min_age,
             });
+        }
+        if !(self.session_high_water > 0.0 && self.session_high_water <= 1.0) {
+            return Err(ConfigError::SessionHighWater(
+                self.session_high_water.to_string(),
+            ));
         }
         Ok(())
     }
@@ -468,6 +517,50 @@ mod tests {
             ..dflt()
         };
         ok.validate().unwrap();
+        // The minimum age covers a retry deadline and as much again.
+        let bad = Config {
+            session_min_age: Duration::from_secs(39),
+            ..dflt()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::SessionMinAge { .. })
+        ));
+        let bad = Config {
+            client_retry_deadline: Duration::from_secs(25),
+            ..dflt()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::SessionMinAge { .. })
+        ));
+        let bad = Config {
+            session_min_age: Duration::from_secs(900),
+            ..dflt()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::SessionExpiry { .. })
+        ));
+        // Compressed time (tests): every bound scales with the deadline.
+        let fast = Config {
+            client_retry_deadline: Duration::from_millis(100),
+            session_min_age: Duration::from_millis(200),
+            epoch_lease: Duration::from_millis(300),
+            session_expiry: Duration::from_millis(701),
+            ..dflt()
+        };
+        fast.validate().unwrap();
+        for hw in [0.0, 1.5, f64::NAN] {
+            let bad = Config {
+                session_high_water: hw,
+                ..dflt()
+            };
+            assert!(matches!(
+                bad.validate(),
+                Err(ConfigError::SessionHighWater(_))
+            ));
+        }
         let bad = Config {
             reclaim_interval: Duration::ZERO,
             ..dflt()
@@ -485,6 +578,10 @@ mod tests {
         let c = dflt();
         assert_eq!(c.session_table_max_entries, 100_000);
         assert_eq!(c.session_expiry, Duration::from_secs(600));
+        assert_eq!(c.session_min_age, Duration::from_secs(45));
+        assert_eq!(c.session_high_water, 0.9);
+        assert_eq!(c.client_retry_deadline, Duration::from_secs(20));
+        assert_eq!(c.session_sweep_interval, Duration::from_secs(5));
         assert_eq!(c.epoch_lease, Duration::from_secs(30));
         assert_eq!(c.delete_delay, Duration::from_secs(300));
         let t: Config = toml::from_str(

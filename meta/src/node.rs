@@ -28,7 +28,7 @@ use crate::raft::{LogStore, MetaRaft, StateMachine};
 use crate::reclaimer::{GrpcDeleter, Reclaimer};
 use crate::sm;
 use crate::store::SledStore;
-use crate::sweeper::{LeaseSweeper, Sweeper};
+use crate::sweeper::{LeaseSweeper, Sweeper, high_water_entries};
 
 /// How long the leader waits for one InstallSnapshot call, the last of
 /// which lasts the follower's whole install (`sluice-bench meta-load`).
@@ -99,7 +99,6 @@ pub async fn run(
         sluice_net::Role::Meta,
     )?;
     transport.warn_if_insecure("meta");
-    sm::sessions::set_max_entries(config.session_table_max_entries);
     sm::epochs::set_lease_ms(ms(config.epoch_lease));
     std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::DataDir {
         path: config.data_dir.clone(),
@@ -200,6 +199,11 @@ pub async fn run(
         lease: config.epoch_lease,
         session_interval: config.session_sweep_interval,
         session_expiry: config.session_expiry,
+        session_min_age: config.session_min_age,
+        session_high_water_entries: high_water_entries(
+            config.session_table_max_entries,
+            config.session_high_water,
+        ),
     };
     workers.spawn_loop("lease-sweeper", move |w| lease_sweeper.run(w));
     let reclaimer = Reclaimer {
@@ -238,6 +242,7 @@ pub async fn run(
         kv: kv.clone(),
         liveness,
         loads,
+        sessions: crate::api::SessionGate::new(config.session_table_max_entries),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     // With TCP_NODELAY (see Listener::incoming): without it a response of

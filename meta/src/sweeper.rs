@@ -17,24 +17,34 @@
 //! every `epoch_sweep_interval` it closes write epochs it has not seen
 //! renewed for `epoch_lease` (`CloseEpochs`), and every
 //! `session_sweep_interval` it expires session entries applied more than
-//! `session_expiry` ago (`ExpireSessions`).
+//! `session_expiry` ago (`ExpireSessions`); while the table holds more
+//! than its high-water mark (`session_high_water` ×
+//! `session_table_max_entries`), it also removes the oldest entries
+//! applied more than `session_min_age` ago, down to the mark. It is the
+//! only remover of session entries: apply never evicts, and the leader
+//! refuses new operations while the table is full (`crate::api`), so an
+//! entry younger than `session_min_age` is never removed, whatever the
+//! load.
 //!
-//! Both durations are measured on this leader's *monotonic* clock, from
+//! These durations are measured on this leader's *monotonic* clock, from
 //! what it observed itself while leading ([`EpochWatch`],
 //! [`SessionClock`]); no wall-clock stamp written by another node (or by
 //! this one before a restart) is compared with its clock. A new leader
 //! starts with no observations: it gives every open epoch a full lease and
-//! expires no session for its first `session_expiry` (the rule of leases
-//! after a leader change: Gray and Cheriton 1989; Ongaro's dissertation
-//! §6.4). Wall-clock stamps would be wrong: a leader whose clock ran
-//! behind, restarted on the true clock and re-elected, would see every
-//! epoch and session entry it had stamped as old and close a live
-//! gateway's epoch and expire its sessions at once.
+//! removes no session entry for its first `session_min_age` (none by
+//! expiry for its first `session_expiry`) (the rule of leases after a
+//! leader change: Gray and Cheriton 1989; Ongaro's dissertation §6.4).
+//! Wall-clock stamps would be wrong: a leader whose clock ran behind,
+//! restarted on the true clock and re-elected, would see every epoch and
+//! session entry it had stamped as old and close a live gateway's epoch
+//! and expire its sessions at once.
 //!
 //! # Metrics
 //! `sluice_meta_stale_uploads_aborted_total`: uploads the sweeper aborted.
 //! `sluice_meta_epochs_closed_total`: write epochs closed for an expired
 //! lease. `sluice_meta_sessions`: session table entries (gauge).
+//! `sluice_meta_sessions_pruned_total`: entries removed past
+//! `session_min_age` above the high-water mark.
 
 use sluice_util::clock::wall_clock_ms;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -95,6 +105,16 @@ pub const SESSIONS: &str = "sluice_meta_sessions";
 
 /// Epochs read per page of an epoch sweep, and most closed per entry.
 const EPOCH_PAGE: usize = 256;
+
+/// Counter: session entries removed before their expiry because the table
+/// was above its high-water mark (all older than `session_min_age`).
+pub const SESSIONS_PRUNED_TOTAL: &str = "sluice_meta_sessions_pruned_total";
+
+/// The entry count above which the session sweep removes entries older
+/// than `session_min_age`: `fraction` of `max`, at least 1.
+pub(crate) fn high_water_entries(max: u64, fraction: f64) -> u64 {
+    ((max as f64 * fraction).floor() as u64).clamp(1, max.max(1))
+}
 
 /// Session entries one ExpireSessions entry removes.
 const EXPIRE_BATCH: u32 = 1000;
@@ -186,10 +206,11 @@ const SESSION_SAMPLES: u32 = 64;
 
 /// Samples of this leader's applied log index by its monotonic clock: an
 /// entry applied at or below a sample's index was applied by the sample's
-/// time. Bound: about [`SESSION_SAMPLES`] + 2 samples (a new one is taken
-/// only when the newest is `session_expiry / SESSION_SAMPLES` old), so a
-/// session entry expires at most `session_expiry / 64` plus one sweep
-/// interval late.
+/// time. Kept for one age (`session_expiry`, or `session_min_age`). Bound:
+/// about [`SESSION_SAMPLES`] + 2 samples (a new one is taken only when the
+/// newest is `age / SESSION_SAMPLES` old), so an entry is removed at most
+/// `age / 64` plus one sweep interval later than `age` after its apply,
+/// never earlier.
 #[derive(Debug, Default)]
 pub(crate) struct SessionClock {
     samples: VecDeque<(Instant, u64)>,
@@ -239,6 +260,11 @@ pub(crate) struct LeaseSweeper<K: KvStore> {
     pub session_interval: Duration,
     /// `session_expiry`.
     pub session_expiry: Duration,
+    /// `session_min_age`.
+    pub session_min_age: Duration,
+    /// [`high_water_entries`] of `session_table_max_entries` and
+    /// `session_high_water`.
+    pub session_high_water_entries: u64,
 }
 
 /// What one leadership has observed (see the module docs); dropped when
@@ -247,7 +273,15 @@ pub(crate) struct LeaseSweeper<K: KvStore> {
 pub(crate) struct LeaseObservations {
     term: Option<u64>,
     pub(crate) epochs: EpochWatch,
-    pub(crate) sessions: SessionClock,
+    pub(crate) sessions: SessionClocks,
+}
+
+/// The two clocks of the session sweep: one for `session_expiry`, one for
+/// `session_min_age` (each with its own sample spacing and bound).
+#[derive(Debug, Default)]
+pub(crate) struct SessionClocks {
+    pub(crate) expiry: SessionClock,
+    pub(crate) min_age: SessionClock,
 }
 
 impl LeaseObservations {
@@ -349,30 +383,72 @@ impl<K: KvStore> LeaseSweeper<K> {
     }
 
     /// Expires the session entries applied more than `session_expiry` ago
-    /// by `clock`, in bounded entries, until none is left or
-    /// [`EXPIRE_ROUNDS`] entries were sent.
-    pub(crate) async fn expire_sessions(&self, clock: &mut SessionClock) -> Result<(), SweepError> {
+    /// by `clocks`; then, while the table is above its high-water mark,
+    /// removes the oldest entries applied more than `session_min_age` ago,
+    /// down to the mark. At most [`EXPIRE_ROUNDS`] entries are sent for
+    /// each.
+    pub(crate) async fn expire_sessions(
+        &self,
+        clocks: &mut SessionClocks,
+    ) -> Result<(), SweepError> {
         let now = Instant::now();
-        clock.sample(now, applied_index(&self.raft), self.session_expiry);
-        if let Some(before_index) = clock.expire_before(now, self.session_expiry) {
-            for _ in 0..EXPIRE_ROUNDS {
-                match sm::sessions::oldest_index(self.kv.as_ref())? {
-                    Some(oldest) if oldest < before_index => {}
-                    _ => break,
-                }
-                propose(
-                    &self.raft,
-                    Command::ExpireSessions(rpb::ExpireSessions {
-                        before_index,
-                        limit: EXPIRE_BATCH,
-                    }),
-                )
+        let applied = applied_index(&self.raft);
+        clocks.expiry.sample(now, applied, self.session_expiry);
+        clocks.min_age.sample(now, applied, self.session_min_age);
+        if let Some(before_index) = clocks.expiry.expire_before(now, self.session_expiry) {
+            self.remove_sessions(before_index, u64::MAX).await?;
+        }
+        let n = sm::sessions::count(self.kv.as_ref())?;
+        if n > self.session_high_water_entries
+            && let Some(before_index) = clocks.min_age.expire_before(now, self.session_min_age)
+        {
+            let pruned = self
+                .remove_sessions(before_index, n - self.session_high_water_entries)
                 .await?;
+            if pruned > 0 {
+                metrics::counter!(SESSIONS_PRUNED_TOTAL).increment(pruned);
+                tracing::debug!(
+                    pruned,
+                    min_age = ?self.session_min_age,
+                    "session table above its high-water mark: removed entries past the minimum age"
+                );
             }
         }
         let n = sm::sessions::count(self.kv.as_ref())?;
         metrics::gauge!(SESSIONS).set(n as f64);
         Ok(())
+    }
+
+    /// Removes up to `most` session entries applied below `before_index`,
+    /// oldest first, in entries of at most [`EXPIRE_BATCH`] and at most
+    /// [`EXPIRE_ROUNDS`] entries; returns how many went.
+    async fn remove_sessions(&self, before_index: u64, most: u64) -> Result<u64, SweepError> {
+        let mut removed = 0u64;
+        for _ in 0..EXPIRE_ROUNDS {
+            if removed >= most {
+                break;
+            }
+            let limit = u32::try_from(most - removed)
+                .unwrap_or(u32::MAX)
+                .min(EXPIRE_BATCH);
+            // Entries below `before_index` were applied before a sample
+            // was taken; new ones land above it, and only this sweep
+            // removes, so the apply removes exactly these.
+            let due = sm::sessions::count_before(self.kv.as_ref(), before_index, limit)?;
+            if due == 0 {
+                break;
+            }
+            propose(
+                &self.raft,
+                Command::ExpireSessions(rpb::ExpireSessions {
+                    before_index,
+                    limit,
+                }),
+            )
+            .await?;
+            removed += due;
+        }
+        Ok(removed)
     }
 }
 
@@ -527,6 +603,15 @@ mod tests {
         let t3 = t1 + expiry;
         assert_eq!(clock.expire_before(t3, expiry), Some(5_001));
         assert_eq!(clock.len(), 2, "the t0 sample is dropped");
+    }
+
+    #[test]
+    fn the_high_water_mark_is_a_fraction_of_the_bound_and_at_least_one() {
+        assert_eq!(high_water_entries(100_000, 0.9), 90_000);
+        assert_eq!(high_water_entries(8, 0.5), 4);
+        assert_eq!(high_water_entries(4, 0.25), 1);
+        assert_eq!(high_water_entries(2, 0.1), 1);
+        assert_eq!(high_water_entries(8, 1.0), 8);
     }
 
     #[test]

@@ -49,6 +49,7 @@ fn status_from_detail(detail: ErrorDetail) -> tonic::Status {
         ErrorCode::DatanodeInUse => tonic::Code::FailedPrecondition,
         ErrorCode::NoSuchDatanode => tonic::Code::NotFound,
         ErrorCode::InvalidArgument => tonic::Code::InvalidArgument,
+        ErrorCode::SlowDown => tonic::Code::ResourceExhausted,
         ErrorCode::Internal | ErrorCode::Unspecified => tonic::Code::Internal,
     };
     let message = detail.message.clone();

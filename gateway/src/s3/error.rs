@@ -78,6 +78,8 @@ pub fn meta_code(code: ErrorCode) -> S3ErrorCode {
         // lease): retryable, the next attempt writes under a new epoch.
         ErrorCode::EpochClosed => S3ErrorCode::ServiceUnavailable,
         ErrorCode::NoSuchAccessKey => S3ErrorCode::InvalidAccessKeyId,
+        // Meta's session table is full: the operation was not proposed.
+        ErrorCode::SlowDown => S3ErrorCode::SlowDown,
         ErrorCode::PlacementChanged
         | ErrorCode::DuplicateDatanode
         | ErrorCode::MembershipChangeRefused
@@ -98,6 +100,13 @@ pub fn meta_error(err: MetaError) -> S3Error {
         } => {
             tracing::warn!(%message, "commit refused: write epoch closed; answering 503");
             epoch_lost()
+        }
+        MetaError::Refused {
+            code: ErrorCode::SlowDown,
+            message,
+        } => {
+            tracing::info!(%message, "meta shed the operation; answering SlowDown");
+            slow_down(SlowDownReason::Meta)
         }
         MetaError::Refused { code, message } => {
             let s3 = meta_code(code);
@@ -443,6 +452,15 @@ mod tests {
         assert_eq!(e.code(), &S3ErrorCode::ServiceUnavailable);
         assert_eq!(e.status_code(), Some(StatusCode::SERVICE_UNAVAILABLE));
         assert_eq!(e.message(), Some("write epoch lost; retry"));
+        assert_eq!(retry_after(&e), Some(&b"1"[..]));
+    }
+
+    #[test]
+    fn a_full_session_table_is_a_slow_down_with_retry_after() {
+        let e = refused(ErrorCode::SlowDown);
+        assert_eq!(e.code(), &S3ErrorCode::SlowDown);
+        assert_eq!(e.status_code(), Some(StatusCode::SERVICE_UNAVAILABLE));
+        assert_eq!(e.message(), Some("Please reduce your request rate."));
         assert_eq!(retry_after(&e), Some(&b"1"[..]));
     }
 

@@ -193,8 +193,21 @@ pub async fn commit_object(
 }
 
 /// Deletes a blob whose commit failed, unless the commit may have happened (see [`commit_object`]).
+///
+/// `SLOW_DOWN` is not a refusal of the commit: meta did not propose that
+/// attempt, but an earlier attempt of the same operation (whose answer was
+/// lost) may still be applied, so the blob is left to datanode GC.
 pub async fn discard_uncommitted(gw: &Gateway, err: &MetaError, new_blob: Option<pb::Placement>) {
     match (err, new_blob) {
+        (
+            MetaError::Refused {
+                code: pb::ErrorCode::SlowDown,
+                ..
+            },
+            Some(p),
+        ) => {
+            tracing::info!(blob_id = %p.blob_id, "commit shed by meta; leaving blob to datanode GC");
+        }
         (MetaError::Refused { code, .. }, Some(p)) => {
             tracing::debug!(blob_id = %p.blob_id, ?code, "commit refused; deleting the blob");
             gw.reclaimer.discard(vec![p]).await;

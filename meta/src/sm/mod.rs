@@ -50,7 +50,7 @@ use sluice_proto::meta::{self as pb, ErrorCode};
 use crate::store::{KvError, KvStore, Space};
 
 pub use heal::{MAX_SHARDS_PER_CALL, collectable};
-pub use mutate::{apply_command, apply_command_with, multipart_etag, part_etag};
+pub use mutate::{admission_op_id, apply_command, multipart_etag, part_etag};
 pub use read::{
     get_bucket, get_datanode, get_object, get_upload, list_buckets, list_datanodes, list_objects,
     list_parts, list_placements, list_uploads, list_versions,

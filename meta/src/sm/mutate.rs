@@ -38,22 +38,13 @@ use versions::placements;
 /// * *Pending deletions*: every placement the mutation releases gets a
 ///   `PendingDeletion` record at leader time `leader_now_ms`.
 ///
-/// Uses the session table bound set with [`sessions::set_max_entries`].
+/// What it writes depends on the log alone: never on a node's config (the
+/// session table is bounded by the leader before proposing, see
+/// [`sessions::admit`]).
 pub fn apply_command<K: KvStore>(
     kv: &K,
     index: u64,
     cmd: &MetaCommand,
-) -> Result<(Batch, Applied), SmError> {
-    apply_command_with(kv, index, cmd, sessions::max_entries())
-}
-
-/// [`apply_command`] with an explicit session table bound `max_sessions`
-/// (entries).
-pub fn apply_command_with<K: KvStore>(
-    kv: &K,
-    index: u64,
-    cmd: &MetaCommand,
-    max_sessions: u64,
 ) -> Result<(Batch, Applied), SmError> {
     let Some(command) = &cmd.command else {
         return Ok((Batch::new(), Applied::None));
@@ -67,13 +58,15 @@ pub fn apply_command_with<K: KvStore>(
         let applied = Applied::Refused { code, message };
         let mut batch = Batch::new();
         if !op_id.is_empty() {
-            sessions::record(kv, &mut batch, op_id, &applied, index, max_sessions)?;
+            sessions::record(kv, &mut batch, op_id, &applied, index)?;
         }
         return Ok((batch, applied));
     }
     if let Some(replayed) = committed_replay(kv, command)? {
         let mut batch = Batch::new();
-        sessions::record(kv, &mut batch, op_id, &replayed, index, max_sessions)?;
+        if !op_id.is_empty() {
+            sessions::record(kv, &mut batch, op_id, &replayed, index)?;
+        }
         return Ok((batch, replayed));
     }
     let result = match command {
@@ -131,7 +124,7 @@ pub fn apply_command_with<K: KvStore>(
         Err(e) => return Err(e),
     };
     if !op_id.is_empty() {
-        sessions::record(kv, &mut batch, op_id, &applied, index, max_sessions)?;
+        sessions::record(kv, &mut batch, op_id, &applied, index)?;
     }
     Ok((batch, applied))
 }
@@ -170,6 +163,18 @@ fn op_id_of(command: &Command) -> &str {
         | Command::ExpireSessions(_)
         | Command::ExpireObjects(_)
         | Command::ExpireUploads(_) => "",
+    }
+}
+
+/// The op id the leader checks against the session table's bound before
+/// proposing `command` ([`sessions::admit`]); empty when it is not checked:
+/// internal entries, and a gateway's OpenEpoch and RenewEpoch, which keep
+/// its write epoch alive (refused under load, a live gateway would lose its
+/// epoch; they add at most one entry per gateway per `epoch_lease / 3`).
+pub fn admission_op_id(command: &Command) -> &str {
+    match command {
+        Command::OpenEpoch(_) | Command::RenewEpoch(_) => "",
+        other => op_id_of(other),
     }
 }
 

@@ -4,27 +4,28 @@
 //! `Space::Sessions` maps an op id to the JSON of the first [`Applied`]
 //! outcome of that operation; `Space::SessionsByIndex` orders the entries
 //! by the Raft log index they were applied at (`index u64 BE 0x00 op id`),
-//! for expiry and eviction. Log indexes, not leader wall-clock stamps: a
-//! leader whose clock is behind would stamp fresh entries as old, and the
-//! next leader would expire them at once, so a retry inside
-//! `session_expiry` would be applied a second time. The entry count
-//! lives in `Space::Sessions` under
+//! for expiry. Log indexes, not leader wall-clock stamps: a leader whose
+//! clock is behind would stamp fresh entries as old, and the next leader
+//! would expire them at once, so a retry inside `session_expiry` would be
+//! applied a second time. The entry count lives in `Space::Sessions` under
 //! the empty key (an empty op id is never recorded), so it travels with the
 //! table in snapshots and the apply path never scans the table.
 //!
-//! Bounds: the table holds at most `session_table_max_entries`
-//! ([`set_max_entries`], default [`DEFAULT_MAX_ENTRIES`]); an insert into a
-//! full table evicts the oldest entries, at most [`EVICTIONS_PER_INSERT`]
-//! per insert. The leader's sweeper expires entries applied more than
-//! `session_expiry` ago *by its own monotonic clock*: it samples its
-//! applied index as it goes and sends `ExpireSessions` with the index it
-//! sampled at least `session_expiry` ago (crate::sweeper), at most
-//! [`MAX_EXPIRE_BATCH`] entries per entry. A new leader has no samples and
-//! expires nothing for its first `session_expiry`.
+//! Apply always records and never evicts: what it writes depends on the
+//! log alone, never on a node's config. The table is bounded before Raft
+//! instead: the leader refuses a new operation with `SLOW_DOWN` when the
+//! table and the proposals not yet applied would hold more than
+//! `session_table_max_entries` ([`admit`]). Only the leader's sweeper
+//! removes entries (`ExpireSessions`), by *its own monotonic clock*: those
+//! applied more than `session_expiry` ago, and while the table is above
+//! its high-water mark the oldest of those applied more than
+//! `session_min_age` ago, which is longer than any client's retry deadline
+//! (crate::sweeper). A new leader has no samples of its clock and removes
+//! nothing for its first `session_min_age`.
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use sluice_proto::meta::ErrorCode;
 use sluice_proto::raft as rpb;
 
 use super::{Applied, SmError};
@@ -35,29 +36,11 @@ type Outcome = Result<(Batch, Applied), SmError>;
 /// Default `session_table_max_entries`.
 pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
 
-/// Most oldest entries one insert evicts from a full table (bounded work
-/// per apply; more than one so a lowered maximum drains).
-pub const EVICTIONS_PER_INSERT: usize = 2;
-
 /// Most entries one `ExpireSessions` removes, whatever its `limit`.
 pub const MAX_EXPIRE_BATCH: u32 = 10_000;
 
 /// `Space::Sessions` key of the entry count (u64 BE).
 const COUNT_KEY: &[u8] = b"";
-
-/// The table bound every replica applies with; set once at node start from
-/// `session_table_max_entries` (all voters must use the same value).
-static MAX_ENTRIES: AtomicU64 = AtomicU64::new(DEFAULT_MAX_ENTRIES);
-
-/// Sets the session table bound used by [`super::apply_command`] (at least 1).
-pub fn set_max_entries(max: u64) {
-    MAX_ENTRIES.store(max.max(1), Ordering::Relaxed);
-}
-
-/// The session table bound in force.
-pub fn max_entries() -> u64 {
-    MAX_ENTRIES.load(Ordering::Relaxed)
-}
 
 #[allow(deprecated)]
 fn json_error(e: &serde_json::Error) -> SmError {
@@ -107,6 +90,28 @@ pub fn lookup<K: KvStore>(kv: &K, op_id: &str) -> Result<Option<Applied>, SmErro
     }
 }
 
+/// Whether the leader may propose a command carrying `op_id` (see the
+/// module docs): `Ok` for an empty op id, for an op id the table already
+/// holds (a retry: apply answers it from the table and adds nothing), and
+/// while the table's entries plus `pending` (entries that proposals not yet
+/// applied may add, this one included) stay within `max`. Otherwise
+/// `SLOW_DOWN`: nothing was proposed, and no entry is evicted to make room.
+pub fn admit<K: KvStore>(kv: &K, op_id: &str, pending: u64, max: u64) -> Result<(), SmError> {
+    if op_id.is_empty() || kv.get(Space::Sessions, op_id.as_bytes())?.is_some() {
+        return Ok(());
+    }
+    let n = count(kv)?;
+    if n.saturating_add(pending) <= max {
+        return Ok(());
+    }
+    super::refuse(
+        ErrorCode::SlowDown,
+        format!(
+            "session table full ({n} entries, {pending} proposals in flight, at most {max}); retry later"
+        ),
+    )
+}
+
 /// The applied-at log index of the oldest session entry.
 pub fn oldest_index<K: KvStore>(kv: &K) -> Result<Option<u64>, SmError> {
     let first = kv.scan(
@@ -127,33 +132,35 @@ pub fn oldest_index<K: KvStore>(kv: &K) -> Result<Option<u64>, SmError> {
     }
 }
 
-/// Adds to `b` the session entry of `op_id` (applied at log index `index` with
-/// outcome `applied`), evicting the oldest entries when the table would
-/// exceed `max` (at most [`EVICTIONS_PER_INSERT`]).
+/// How many session entries were applied below log index `before_index`,
+/// counting at most `limit` (at most [`MAX_EXPIRE_BATCH`]): what an
+/// `ExpireSessions` with these arguments removes.
+pub fn count_before<K: KvStore>(kv: &K, before_index: u64, limit: u32) -> Result<u64, SmError> {
+    if before_index == 0 {
+        return Ok(0);
+    }
+    let end = before_index.to_be_bytes();
+    let rows = kv.scan(
+        Space::SessionsByIndex,
+        Bound::Unbounded,
+        Bound::Excluded(end.as_slice()),
+        limit.clamp(1, MAX_EXPIRE_BATCH) as usize,
+    )?;
+    Ok(rows.len() as u64)
+}
+
+/// Adds to `b` the session entry of `op_id` (applied at log index `index`
+/// with outcome `applied`). Never evicts: the leader bounds the table
+/// before proposing ([`admit`]).
 pub(crate) fn record<K: KvStore>(
     kv: &K,
     b: &mut Batch,
     op_id: &str,
     applied: &Applied,
     index: u64,
-    max: u64,
 ) -> Result<(), SmError> {
     let encoded = serde_json::to_vec(applied).map_err(|e| json_error(&e))?;
-    let mut n = count(kv)? + 1;
-    if n > max {
-        let excess = usize::try_from(n - max).unwrap_or(usize::MAX);
-        let oldest = kv.scan(
-            Space::SessionsByIndex,
-            Bound::Unbounded,
-            Bound::Unbounded,
-            excess.min(EVICTIONS_PER_INSERT),
-        )?;
-        for (k, _) in oldest {
-            b.delete(Space::Sessions, op_of_index_key(&k)?.to_vec());
-            b.delete(Space::SessionsByIndex, k);
-            n -= 1;
-        }
-    }
+    let n = count(kv)? + 1;
     b.put(Space::Sessions, op_id.as_bytes().to_vec(), encoded);
     b.put(
         Space::SessionsByIndex,

@@ -7,17 +7,16 @@ use super::*;
 use crate::store::Space;
 
 /// Applies `command` at leader time `now_ms`, as the entry at log index
-/// `now_ms` (these tests step both together), with session bound `max`;
-/// returns the outcome and whether the batch wrote anything.
-fn run_with(kv: &MemStore, now_ms: i64, max: u64, command: Command) -> (Applied, bool) {
-    let (batch, applied) = apply_command_with(
+/// `now_ms` (these tests step both together); returns the outcome and
+/// whether the batch wrote anything.
+fn run(kv: &MemStore, now_ms: i64, command: Command) -> (Applied, bool) {
+    let (batch, applied) = apply_command(
         kv,
         u64::try_from(now_ms).unwrap_or(0),
         &MetaCommand {
             leader_now_ms: now_ms,
             command: Some(command),
         },
-        max,
     )
     .unwrap();
     let wrote = !batch.is_empty();
@@ -26,7 +25,18 @@ fn run_with(kv: &MemStore, now_ms: i64, max: u64, command: Command) -> (Applied,
 }
 
 fn at(kv: &MemStore, now_ms: i64, command: Command) -> Applied {
-    run_with(kv, now_ms, 100_000, command).0
+    run(kv, now_ms, command).0
+}
+
+/// What the leader does with `command`: admits it against a session
+/// table bound of `max` entries (nothing else in flight), then applies it
+/// as [`at`] does; `Err` with the refusal's code when it was not admitted.
+fn lead(kv: &MemStore, now_ms: i64, max: u64, command: Command) -> Result<Applied, ErrorCode> {
+    match sessions::admit(kv, admission_op_id(&command), 1, max) {
+        Ok(()) => Ok(at(kv, now_ms, command)),
+        Err(SmError::Refused { code, .. }) => Err(code),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 fn put_op(b: &str, key: &str, blob: &str, op: &str) -> Command {
@@ -94,7 +104,7 @@ fn put_retry_returns_first_outcome_and_releases_once() {
         Applied::Released(vec![placement("x")])
     );
     // A late retry of o1 (its response was lost) must not put X back.
-    let (again, wrote) = run_with(&kv, 3000, 100_000, put_op("b", "k", "x", "o1"));
+    let (again, wrote) = run(&kv, 3000, put_op("b", "k", "x", "o1"));
     assert_eq!(again, Applied::Released(vec![]));
     assert!(!wrote, "a deduplicated retry writes nothing");
     assert_eq!(object_blob(&kv, "k"), "y");
@@ -197,7 +207,7 @@ fn complete_and_abort_retries_answer_the_first_outcome() {
         panic!()
     };
     assert_eq!(rel.len(), 2);
-    let (again, wrote) = run_with(&kv, 300, 100_000, req("c1"));
+    let (again, wrote) = run(&kv, 300, req("c1"));
     assert_eq!(again, first);
     assert!(!wrote);
     assert_eq!(object_blob(&kv, "k"), "z");
@@ -231,7 +241,7 @@ fn complete_and_abort_retries_answer_the_first_outcome() {
     };
     let first = at(&kv, 500, abort());
     assert_eq!(first, Applied::Released(vec![placement("q1")]));
-    let (again, wrote) = run_with(&kv, 600, 100_000, abort());
+    let (again, wrote) = run(&kv, 600, abort());
     assert_eq!(again, first);
     assert!(!wrote);
     assert_eq!(
@@ -305,7 +315,7 @@ fn committed_put_replayed_after_expiry_succeeds_and_changes_nothing() {
     );
     expire_all_and_close(&kv, 2000);
     let before = get_object(&kv, "b", "k").unwrap();
-    let (again, wrote) = run_with(&kv, 3000, 100_000, put_op("b", "k", "x", "o1"));
+    let (again, wrote) = run(&kv, 3000, put_op("b", "k", "x", "o1"));
     assert_eq!(
         again,
         Applied::Released(vec![]),
@@ -354,8 +364,102 @@ fn committed_part_replayed_after_complete_succeeds() {
     assert!(!pending_names(&kv).contains(&"p1".to_string()));
 }
 
+fn inline_put_op(key: &str, body: &[u8], op: &str) -> Command {
+    Command::PutObject(pb::PutObjectRequest {
+        object: Some(pb::ObjectRecord {
+            bucket: "b".into(),
+            key: key.into(),
+            size: body.len() as u64,
+            parts: vec![pb::PartRecord {
+                part_number: 1,
+                size: body.len() as u64,
+                md5: md5_of(body),
+                ..Default::default()
+            }],
+            inline_data: body.to_vec(),
+            ..Default::default()
+        }),
+        condition: None,
+        op_id: op.into(),
+    })
+}
+
+/// With a table of two entries: a retried DeleteObject and a retried
+/// inline PutObject (no blob, so the reference index cannot recognise
+/// the replay) each come after a newer acknowledged write of their key by
+/// another op. Neither is applied again: the newer write survives. A new
+/// op is refused `SLOW_DOWN` instead of evicting either entry.
 #[test]
-fn eviction_keeps_the_table_at_its_max() {
+fn a_full_table_refuses_new_ops_and_never_reapplies_a_retry() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    put(&kv, "b", "k", "x");
+    let max = 2;
+
+    let deleted = lead(&kv, 10, max, delete_op("k", "d1")).unwrap();
+    assert_eq!(deleted, Applied::Released(vec![placement("x")]));
+    assert_eq!(
+        lead(&kv, 11, max, put_op("b", "k", "y", "w1")).unwrap(),
+        Applied::Released(vec![]),
+        "the newer write, acknowledged"
+    );
+    assert_eq!(sessions::count(&kv).unwrap(), 2);
+    // A third operation: refused, nothing evicted.
+    assert_eq!(
+        lead(&kv, 12, max, put_op("b", "k", "z", "n3")),
+        Err(ErrorCode::SlowDown)
+    );
+    assert_eq!(sessions::count(&kv).unwrap(), 2);
+    // The retry of d1 is admitted (its entry is in the table) and answered
+    // from it: k keeps the newer write.
+    assert_eq!(lead(&kv, 13, max, delete_op("k", "d1")).unwrap(), deleted);
+    assert_eq!(object_blob(&kv, "k"), "y");
+    assert_eq!(pending_names(&kv), ["x"]);
+
+    // The sweeper expires both entries (they aged), making room.
+    at(
+        &kv,
+        20,
+        Command::ExpireSessions(rpb::ExpireSessions {
+            before_index: 20,
+            limit: 10,
+        }),
+    );
+    assert_eq!(sessions::count(&kv).unwrap(), 0);
+
+    let first = lead(&kv, 30, max, inline_put_op("j", b"v1", "p1")).unwrap();
+    assert_eq!(first, Applied::Released(vec![]));
+    lead(&kv, 31, max, inline_put_op("j", b"v2", "w2")).unwrap();
+    assert_eq!(
+        lead(&kv, 32, max, delete_op("j", "n4")),
+        Err(ErrorCode::SlowDown)
+    );
+    assert_eq!(
+        lead(&kv, 33, max, inline_put_op("j", b"v1", "p1")).unwrap(),
+        first
+    );
+    assert_eq!(get_object(&kv, "b", "j").unwrap().inline_data, b"v2");
+    assert_eq!(sessions::count(&kv).unwrap(), 2);
+    // A retry of the refused op is refused again; so is any new op, until
+    // the sweeper removes entries.
+    assert_eq!(
+        lead(&kv, 34, max, put_op("b", "k", "z", "n3")),
+        Err(ErrorCode::SlowDown)
+    );
+    assert_eq!(object_blob(&kv, "k"), "y");
+    // Lease traffic is not gated: a gateway keeps its epoch under load.
+    let renew = Command::RenewEpoch(pb::RenewEpochRequest {
+        epoch: EPOCH,
+        op_id: "r1".into(),
+        ..Default::default()
+    });
+    assert_eq!(lead(&kv, 35, max, renew).unwrap(), Applied::Done);
+}
+
+/// Apply records every op id and evicts nothing, however many entries the
+/// table holds: what it writes does not depend on any bound.
+#[test]
+fn apply_records_every_op_and_never_evicts() {
     let kv = MemStore::new();
     let create = |name: &str, op: &str| {
         Command::CreateBucket(pb::CreateBucketRequest {
@@ -365,28 +469,25 @@ fn eviction_keeps_the_table_at_its_max() {
             ..Default::default()
         })
     };
-    for i in 0..10i64 {
-        run_with(&kv, 100 + i, 4, create(&format!("b{i}"), &format!("op{i}")));
-        assert_eq!(sessions::count(&kv).unwrap(), (i as u64 + 1).min(4));
+    for i in 0..300i64 {
+        let (applied, _) = run(&kv, 100 + i, create(&format!("b{i}"), &format!("op{i}")));
+        assert_eq!(applied, Applied::Created(true));
     }
-    for i in 0..6 {
-        assert!(sessions::lookup(&kv, &format!("op{i}")).unwrap().is_none());
-    }
-    for i in 6..10 {
+    assert_eq!(sessions::count(&kv).unwrap(), 300);
+    for i in 0..300 {
         assert_eq!(
             sessions::lookup(&kv, &format!("op{i}")).unwrap(),
             Some(Applied::Created(true))
         );
     }
-    assert_eq!(sessions::oldest_index(&kv).unwrap(), Some(106));
-    // A lowered bound drains by at most two per insert.
-    run_with(&kv, 200, 1, create("c1", "x1"));
-    assert_eq!(sessions::count(&kv).unwrap(), 3);
-    run_with(&kv, 201, 1, create("c2", "x2"));
-    assert_eq!(sessions::count(&kv).unwrap(), 2);
-    run_with(&kv, 202, 1, create("c3", "x3"));
-    assert_eq!(sessions::count(&kv).unwrap(), 1);
-    assert!(sessions::lookup(&kv, "x3").unwrap().is_some());
+    assert_eq!(sessions::oldest_index(&kv).unwrap(), Some(100));
+    assert_eq!(sessions::count_before(&kv, 150, 1000).unwrap(), 50);
+    assert_eq!(sessions::count_before(&kv, 150, 10).unwrap(), 10);
+    // Admission counts in-flight proposals: 300 applied + 1 fits in 301.
+    assert!(sessions::admit(&kv, "new", 1, 301).is_ok());
+    assert!(sessions::admit(&kv, "new", 2, 301).is_err());
+    assert!(sessions::admit(&kv, "op7", 2, 1).is_ok(), "a retry");
+    assert!(sessions::admit(&kv, "", 2, 1).is_ok(), "no op id");
 }
 
 #[test]
