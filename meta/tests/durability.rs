@@ -93,6 +93,12 @@ impl Datanode for FakeServer {
     ) -> Result<Response<HasShardsResponse>, Status> {
         Err(Status::unimplemented("fake"))
     }
+    async fn verify_shards(
+        &self,
+        _r: Request<VerifyShardsRequest>,
+    ) -> Result<Response<VerifyShardsResponse>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
     type CreditsStream = ReceiverStream<Result<CreditGrant, Status>>;
     async fn credits(
         &self,
