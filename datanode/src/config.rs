@@ -22,6 +22,8 @@ pub const DEFAULT_CREDIT_FSYNC_BYTES: u64 = 1024 * 1024;
 pub const DEFAULT_RESERVED_FREE_BYTES: u64 = 1024 * 1024 * 1024;
 /// Default `scrub_bandwidth_bytes_per_sec`: 10 MiB/s.
 pub const DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC: u64 = 10 * 1024 * 1024;
+/// Default `verify_bandwidth_bytes_per_sec`: 64 MiB/s.
+pub const DEFAULT_VERIFY_BANDWIDTH_BYTES_PER_SEC: u64 = 64 * 1024 * 1024;
 /// Default `gc_max_ops_per_sec`: 2000 shard operations per second.
 pub const DEFAULT_GC_MAX_OPS_PER_SEC: u64 = 2000;
 /// `max_shard_streams` when not configured.
@@ -114,6 +116,12 @@ pub struct Config {
     /// 7 days; any positive humantime, "100ms" in tests).
     #[serde(with = "humantime_serde")]
     pub scrub_interval: Duration,
+    /// Read rate of VerifyShards, the heal audit's re-check of shards meta
+    /// lists missing (bytes per second, shared by every call; default
+    /// 64 MiB/s; 0 refuses VerifyShards, so such shards stay missing and
+    /// heal rebuilds them). See [`crate::verify`].
+    #[serde(with = "sluice_util::byte_size")]
+    pub verify_bandwidth_bytes_per_sec: ByteSize,
     /// Address of this node's Prometheus endpoint (`GET /metrics`), e.g.
     /// `"127.0.0.1:7191"`. Default `None`: no metrics endpoint. The role
     /// library does not read it: the `sluice` binary installs the process-wide
@@ -186,6 +194,7 @@ impl Default for Config {
             keep_written_pages: false,
             scrub_bandwidth_bytes_per_sec: ByteSize(DEFAULT_SCRUB_BANDWIDTH_BYTES_PER_SEC),
             scrub_interval: DEFAULT_SCRUB_INTERVAL,
+            verify_bandwidth_bytes_per_sec: ByteSize(DEFAULT_VERIFY_BANDWIDTH_BYTES_PER_SEC),
             metrics_listen: None,
             zone: String::new(),
             host: None,

@@ -21,8 +21,10 @@
 //!   and their shared conformance suite.
 //! * `service` — the gRPC handlers over a store (bounded channels both
 //!   ways): PutShard (refused below the free-space reserve; the commit
-//!   takes the blob lock), GetShard, HasShards, ListShards, DeleteBlobs,
-//!   Credits.
+//!   takes the blob lock), GetShard, HasShards, VerifyShards, ListShards,
+//!   DeleteBlobs, Credits.
+//! * [`verify`] — VerifyShards: reads shards through for the heal audit,
+//!   at `verify_bandwidth_bytes_per_sec`, one call at a time.
 //! * `status` — every error-to-gRPC-code mapping.
 //! * [`identity`] — the data dir's `sluice-disk.toml` (`disk_id`, node id):
 //!   written at format, foreign disks refused at start.
@@ -57,6 +59,7 @@ mod service;
 pub mod space;
 mod status;
 pub mod store;
+pub mod verify;
 
 pub use config::{Config, ConfigError};
 pub use error::Error;

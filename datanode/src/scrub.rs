@@ -313,7 +313,8 @@ async fn read_shard<S: ShardStore>(
     Ok(Outcome::Sound)
 }
 
-async fn pace(bucket: &mut TokenBucket, bytes: u64) {
+/// Takes `bytes` from `bucket` and sleeps out any debt.
+pub(crate) async fn pace(bucket: &mut TokenBucket, bytes: u64) {
     let wait = bucket.take(bytes, Instant::now());
     if !wait.is_zero() {
         tokio::time::sleep(wait).await;

@@ -116,6 +116,7 @@ pub async fn run(
         credit_fsync_bytes: config.credit_fsync_bytes.as_u64(),
         credit_fsync_idle: config.credit_fsync_idle,
         max_shard_streams: config.max_shard_streams,
+        verify_bandwidth: config.verify_bandwidth_bytes_per_sec.as_u64(),
     };
     let gc_meta = MetaClient::with_timeouts(
         config.meta_endpoints.clone(),

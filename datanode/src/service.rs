@@ -37,6 +37,10 @@
 //! HasShards: whether each requested shard is stored with a valid header
 //! (no block is read), at most [`MAX_HAS_SHARDS`] per call.
 //!
+//! VerifyShards: each requested shard read through and judged (see
+//! [`crate::verify`]), one call at a time, paced by
+//! `verify_bandwidth_bytes_per_sec`.
+//!
 //! GetShard: a task reads the range block by block into a channel of
 //! [`GET_SHARD_CHANNEL_DEPTH`] blocks; the first bad block ends the stream
 //! with `DATA_LOSS`.
@@ -64,6 +68,7 @@ use crate::credit::validate_gateway_id;
 use crate::grants::{CREDIT_GRANT_CHANNEL_DEPTH, CreditHub, Mailbox, SessionGuard, StreamCredit};
 use crate::locks::BlobLocks;
 use crate::metrics;
+use crate::scrub::TokenBucket;
 use crate::space::DiskSpace;
 use crate::status::RequestError;
 use crate::store::{Block, ShardKey, ShardReader, ShardStore, ShardWriter, StoreError};
@@ -126,6 +131,8 @@ pub(crate) struct ServiceOptions {
     /// Most PutShard and GetShard streams open at once, all connections
     /// together; one more is refused with `RESOURCE_EXHAUSTED`.
     pub(crate) max_shard_streams: usize,
+    /// VerifyShards read rate (bytes per second); 0 refuses VerifyShards.
+    pub(crate) verify_bandwidth: u64,
 }
 
 /// Serves one datanode's shards.
@@ -148,6 +155,9 @@ pub(crate) struct DatanodeService<S> {
     /// One permit per open PutShard or GetShard stream
     /// (`max_shard_streams` in all).
     shard_streams: Arc<Semaphore>,
+    /// The pace of VerifyShards reads; holding it is the one call at a time
+    /// (tokio's mutex queues waiters FIFO).
+    verifier: Arc<tokio::sync::Mutex<TokenBucket>>,
 }
 
 impl<S: ShardStore> DatanodeService<S> {
@@ -172,6 +182,10 @@ impl<S: ShardStore> DatanodeService<S> {
             locks,
             space,
             shard_streams: Arc::new(Semaphore::new(options.max_shard_streams.max(1))),
+            verifier: Arc::new(tokio::sync::Mutex::new(TokenBucket::new(
+                options.verify_bandwidth,
+                tokio::time::Instant::now(),
+            ))),
         };
         service.publish_stats();
         service
@@ -611,6 +625,34 @@ impl<S: ShardStore> Datanode for DatanodeService<S> {
         Ok(Response::new(sluice_proto::datanode::HasShardsResponse {
             present,
         }))
+    }
+
+    async fn verify_shards(
+        &self,
+        request: Request<sluice_proto::datanode::VerifyShardsRequest>,
+    ) -> Result<Response<sluice_proto::datanode::VerifyShardsResponse>, Status> {
+        let shards = request.into_inner().shards;
+        if self.options.verify_bandwidth == 0 {
+            return Err(Status::failed_precondition(
+                "VerifyShards is off on this datanode (verify_bandwidth_bytes_per_sec = 0)",
+            ));
+        }
+        crate::verify::check_request(&shards).map_err(Status::invalid_argument)?;
+        let mut bucket = self.verifier.lock().await;
+        let mut verdicts = Vec::with_capacity(shards.len());
+        for s in &shards {
+            let verdict = tokio::select! {
+                () = self.cancel.cancelled() => None,
+                v = crate::verify::verify_shard(&self.store, s, &mut bucket) => v.ok(),
+            };
+            let Some(verdict) = verdict else {
+                return Err(Status::from(RequestError::ShuttingDown));
+            };
+            verdicts.push(verdict as i32);
+        }
+        Ok(Response::new(
+            sluice_proto::datanode::VerifyShardsResponse { verdicts },
+        ))
     }
 }
 

@@ -199,6 +199,13 @@ pub struct Config {
     /// A datanode down this long has its shards reported missing (default 10 min).
     #[serde(with = "humantime_serde")]
     pub node_down_after: Duration,
+    /// Longest the audit waits for one `VerifyShards` answer, its re-check
+    /// of shards marked missing on a live node (default 2 min; a call reads
+    /// at most 256 MiB at the datanode's `verify_bandwidth_bytes_per_sec`
+    /// and may wait for another gateway's call first). On timeout those
+    /// shards stay missing and heal rebuilds them.
+    #[serde(with = "humantime_serde")]
+    pub audit_verify_timeout: Duration,
     /// Blobs healed at once, and heal stripes holding write budget at once (default 2).
     pub heal_concurrency: usize,
     /// Shard bytes per second the rebalancer may write (integer or
@@ -279,6 +286,7 @@ impl Default for Config {
             heal_interval: Duration::from_secs(10),
             audit_interval: Duration::from_secs(6 * 3600),
             node_down_after: Duration::from_secs(600),
+            audit_verify_timeout: Duration::from_secs(120),
             heal_concurrency: 2,
             rebalance_bandwidth_bytes_per_sec: ByteSize(DEFAULT_REBALANCE_BANDWIDTH_BYTES_PER_SEC),
             cluster_tls: None,
@@ -508,6 +516,7 @@ impl Config {
             ("heal_interval", self.heal_interval),
             ("audit_interval", self.audit_interval),
             ("node_down_after", self.node_down_after),
+            ("audit_verify_timeout", self.audit_verify_timeout),
             ("header_read_timeout", self.header_read_timeout),
             ("idle_timeout", self.idle_timeout),
             ("body_timeout", self.body_timeout),

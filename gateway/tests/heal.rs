@@ -323,6 +323,7 @@ struct FakeMeta {
     begun: Mutex<Vec<BeginHealRequest>>,
     updates: Mutex<Vec<UpdatePlacementRequest>>,
     reported: Mutex<Vec<(u64, Vec<ShardRef>)>>,
+    present: Mutex<Vec<(u64, Vec<ShardRef>)>>,
     placements: Mutex<Vec<PlacedBlob>>,
     cas_error: Option<ErrorCode>,
 }
@@ -348,6 +349,11 @@ impl HealMeta for FakeMeta {
     async fn report_missing(&self, node_id: u64, shards: Vec<ShardRef>) -> Result<u32, MetaError> {
         let n = shards.len() as u32;
         self.reported.lock().unwrap().push((node_id, shards));
+        Ok(n)
+    }
+    async fn report_present(&self, node_id: u64, shards: Vec<ShardRef>) -> Result<u32, MetaError> {
+        let n = shards.len() as u32;
+        self.present.lock().unwrap().push((node_id, shards));
         Ok(n)
     }
     async fn begin_heal(&self, req: BeginHealRequest) -> Result<(), MetaError> {
@@ -686,9 +692,15 @@ async fn audit_reports_every_shard_of_a_long_down_node_and_counts_silent_nodes_u
     let obs = watch.observe(&infos, Instant::now(), Duration::from_secs(600));
     assert!(obs.newly_lost);
     let live: BTreeSet<u64> = [1].into();
-    let report = sluice_gateway::heal::audit::audit_pass(&store, &meta, &watch, &live)
-        .await
-        .expect("audit pass");
+    let report = sluice_gateway::heal::audit::audit_pass(
+        &store,
+        &meta,
+        &watch,
+        &live,
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("audit pass");
     assert_eq!(report.blobs, 2);
     // Node 6 holds shard 5 of "a" only ("b"'s shard 5 is already missing).
     assert_eq!(
@@ -705,4 +717,7 @@ async fn audit_reports_every_shard_of_a_long_down_node_and_counts_silent_nodes_u
     assert_eq!(report.shards_checked, 1);
     // Node 1 (2 shards, no answer) and nodes 2..=5 (8 shards, briefly down).
     assert_eq!(report.unchecked, 10);
+    // "b"'s missing shard 5 is on lost node 6: not asked, not un-marked.
+    assert_eq!(report.verified, 0);
+    assert!(meta.present.lock().unwrap().is_empty());
 }

@@ -890,6 +890,27 @@ impl MetaClient {
         Ok(r.marked)
     }
 
+    /// Un-marks `shards` of datanode `node_id` that the caller found sound
+    /// there; returns how many left `missing`.
+    pub async fn report_present(
+        &self,
+        node_id: u64,
+        shards: Vec<pb::ShardRef>,
+    ) -> Result<u32, MetaError> {
+        let req = pb::ReportPresentRequest {
+            node_id,
+            shards,
+            op_id: new_op_id(),
+        };
+        let r = self
+            .call("ReportPresent", |mut c| {
+                let req = req.clone();
+                async move { c.report_present(req).await }
+            })
+            .await?;
+        Ok(r.unmarked)
+    }
+
     /// Records a heal intent (`req.op_id` is filled in).
     pub async fn begin_heal(&self, mut req: pb::BeginHealRequest) -> Result<(), MetaError> {
         req.op_id = new_op_id();

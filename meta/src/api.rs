@@ -646,6 +646,24 @@ impl<K: KvStore> Meta for MetaService<K> {
         }
     }
 
+    async fn report_present(
+        &self,
+        request: Request<pb::ReportPresentRequest>,
+    ) -> Result<Response<pb::ReportPresentResponse>, Status> {
+        // The policy admits gateways only; should it ever admit datanodes,
+        // one still speaks only for its own shards.
+        datanode_speaks_only_for_itself(&request, request.get_ref().node_id)?;
+        match self
+            .write(Command::ReportPresent(request.into_inner()))
+            .await?
+        {
+            Applied::Unmarked(unmarked) => {
+                Ok(Response::new(pb::ReportPresentResponse { unmarked }))
+            }
+            other => Err(unexpected("ReportPresent", &other)),
+        }
+    }
+
     async fn begin_heal(
         &self,
         request: Request<pb::BeginHealRequest>,
@@ -729,7 +747,7 @@ impl<K: KvStore> Meta for MetaService<K> {
 /// the request's `id` (the role is already checked by the policy layer).
 /// In insecure mode there is no identity and the call passes.
 /// A datanode's certificate speaks only for its own node id in any call
-/// that names a node (`ReportMissing`, `Collectable`): one compromised
+/// that names a node (`ReportMissing`, `ReportPresent`, `Collectable`): one compromised
 /// datanode must not mark another node's shards missing or ask which of
 /// them are garbage. Callers of other roles the policy admits (a gateway's
 /// heal audit reports any node's shards) pass.

@@ -9,23 +9,18 @@
 //!
 //! Its own test binary: it installs the process's metrics recorder.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use metrics::{Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, SharedString, Unit};
 use sluice_meta::store::{KvStore, Space};
 use sluice_proto::blob_id::new_blob_id;
-use sluice_proto::datanode::datanode_server::{Datanode, DatanodeServer};
-use sluice_proto::datanode::*;
-use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
-use tonic::{Request, Response, Status, Streaming};
+use tokio::task::JoinSet;
 
 mod common;
+use common::fake_datanode::{FakeDatanode, serve_fake};
 use common::*;
 
 const DELETE_DELAY: Duration = Duration::from_secs(1);
@@ -80,84 +75,6 @@ impl metrics::Recorder for PendingRecorder {
     }
 }
 
-/// A datanode that confirms every DeleteBlobs and counts the ids.
-#[derive(Default)]
-struct ConfirmAll {
-    deleted: AtomicUsize,
-}
-
-struct FakeServer(Arc<ConfirmAll>);
-
-#[tonic::async_trait]
-impl Datanode for FakeServer {
-    async fn put_shard(
-        &self,
-        _r: Request<Streaming<PutShardRequest>>,
-    ) -> Result<Response<PutShardResponse>, Status> {
-        Err(Status::unimplemented("fake"))
-    }
-    type GetShardStream = ReceiverStream<Result<GetShardResponse, Status>>;
-    async fn get_shard(
-        &self,
-        _r: Request<GetShardRequest>,
-    ) -> Result<Response<Self::GetShardStream>, Status> {
-        Err(Status::unimplemented("fake"))
-    }
-    async fn delete_blobs(
-        &self,
-        r: Request<DeleteBlobsRequest>,
-    ) -> Result<Response<DeleteBlobsResponse>, Status> {
-        let n = r.into_inner().blob_ids.len();
-        self.0.deleted.fetch_add(n, Ordering::SeqCst);
-        Ok(Response::new(DeleteBlobsResponse {
-            shards_deleted: n as u64,
-        }))
-    }
-    async fn list_shards(
-        &self,
-        _r: Request<ListShardsRequest>,
-    ) -> Result<Response<ListShardsResponse>, Status> {
-        Err(Status::unimplemented("fake"))
-    }
-    async fn node_status(
-        &self,
-        _r: Request<NodeStatusRequest>,
-    ) -> Result<Response<NodeStatusResponse>, Status> {
-        Err(Status::unimplemented("fake"))
-    }
-    async fn has_shards(
-        &self,
-        _r: Request<HasShardsRequest>,
-    ) -> Result<Response<HasShardsResponse>, Status> {
-        Err(Status::unimplemented("fake"))
-    }
-    type CreditsStream = ReceiverStream<Result<CreditGrant, Status>>;
-    async fn credits(
-        &self,
-        _r: Request<CreditStreamRequest>,
-    ) -> Result<Response<Self::CreditsStream>, Status> {
-        Err(Status::unimplemented("fake"))
-    }
-    async fn report_credits(
-        &self,
-        _r: Request<CreditReport>,
-    ) -> Result<Response<CreditReportResponse>, Status> {
-        Err(Status::unimplemented("fake"))
-    }
-}
-
-async fn serve_fake(fake: Arc<ConfirmAll>) -> Result<(SocketAddr, JoinHandle<()>)> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
-            .add_service(DatanodeServer::new(FakeServer(fake)))
-            .serve_with_incoming(TcpListenerStream::new(listener))
-            .await;
-    });
-    Ok((addr, task))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_deletions_stay_bounded_under_a_sustained_release_rate() -> Result<()> {
     let pending = Arc::new(LastValue::default());
@@ -173,8 +90,8 @@ async fn pending_deletions_stay_bounded_under_a_sustained_release_rate() -> Resu
     .await?;
     let client = node.client();
     let nodes = [
-        Arc::new(ConfirmAll::default()),
-        Arc::new(ConfirmAll::default()),
+        Arc::new(FakeDatanode::default()),
+        Arc::new(FakeDatanode::default()),
     ];
     let mut servers = Vec::new();
     for (i, fake) in nodes.iter().enumerate() {
@@ -251,7 +168,7 @@ async fn pending_deletions_stay_bounded_under_a_sustained_release_rate() -> Resu
     })
     .await?;
     for fake in &nodes {
-        assert!(fake.deleted.load(Ordering::SeqCst) as u64 >= releases);
+        assert!(fake.deleted_count() as u64 >= releases);
     }
     let store = node.stop().await?;
     let left = store.scan(

@@ -37,7 +37,7 @@
 //! gateway for buckets/objects/uploads/epochs/placement/heal, datanode for
 //! RegisterDatanode/Heartbeat/FilterUnreferenced/Collectable/ReportMissing,
 //! admin for ClusterStatus/ListDatanodes; Datanode — gateway for shard
-//! I/O, credit, HasShards, NodeStatus and DeleteBlobs, meta for DeleteBlobs
+//! I/O, credit, HasShards, VerifyShards, NodeStatus and DeleteBlobs, meta for DeleteBlobs
 //! (the reclaimer), admin for ListShards/NodeStatus. A test checks every
 //! RPC in `proto/proto/*.proto` has an entry.
 //!

@@ -70,6 +70,9 @@ pub static META: ServiceTable = ServiceTable {
         ("RenewEpoch", GW),
         ("ListPlacements", GW),
         ("ReportMissing", &[Gateway, Datanode]),
+        // Un-marking is the audit's, after it read the shards through on
+        // their node: a datanode's word alone never un-marks a shard.
+        ("ReportPresent", GW),
         ("BeginHeal", GW),
         ("UpdatePlacement", GW),
         ("LeaseBlobs", GW),
@@ -106,6 +109,7 @@ pub static DATANODE: ServiceTable = ServiceTable {
         ("ListShards", &[Admin]),
         ("NodeStatus", &[Gateway, Admin]),
         ("HasShards", GW),
+        ("VerifyShards", GW),
         ("Credits", GW),
         ("ReportCredits", GW),
     ],

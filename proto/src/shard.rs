@@ -12,6 +12,14 @@ pub const MAX_BLOCK_SIZE: u32 = 8 * 1024 * 1024;
 /// of at most [`MAX_BLOCK_SIZE`] plus framing, with room to spare.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
+/// Most shards one `VerifyShards` call may name.
+pub const MAX_VERIFY_SHARDS: usize = 100;
+
+/// Most payload bytes (the sum of `VerifyShard.payload_bytes`) one
+/// `VerifyShards` call of more than one shard may ask a datanode to read
+/// (256 MiB); a single larger shard may go alone.
+pub const MAX_VERIFY_BYTES: u64 = 256 * 1024 * 1024;
+
 /// CRC32C (Castagnoli, the iSCSI polynomial of RFC 3720) of `data`: the
 /// checksum of every shard block (`ShardBlock.crc32c`), computed by the
 /// gateway before sending and verified by the datanode on receipt and on

@@ -147,28 +147,77 @@ async fn heal_after_datanode_was_down() -> Result<()> {
 /// back throughout. Before the audit's marks were floored at k, GC kept
 /// shards whose index is still assigned to their node and reads tried
 /// marked shards last, the audit marked all three nodes' shards missing
-/// and their GC deleted every one on return (all reads failed).
+/// and their GC deleted every one on return (all reads failed). On return
+/// the audit reads the marked shards through on their node and un-marks
+/// them: the placements end whole on their original nodes with every shard
+/// file the one written before (heal rewrote none in place).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn more_than_m_datanodes_down_past_down_after_lose_nothing() -> Result<()> {
-    const TEST: &str = "more_than_m_datanodes_down_past_down_after_lose_nothing";
+    datanodes_return_after_down_after(
+        "more_than_m_datanodes_down_past_down_after_lose_nothing",
+        false,
+    )
+    .await
+}
+
+/// As above, with one marked shard on datanode 1 corrupted on disk (a
+/// flipped data byte, its header intact) while the node was away, and no
+/// scrub to find it: the audit's verification fails it, so it stays
+/// missing and heal rewrites it in place; every other shard is un-marked
+/// as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shard_corrupted_while_its_node_was_away_is_healed_not_unmarked() -> Result<()> {
+    datanodes_return_after_down_after(
+        "a_shard_corrupted_while_its_node_was_away_is_healed_not_unmarked",
+        true,
+    )
+    .await
+}
+
+/// Inode of every shard file on datanodes 1-3. A shard heal rewrites is a
+/// temp file renamed over the old one: a new inode.
+fn shard_inodes(c: &TestCluster) -> Result<BTreeMap<std::path::PathBuf, u64>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = BTreeMap::new();
+    for i in 0..3 {
+        for path in c.shard_files(i).map_err(anyhow::Error::msg)? {
+            let ino = std::fs::metadata(&path)
+                .with_context(|| format!("stat {}", path.display()))?
+                .ino();
+            out.insert(path, ino);
+        }
+    }
+    Ok(out)
+}
+
+async fn datanodes_return_after_down_after(test: &'static str, corrupt: bool) -> Result<()> {
     let started = Instant::now();
-    let seed = test_seed(TEST);
+    let seed = test_seed(test);
     // Epochs rotate every second, so the objects' write epochs are closed
     // (their shards otherwise eligible for GC) by the time the nodes return.
     fn rotating_gateway(c: &mut sluice_gateway::Config) {
         durable_gateway(c);
         c.epoch_rotation = Duration::from_secs(1);
     }
-    let setup = Setup {
+    // Scrub would quarantine the corrupted shard at start; only the
+    // audit's verification may judge it here.
+    fn unscrubbed_datanode(c: &mut sluice_datanode::Config) {
+        durable_datanode(c);
+        c.scrub_bandwidth_bytes_per_sec = ByteSize(0);
+    }
+    let mut setup = Setup {
         gateway: Some(rotating_gateway),
         ..durable_setup()
     };
+    if corrupt {
+        setup.datanode = Some(unscrubbed_datanode);
+    }
     let mut c = TestCluster::start_setup(1, 6, setup).await?;
     let s3 = c.s3();
     s3.create_bucket().bucket(BUCKET).send().await?;
     let objs = objects(seed, 12);
     put_all(&s3, &objs).await?;
-    c.wait_healed("after the writes", HEAL_TIMEOUT).await?;
+    let written = c.wait_healed("after the writes", HEAL_TIMEOUT).await?;
     let before: Vec<usize> = (0..3)
         .map(|i| c.shard_files(i).map(|f| f.len()))
         .collect::<std::result::Result<_, _>>()
@@ -178,7 +227,13 @@ async fn more_than_m_datanodes_down_past_down_after_lose_nothing() -> Result<()>
         "datanodes 1-3 hold {before:?} shard files, want {} each",
         objs.len()
     );
-    step(TEST, started, "12 objects written and healthy");
+    let original: BTreeMap<String, Vec<u64>> = written
+        .iter()
+        .filter_map(|b| b.placement.as_ref())
+        .map(|p| (p.blob_id.clone(), p.nodes.clone()))
+        .collect();
+    let inodes_before = shard_inodes(&c)?;
+    step(test, started, "12 objects written and healthy");
 
     for i in 0..3 {
         c.datanodes[i].stop().await?;
@@ -207,15 +262,61 @@ async fn more_than_m_datanodes_down_past_down_after_lose_nothing() -> Result<()>
             "a placement lists fewer than k shards present: {p:?}"
         );
     }
-    step(TEST, started, "datanodes 1-3 down past node_down_after");
+    step(test, started, "datanodes 1-3 down past node_down_after");
+
+    // A marked shard of datanode 1 rots while the node is away.
+    let corrupted = if corrupt {
+        let (blob, index) = marked
+            .iter()
+            .filter_map(|b| b.placement.as_ref())
+            .find_map(|p| {
+                p.missing
+                    .iter()
+                    .find(|i| p.nodes[**i as usize] == 1)
+                    .map(|i| (p.blob_id.clone(), *i))
+            })
+            .context("no shard of datanode 1 marked missing")?;
+        let path = c
+            .shard_file(0, &blob, index)
+            .map_err(anyhow::Error::msg)?
+            .with_context(|| format!("shard {index} of {blob} not on datanode 1"))?;
+        // Past the 16-byte header: a data byte of block 0.
+        flip_byte(&path, 16 + 5)?;
+        step(
+            test,
+            started,
+            &format!("shard {index} of {blob} corrupted on datanode 1"),
+        );
+        Some(path)
+    } else {
+        None
+    };
 
     // Datanodes 1 and 2 return while 3 stays down: a blob may now be
     // readable only with shards the audit marked missing, so GC must keep
-    // them (many passes, every 200 ms) and reads must try them.
+    // them (many passes, every 200 ms) and reads must try them; the audit
+    // verifies them and un-marks the sound ones (the corrupt one heal
+    // rewrites), so only datanode 3's marks remain.
     for i in 0..2 {
         c.datanodes[i].start().await?;
     }
     c.wait_datanodes(&[1, 2, 4, 5, 6], &[3]).await?;
+    wait_until(
+        "marks left on datanode 3 only",
+        CONVERGE_TIMEOUT,
+        || async {
+            let all = c.placements(false).await?;
+            let elsewhere = all
+                .iter()
+                .filter_map(|b| b.placement.as_ref())
+                .find(|p| p.missing.iter().any(|i| p.nodes[*i as usize] != 3));
+            match elsewhere {
+                Some(p) => Err(format!("a mark not on datanode 3: {p:?}")),
+                None => Ok(()),
+            }
+        },
+    )
+    .await?;
     // What must not happen (GC deleting the marked shards) has no event to
     // wait for: give it 15 GC passes (every 200 ms).
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -230,18 +331,18 @@ async fn more_than_m_datanodes_down_past_down_after_lose_nothing() -> Result<()>
     }
     assert_objects(&s3, BUCKET, &objs).await?;
     step(
-        TEST,
+        test,
         started,
         "datanodes 1-2 back, 3 down: every object reads",
     );
 
     c.datanodes[2].start().await?;
     c.wait_datanodes_live().await?;
-    step(TEST, started, "datanodes 1-3 back");
-    // Many GC passes (every 200 ms) and heal passes run on the returned
-    // nodes; heal must end with every blob whole again.
-    c.wait_healed("datanodes 1-3 back", HEAL_TIMEOUT).await?;
-    // As above: 10 more GC passes may not delete what heal left placed.
+    step(test, started, "datanodes 1-3 back");
+    // Many GC passes (every 200 ms) and audit passes run on the returned
+    // nodes; every blob must end whole again.
+    let healed = c.wait_healed("datanodes 1-3 back", HEAL_TIMEOUT).await?;
+    // As above: 10 more GC passes may not delete what is placed.
     tokio::time::sleep(Duration::from_secs(2)).await;
     for i in 0..3 {
         let n = c.shard_files(i).map_err(anyhow::Error::msg)?.len();
@@ -253,7 +354,41 @@ async fn more_than_m_datanodes_down_past_down_after_lose_nothing() -> Result<()>
         );
     }
     assert_objects(&s3, BUCKET, &objs).await?;
-    step(TEST, started, "every object reads back byte-identical");
+    step(test, started, "every object reads back byte-identical");
+
+    // Whole on the original nodes, and no shard rewritten but the corrupt
+    // one: the returned shards were un-marked, not rebuilt.
+    let now: BTreeMap<String, Vec<u64>> = healed
+        .iter()
+        .filter_map(|b| b.placement.as_ref())
+        .map(|p| (p.blob_id.clone(), p.nodes.clone()))
+        .collect();
+    ensure!(
+        now == original,
+        "placements moved: {now:?}, written as {original:?}"
+    );
+    let inodes_after = shard_inodes(&c)?;
+    for (path, ino) in &inodes_before {
+        let after = inodes_after.get(path);
+        if Some(path) == corrupted.as_ref() {
+            ensure!(
+                after.is_some_and(|a| a != ino),
+                "the corrupted shard {} was not rewritten by heal",
+                path.display()
+            );
+        } else {
+            ensure!(
+                after == Some(ino),
+                "shard {} was rewritten (inode {ino} -> {after:?}): heal rebuilt a shard its node still held sound",
+                path.display()
+            );
+        }
+    }
+    step(
+        test,
+        started,
+        "placements on their original nodes, shards un-marked in place",
+    );
     c.stop_all().await
 }
 

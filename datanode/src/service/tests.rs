@@ -1,7 +1,7 @@
 //! The service over a real gRPC server with a fault-injecting store: a
 //! full disk (ENOSPC) or an I/O error fails only the shard being written,
-//! the free-space reserve refuses new shards, HasShards, and the commit
-//! waiting for its blob's lock.
+//! the free-space reserve refuses new shards, HasShards, VerifyShards, and
+//! the commit waiting for its blob's lock.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -17,7 +17,9 @@ use tonic::Code;
 use tonic::transport::{Channel, Server};
 
 use super::*;
-use crate::store::{Committed, DiskReader, DiskStore, DiskWriter, ShardPage, StoreStats};
+use crate::store::{
+    Committed, DiskReader, DiskStore, DiskWriter, HEADER_LEN, ShardPage, StoreStats,
+};
 
 const BLOCK: usize = 4096;
 
@@ -150,6 +152,7 @@ impl Harness {
             credit_fsync_bytes: 64 * 1024,
             credit_fsync_idle: Duration::from_millis(5),
             max_shard_streams: crate::config::DEFAULT_MAX_SHARD_STREAMS,
+            verify_bandwidth: crate::config::DEFAULT_VERIFY_BANDWIDTH_BYTES_PER_SEC,
         };
         let service = DatanodeService::new(
             store.clone(),
@@ -343,6 +346,107 @@ async fn has_shards_checks_headers_and_bounds_the_request() {
     };
     let err = c.has_shards(too_many).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_shards_fails_a_flipped_byte_and_passes_a_good_shard() {
+    use sluice_proto::datanode::{ShardVerdict, VerifyShard, VerifyShardsRequest};
+    let h = Harness::start(Fault::NoSpaceAfter(u64::MAX), 1 << 30).await;
+    let mut c = h.client().await;
+    let len = 2 * BLOCK + 100;
+    for blob in ["e1.good", "e1.flip", "e1.cut"] {
+        put(&mut c, blob, "", len).await.unwrap();
+    }
+    let path = |blob: &str| h.store.inner.shard_path(&ShardKey::new(blob, 0).unwrap());
+    // One byte inside block 1's data of e1.flip: its header stays good.
+    let mut bytes = std::fs::read(path("e1.flip")).unwrap();
+    bytes[HEADER_LEN as usize + BLOCK + 4 + 10] ^= 0x01;
+    std::fs::write(path("e1.flip"), bytes).unwrap();
+    // e1.cut loses its last block: every block left is good.
+    let cut = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path("e1.cut"))
+        .unwrap();
+    cut.set_len(HEADER_LEN + 2 * (BLOCK as u64 + 4)).unwrap();
+    drop(cut);
+
+    let ask = |blob: &str, block_size: usize, payload: usize| VerifyShard {
+        blob_id: blob.into(),
+        shard_index: 0,
+        block_size: block_size as u32,
+        payload_bytes: payload as u64,
+    };
+    let vc = c.clone();
+    let verdicts = |shards: Vec<VerifyShard>| {
+        let mut c = vc.clone();
+        async move {
+            c.verify_shards(VerifyShardsRequest { shards })
+                .await
+                .map(|r| r.into_inner().verdicts)
+        }
+    };
+    use ShardVerdict::*;
+    let got = verdicts(vec![
+        ask("e1.good", BLOCK, len),
+        ask("e1.flip", BLOCK, len),
+        ask("e1.cut", BLOCK, len),
+        ask("e1.none", BLOCK, len),
+        ask("../etc", BLOCK, len),
+        // The good shard, asked with a shape it does not have.
+        ask("e1.good", BLOCK, len - 1),
+        ask("e1.good", BLOCK, len + BLOCK),
+        ask("e1.good", BLOCK / 2, len),
+    ])
+    .await
+    .unwrap();
+    let want = [
+        ShardSound,
+        ShardCorrupt,
+        ShardCorrupt,
+        ShardAbsent,
+        ShardAbsent,
+        ShardCorrupt,
+        ShardCorrupt,
+        ShardCorrupt,
+    ]
+    .map(|v| v as i32);
+    assert_eq!(got, want);
+    // HasShards reads headers only: it cannot tell.
+    let present = c
+        .has_shards(HasShardsRequest {
+            shards: ["e1.good", "e1.flip", "e1.cut"]
+                .map(|b| ShardId {
+                    blob_id: b.into(),
+                    shard_index: 0,
+                })
+                .to_vec(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .present;
+    assert_eq!(present, [true, true, true]);
+    // Verification changes nothing on disk.
+    assert!(path("e1.flip").exists());
+
+    // Bounds: shards per call, and bytes per call of more than one shard.
+    let too_many = (0..=crate::verify::MAX_VERIFY_SHARDS)
+        .map(|_| ask("e1.good", BLOCK, len))
+        .collect();
+    let err = verdicts(too_many).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let big = crate::verify::MAX_VERIFY_BYTES as usize;
+    let err = verdicts(vec![ask("e1.none", BLOCK, big), ask("e1.good", BLOCK, len)])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(
+        verdicts(vec![ask("e1.none", BLOCK, 2 * big)])
+            .await
+            .unwrap(),
+        [ShardAbsent as i32],
+        "one shard larger than the bound goes alone"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

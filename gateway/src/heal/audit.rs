@@ -8,21 +8,36 @@
 //! [`HAS_SHARDS_BATCH`] per call, [`AUDIT_NODE_CONCURRENCY`] nodes at
 //! once) and reports the absent ones with `ReportMissing`. Every shard of
 //! a node down longer than `node_down_after` is reported missing without
-//! asking it. Shards already missing are not checked again.
+//! asking it.
+//!
+//! Shards listed missing whose index is still assigned to a live node are
+//! re-verified there (`VerifyShards`: present, every block's CRC32C good,
+//! the length the placement gives; calls of at most
+//! [`sluice_proto::shard::MAX_VERIFY_SHARDS`] shards and
+//! [`sluice_proto::shard::MAX_VERIFY_BYTES`], each waited for at most
+//! `audit_verify_timeout`; the datanode paces the reads) and the sound ones
+//! are un-marked with `ReportPresent`, so a node that was only away keeps
+//! its shards instead of heal rebuilding them. Absent, corrupt or unread
+//! shards stay missing for heal.
 //!
 //! [`NodeWatch`] decides when a pass is due besides the timer: a node's
-//! `disk_generation` changed, or a node crossed `node_down_after`.
+//! `disk_generation` changed, a node crossed `node_down_after`, or such a
+//! node is live again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use sluice_proto::datanode::{HasShardsRequest, ShardId};
+use sluice_proto::datanode::{
+    HasShardsRequest, ShardId, ShardVerdict, VerifyShard, VerifyShardsRequest,
+};
 use sluice_proto::meta::{DatanodeInfo, ListPlacementsRequest, ShardRef};
+use sluice_proto::shard::{MAX_VERIFY_BYTES, MAX_VERIFY_SHARDS};
 
 use super::HealMeta;
 use super::rebuild::HealError;
 use crate::blob::BlobStore;
+use crate::layout::Layout;
 
 /// Blobs per `ListPlacements` page of an audit pass.
 pub const AUDIT_PAGE: u32 = 1000;
@@ -44,6 +59,10 @@ pub struct AuditReport {
     pub missing_reported: u64,
     /// Shards not checked because their node was unreachable.
     pub unchecked: u64,
+    /// Missing shards read through on their live node (`VerifyShards`).
+    pub verified: u64,
+    /// Shards found sound and un-marked (what `ReportPresent` un-marked).
+    pub present_reported: u64,
 }
 
 /// How the audit treats a node.
@@ -77,6 +96,10 @@ pub struct Observation {
     pub generation_changed: bool,
     /// A node crossed `node_down_after` since the last look.
     pub newly_lost: bool,
+    /// A node that had crossed `node_down_after` is live again: the shards
+    /// reported missing on it are worth re-verifying before heal rebuilds
+    /// them.
+    pub returned: bool,
 }
 
 impl NodeWatch {
@@ -105,7 +128,9 @@ impl NodeWatch {
             }
             if d.live {
                 self.down_since.remove(&d.id);
-                self.lost.remove(&d.id);
+                if self.lost.remove(&d.id) {
+                    obs.returned = true;
+                }
                 continue;
             }
             let since = *self.down_since.entry(d.id).or_insert(now);
@@ -146,6 +171,95 @@ pub fn shards_by_node(blobs: &[sluice_proto::meta::PlacedBlob]) -> BTreeMap<u64,
         }
     }
     by_node
+}
+
+/// Groups a page's shards listed missing by the node their index is still
+/// assigned to, with the shape `VerifyShards` checks them against.
+pub fn missing_by_node(
+    blobs: &[sluice_proto::meta::PlacedBlob],
+) -> BTreeMap<u64, Vec<VerifyShard>> {
+    let mut by_node: BTreeMap<u64, Vec<VerifyShard>> = BTreeMap::new();
+    for b in blobs {
+        let Some(p) = &b.placement else { continue };
+        if p.missing.is_empty() || p.data_shards == 0 || p.block_size == 0 {
+            continue;
+        }
+        let layout = Layout::new(p.size, p.data_shards as usize, p.block_size as usize);
+        for &i in &p.missing {
+            let Some(&node) = p.nodes.get(i as usize) else {
+                continue;
+            };
+            by_node.entry(node).or_default().push(VerifyShard {
+                blob_id: p.blob_id.clone(),
+                shard_index: i,
+                block_size: p.block_size,
+                payload_bytes: layout.shard_bytes(),
+            });
+        }
+    }
+    by_node
+}
+
+/// Cuts `shards` into `VerifyShards` calls: at most [`MAX_VERIFY_SHARDS`]
+/// shards and, with more than one, [`MAX_VERIFY_BYTES`] of payload each.
+pub fn verify_batches(shards: &[VerifyShard]) -> Vec<&[VerifyShard]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0u64;
+    for (i, s) in shards.iter().enumerate() {
+        let full = i - start == MAX_VERIFY_SHARDS
+            || (i > start && bytes.saturating_add(s.payload_bytes) > MAX_VERIFY_BYTES);
+        if full {
+            out.push(&shards[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes = bytes.saturating_add(s.payload_bytes);
+    }
+    if start < shards.len() {
+        out.push(&shards[start..]);
+    }
+    out
+}
+
+/// Has node `node` read `shards` through; returns the sound ones. A call
+/// that fails or times out leaves its shards (and the rest) unverified.
+async fn sound_on(
+    store: &BlobStore,
+    node: u64,
+    shards: &[VerifyShard],
+    timeout: Duration,
+) -> Result<Vec<ShardRef>, String> {
+    let mut client = store.heal_client(node).map_err(|e| e.to_string())?;
+    let mut sound = Vec::new();
+    for batch in verify_batches(shards) {
+        let req = VerifyShardsRequest {
+            shards: batch.to_vec(),
+        };
+        let verdicts = match tokio::time::timeout(timeout, client.verify_shards(req)).await {
+            Ok(Ok(r)) => r.into_inner().verdicts,
+            Ok(Err(status)) => return Err(format!("{}: {}", status.code(), status.message())),
+            Err(_) => return Err(format!("no answer within {timeout:?}")),
+        };
+        if verdicts.len() != batch.len() {
+            return Err(format!(
+                "VerifyShards answered {} verdicts for {} shards",
+                verdicts.len(),
+                batch.len()
+            ));
+        }
+        for (s, v) in batch.iter().zip(verdicts) {
+            if v == ShardVerdict::ShardSound as i32 {
+                sound.push(ShardRef {
+                    blob_id: s.blob_id.clone(),
+                    shard_index: s.shard_index,
+                });
+            } else {
+                tracing::debug!(node, blob_id = %s.blob_id, shard = s.shard_index, verdict = ?ShardVerdict::try_from(v), "audit: missing shard stays missing");
+            }
+        }
+    }
+    Ok(sound)
 }
 
 /// Asks node `node` which of `shards` it holds; returns the absent ones.
@@ -190,12 +304,14 @@ async fn absent_on(
 }
 
 /// One audit pass over every committed blob (see the module doc).
-/// `watch` says which nodes are lost, `live` which may be asked.
+/// `watch` says which nodes are lost, `live` which may be asked;
+/// `verify_timeout` bounds the wait for each `VerifyShards` answer.
 pub async fn audit_pass(
     store: &BlobStore,
     meta: &dyn HealMeta,
     watch: &NodeWatch,
     live: &BTreeSet<u64>,
+    verify_timeout: Duration,
 ) -> Result<AuditReport, HealError> {
     let mut report = AuditReport::default();
     let mut after = String::new();
@@ -244,12 +360,71 @@ pub async fn audit_pass(
                 }
             }
         }
+        verify_missing(
+            store,
+            meta,
+            watch,
+            live,
+            verify_timeout,
+            &page.blobs,
+            &mut report,
+        )
+        .await?;
         match page.blobs.last().and_then(|b| b.placement.as_ref()) {
             Some(p) if page.is_truncated => after = p.blob_id.clone(),
             _ => break,
         }
     }
     Ok(report)
+}
+
+/// Re-verifies the page's missing shards on the live nodes their index is
+/// still assigned to and un-marks the sound ones.
+async fn verify_missing(
+    store: &BlobStore,
+    meta: &dyn HealMeta,
+    watch: &NodeWatch,
+    live: &BTreeSet<u64>,
+    timeout: Duration,
+    blobs: &[sluice_proto::meta::PlacedBlob],
+    report: &mut AuditReport,
+) -> Result<(), HealError> {
+    let asked = missing_by_node(blobs)
+        .into_iter()
+        .filter(|(node, _)| watch.audit_of(*node, live) == NodeAudit::Ask);
+    let checks = futures::stream::iter(asked.map(|(node, shards)| async move {
+        let found = sound_on(store, node, &shards, timeout).await;
+        (node, shards.len() as u64, found)
+    }))
+    .buffer_unordered(AUDIT_NODE_CONCURRENCY)
+    .collect::<Vec<_>>()
+    .await;
+    for (node, count, found) in checks {
+        let sound = match found {
+            Ok(sound) => sound,
+            Err(e) => {
+                tracing::warn!(node, shards = count, error = %e, "audit: datanode did not verify its missing shards; they stay missing");
+                continue;
+            }
+        };
+        report.verified += count;
+        if sound.is_empty() {
+            continue;
+        }
+        let n = sound.len();
+        let unmarked = meta
+            .report_present(node, sound)
+            .await
+            .map_err(HealError::Meta)?;
+        tracing::info!(
+            node,
+            sound = n,
+            unmarked,
+            "audit: un-marked missing shards found sound on their node"
+        );
+        report.present_reported += u64::from(unmarked);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -264,6 +439,48 @@ mod tests {
             last_heartbeat_ms,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn missing_shards_are_asked_of_their_node_in_bounded_calls() {
+        use sluice_proto::meta::{PlacedBlob, Placement};
+        let blob = |id: &str, size: u64, missing: Vec<u32>| PlacedBlob {
+            locator: None,
+            placement: Some(Placement {
+                blob_id: id.into(),
+                size,
+                data_shards: 2,
+                parity_shards: 1,
+                block_size: 10,
+                nodes: vec![1, 2, 3],
+                missing,
+            }),
+        };
+        // 45 bytes over k = 2 and blocks of 10: stripes of 20, 20 and 5,
+        // so every shard holds 10 + 10 + 3 bytes.
+        let by = missing_by_node(&[blob("a", 45, vec![0, 2]), blob("b", 45, vec![])]);
+        assert_eq!(by.keys().copied().collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(by[&3][0].payload_bytes, 23);
+        assert_eq!((by[&1][0].shard_index, by[&1][0].block_size), (0, 10));
+
+        let shard = |payload_bytes| VerifyShard {
+            payload_bytes,
+            ..Default::default()
+        };
+        let many: Vec<_> = (0..2 * MAX_VERIFY_SHARDS + 1).map(|_| shard(1)).collect();
+        let lens: Vec<usize> = verify_batches(&many).iter().map(|b| b.len()).collect();
+        assert_eq!(lens, [MAX_VERIFY_SHARDS, MAX_VERIFY_SHARDS, 1]);
+        let half = MAX_VERIFY_BYTES / 2;
+        let big = [
+            shard(half),
+            shard(half),
+            shard(1),
+            shard(3 * half),
+            shard(1),
+        ];
+        let lens: Vec<usize> = verify_batches(&big).iter().map(|b| b.len()).collect();
+        assert_eq!(lens, [2, 1, 1, 1], "a shard past the bound goes alone");
+        assert!(verify_batches(&[]).is_empty());
     }
 
     #[test]
@@ -283,9 +500,13 @@ mod tests {
         assert_eq!(watch.audit_of(1, &BTreeSet::new()), NodeAudit::Lost);
         let obs = watch.observe(&[node(1, false, 601_000, 1)], t0, down_after);
         assert!(!obs.newly_lost, "already lost");
-        // Back: live again, not lost.
-        watch.observe(&[node(1, true, 0, 1)], t0, down_after);
+        assert!(!obs.returned);
+        // Back: live again, not lost, and returned (once).
+        let obs = watch.observe(&[node(1, true, 0, 1)], t0, down_after);
+        assert!(obs.returned);
         assert_eq!(watch.audit_of(1, &BTreeSet::from([1])), NodeAudit::Ask);
+        let obs = watch.observe(&[node(1, true, 0, 1)], t0, down_after);
+        assert!(!obs.returned);
         // Our own sight of it down counts too (a new leader that has not
         // been leader for long reports a short silence).
         watch.observe(&[node(1, false, 1_000, 1)], t0, down_after);

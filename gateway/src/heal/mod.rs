@@ -15,8 +15,10 @@
 //! # The loop
 //! Every `heal_interval`: read the datanode set; run an audit pass when
 //! one is due (at start, every `audit_interval`, when a node's
-//! `disk_generation` changed or a node has been down longer than
-//! `node_down_after`); then page the degraded blobs
+//! `disk_generation` changed, a node has been down longer than
+//! `node_down_after`, or such a node is live again: its shards marked
+//! missing are re-verified before this pass's heal would rebuild them);
+//! then page the degraded blobs
 //! (`ListPlacements(degraded_only)`) and rebuild them, `heal_concurrency`
 //! at once. A blob that cannot be healed now stays degraded and is tried
 //! again on the next pass. Then, when a node is draining or rebalancing is
@@ -70,6 +72,10 @@ pub mod names {
     pub const AUDIT_MISSING: &str = "sluice_heal_audit_missing_total";
     /// Counter: audit passes completed.
     pub const AUDIT_PASSES: &str = "sluice_heal_audit_passes_total";
+    /// Counter: missing shards the audit read through on their node.
+    pub const AUDIT_VERIFIED: &str = "sluice_heal_audit_verified_total";
+    /// Counter: missing shards the audit found sound and un-marked.
+    pub const AUDIT_UNMARKED: &str = "sluice_heal_audit_unmarked_total";
 }
 
 /// Registers the descriptions of the heal metrics.
@@ -92,6 +98,14 @@ pub fn describe() {
     metrics::describe_counter!(names::AUDIT_SHARDS_CHECKED, "Shards checked by the audit");
     metrics::describe_counter!(names::AUDIT_MISSING, "Shards the audit reported missing");
     metrics::describe_counter!(names::AUDIT_PASSES, "Audit passes completed");
+    metrics::describe_counter!(
+        names::AUDIT_VERIFIED,
+        "Missing shards the audit read through on their node"
+    );
+    metrics::describe_counter!(
+        names::AUDIT_UNMARKED,
+        "Missing shards the audit found sound on their node and un-marked"
+    );
 }
 
 /// The meta calls of the heal worker. [`MetaClient`] implements it; tests
@@ -105,6 +119,9 @@ pub trait HealMeta: Send + Sync {
     ) -> Result<ListPlacementsResponse, MetaError>;
     /// Marks `shards` of `node_id` missing; returns how many were marked.
     async fn report_missing(&self, node_id: u64, shards: Vec<ShardRef>) -> Result<u32, MetaError>;
+    /// Un-marks `shards` of `node_id` (found sound there); returns how many
+    /// left `missing`.
+    async fn report_present(&self, node_id: u64, shards: Vec<ShardRef>) -> Result<u32, MetaError>;
     /// Records a heal intent.
     async fn begin_heal(&self, req: BeginHealRequest) -> Result<(), MetaError>;
     /// Compare-and-set of a healed placement.
@@ -123,6 +140,9 @@ impl HealMeta for MetaClient {
     }
     async fn report_missing(&self, node_id: u64, shards: Vec<ShardRef>) -> Result<u32, MetaError> {
         MetaClient::report_missing(self, node_id, shards).await
+    }
+    async fn report_present(&self, node_id: u64, shards: Vec<ShardRef>) -> Result<u32, MetaError> {
+        MetaClient::report_present(self, node_id, shards).await
     }
     async fn begin_heal(&self, req: BeginHealRequest) -> Result<(), MetaError> {
         MetaClient::begin_heal(self, req).await
@@ -146,6 +166,8 @@ pub struct HealConfig {
     pub audit_interval: Duration,
     /// A node down this long has its shards reported missing.
     pub node_down_after: Duration,
+    /// Longest wait for one `VerifyShards` answer of the audit.
+    pub audit_verify_timeout: Duration,
     /// Blobs healed at once, and stripes of budget heal holds at once (>= 1).
     pub concurrency: usize,
     /// Longest wait for a stripe buffer or a datanode's credit.
@@ -162,6 +184,7 @@ impl HealConfig {
             heal_interval: c.heal_interval,
             audit_interval: c.audit_interval,
             node_down_after: c.node_down_after,
+            audit_verify_timeout: c.audit_verify_timeout,
             concurrency: c.heal_concurrency.max(1),
             stall_timeout: c.stall_timeout,
             rebalance_bandwidth_bytes_per_sec: c.rebalance_bandwidth_bytes_per_sec.as_u64(),
@@ -196,6 +219,10 @@ pub struct HealStatus {
     pub audit_passes: u64,
     pub audit_shards_checked: u64,
     pub audit_missing: u64,
+    /// Missing shards the audit read through on their node.
+    pub audit_verified: u64,
+    /// Missing shards the audit found sound and un-marked.
+    pub audit_unmarked: u64,
     /// Shards moved off draining nodes.
     pub drained_shards: u64,
     /// Shards moved by rebalance.
@@ -318,7 +345,7 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken, worker: WorkerHandle)
             };
             let obs = watch.observe(&infos, Instant::now(), shared.config.node_down_after);
             let due = last_audit.is_none_or(|t| t.elapsed() >= shared.config.audit_interval);
-            if due || obs.generation_changed || obs.newly_lost {
+            if due || obs.generation_changed || obs.newly_lost || obs.returned {
                 audit_once(&shared, &watch, &infos).await;
                 last_audit = Some(Instant::now());
             }
@@ -342,21 +369,34 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken, worker: WorkerHandle)
 async fn audit_once(shared: &Shared, watch: &NodeWatch, infos: &[DatanodeInfo]) {
     shared.update(|s| s.state = HealState::Auditing);
     let live: BTreeSet<u64> = infos.iter().filter(|d| d.live).map(|d| d.id).collect();
-    match audit::audit_pass(&shared.store, shared.meta.as_ref(), watch, &live).await {
+    let pass = audit::audit_pass(
+        &shared.store,
+        shared.meta.as_ref(),
+        watch,
+        &live,
+        shared.config.audit_verify_timeout,
+    );
+    match pass.await {
         Ok(r) => {
             metrics::counter!(names::AUDIT_PASSES).increment(1);
             metrics::counter!(names::AUDIT_SHARDS_CHECKED).increment(r.shards_checked);
             metrics::counter!(names::AUDIT_MISSING).increment(r.missing_reported);
+            metrics::counter!(names::AUDIT_VERIFIED).increment(r.verified);
+            metrics::counter!(names::AUDIT_UNMARKED).increment(r.present_reported);
             shared.update(|s| {
                 s.audit_passes += 1;
                 s.audit_shards_checked += r.shards_checked;
                 s.audit_missing += r.missing_reported;
+                s.audit_verified += r.verified;
+                s.audit_unmarked += r.present_reported;
             });
             tracing::info!(
                 blobs = r.blobs,
                 checked = r.shards_checked,
                 missing = r.missing_reported,
                 unchecked = r.unchecked,
+                verified = r.verified,
+                unmarked = r.present_reported,
                 "audit pass done"
             );
         }

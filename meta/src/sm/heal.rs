@@ -30,7 +30,8 @@ use crate::store::{Batch, KvStore, Space, as_ref_bound, prefix_end};
 
 type Outcome = Result<(Batch, Applied), SmError>;
 
-/// Most shards one [`collectable`] or ReportMissing call accepts.
+/// Most shards one [`collectable`], ReportMissing or ReportPresent call
+/// accepts.
 pub const MAX_SHARDS_PER_CALL: usize = 1000;
 
 const BY_SHARD: u8 = 1;
@@ -283,6 +284,64 @@ pub(crate) fn mark_missing<K: KvStore>(
         }
     }
     Ok((b, marked))
+}
+
+/// ReportPresent: removes each reported shard index from its placement's
+/// `missing` when the committed placement still assigns that index to the
+/// reporting node and lists it missing; anything else (another node's
+/// index, an index heal moved elsewhere, one not missing, an unknown blob)
+/// is ignored. A blob left with no missing shard leaves the degraded
+/// index. Returns [`Applied::Unmarked`] with the number of shards
+/// un-marked.
+///
+/// Against a concurrent heal this is a compare-and-set on the placement:
+/// a heal that read the placement with the index missing then fails its
+/// UpdatePlacement (`PlacementChanged`, the missing set differs), and the
+/// intent it leaves only keeps GC off (node, blob, index) until its epoch
+/// closes; the shard is assigned to that node anyway.
+pub(crate) fn report_present<K: KvStore>(kv: &K, r: &pb::ReportPresentRequest) -> Outcome {
+    if r.shards.len() > MAX_SHARDS_PER_CALL {
+        return refuse(
+            ErrorCode::InvalidArgument,
+            format!(
+                "{} shards reported, at most {MAX_SHARDS_PER_CALL} per call",
+                r.shards.len()
+            ),
+        );
+    }
+    let mut by_blob: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    for s in &r.shards {
+        by_blob.entry(&s.blob_id).or_default().insert(s.shard_index);
+    }
+    let mut records = PlacementRecords::default();
+    let mut changed: Vec<pb::Placement> = Vec::new();
+    let mut unmarked = 0u32;
+    for (blob, indices) in by_blob {
+        let Some(locator) = refs::locate(kv, blob)? else {
+            continue;
+        };
+        let Some(placement) = records.placement(kv, &locator, blob)? else {
+            continue;
+        };
+        let present: BTreeSet<u32> = indices
+            .into_iter()
+            .filter(|i| assigns(placement, r.node_id, *i) && placement.missing.contains(i))
+            .collect();
+        if present.is_empty() {
+            continue;
+        }
+        placement.missing.retain(|i| !present.contains(i));
+        unmarked += present.len() as u32;
+        changed.push(placement.clone());
+    }
+    let mut b = Batch::new();
+    if unmarked > 0 {
+        records.write(&mut b);
+        for p in &changed {
+            mark_degraded(&mut b, p);
+        }
+    }
+    Ok((b, Applied::Unmarked(unmarked)))
 }
 
 /// BeginHeal: records the intent of writing shard `shard_index` of

@@ -12,7 +12,7 @@
 //! * [`refs`] — the reference index (blob id -> locator of its record) and
 //!   the degraded index that every mutation keeps, and
 //!   [`filter_unreferenced`].
-//! * [`heal`] — heal intents, ReportMissing, the UpdatePlacement
+//! * [`heal`] — heal intents, ReportMissing, ReportPresent, the UpdatePlacement
 //!   compare-and-set and [`collectable`] for the datanodes' GC.
 //! * [`registry`] — datanode registration with disk identity.
 //! * `stale` — [`stale_uploads`]: bounded pages of expired uploads for the
@@ -93,6 +93,8 @@ pub enum Applied {
     Registered(pb::RegisterDatanodeResponse),
     /// ReportMissing: how many shards were marked missing.
     Marked(u32),
+    /// ReportPresent: how many shards left `missing`.
+    Unmarked(u32),
     /// CreateAccessKey: the id of the stored key (the secret is read from
     /// the record, so it is never in the session table).
     KeyCreated(String),

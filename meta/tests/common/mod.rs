@@ -2,6 +2,8 @@
 //! node, record builders, and the lost-response fault.
 #![allow(dead_code)] // each test binary uses a subset
 
+pub mod fake_datanode;
+
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -131,6 +131,17 @@ fn report(kv: &MemStore, node: u64, shards: Vec<pb::ShardRef>) -> Applied {
     )
 }
 
+fn present(kv: &MemStore, node: u64, shards: Vec<pb::ShardRef>) -> Applied {
+    exec(
+        kv,
+        Command::ReportPresent(pb::ReportPresentRequest {
+            node_id: node,
+            shards,
+            ..Default::default()
+        }),
+    )
+}
+
 fn begin(kv: &MemStore, blob: &str, index: u32, node: u64, epoch: u64) -> Applied {
     exec(
         kv,
@@ -344,6 +355,130 @@ fn report_missing_marks_only_shards_the_node_holds() {
         refused_code(&report(&kv, 1, too_many)),
         Some(ErrorCode::InvalidArgument)
     );
+}
+
+#[test]
+fn report_present_unmarks_only_missing_shards_assigned_to_the_node() {
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    let [x1, x2, pp, ghost] = ["x1", "x2", "pp", "ghost"].map(bid);
+    // nodes are 1..=6 for indices 0..=5.
+    put_placements(&kv, "k", vec![placed(&x1), placed(&x2)]);
+    upload(&kv, "b", "m", "u1");
+    put_part_placement(&kv, "m", "u1", 1, b"p", placed(&pp));
+    assert_eq!(
+        report(&kv, 3, vec![shard(&x1, 2), shard(&x2, 2), shard(&pp, 2)]),
+        Applied::Marked(3)
+    );
+    assert_eq!(report(&kv, 1, vec![shard(&x1, 0)]), Applied::Marked(1));
+    assert_eq!(degraded(&kv), set(&[&pp, &x1, &x2]));
+
+    // Node 3 speaks for its index 2 only: index 0 is missing but node 1's,
+    // index 3 is node 4's and not missing, index 9 is outside the
+    // placement, the ghost blob is unreferenced.
+    assert_eq!(
+        present(
+            &kv,
+            3,
+            vec![
+                shard(&x1, 2),
+                shard(&x1, 0),
+                shard(&x1, 3),
+                shard(&x1, 9),
+                shard(&ghost, 2)
+            ]
+        ),
+        Applied::Unmarked(1)
+    );
+    assert_eq!(placement_of(&kv, &x1).missing, vec![0]);
+    assert_eq!(
+        degraded(&kv),
+        set(&[&pp, &x1, &x2]),
+        "x1 still misses index 0"
+    );
+    // Two placements of one object and a part record in one entry; x1's
+    // last missing shard goes with node 1's report.
+    assert_eq!(
+        present(&kv, 3, vec![shard(&x2, 2), shard(&pp, 2)]),
+        Applied::Unmarked(2)
+    );
+    assert_eq!(present(&kv, 1, vec![shard(&x1, 0)]), Applied::Unmarked(1));
+    for id in [&x1, &x2, &pp] {
+        assert_eq!(placement_of(&kv, id), placed(id), "only missing changes");
+    }
+    assert!(degraded(&kv).is_empty(), "no missing shard, not degraded");
+    // Not missing (any more): nothing to do, nothing written.
+    assert_eq!(present(&kv, 3, vec![shard(&x1, 2)]), Applied::Unmarked(0));
+    let obj = get_object(&kv, "b", "k").unwrap();
+    assert_eq!(obj.parts.len(), 2);
+    assert_eq!(obj.etag, "e");
+
+    let too_many: Vec<_> = (0..=MAX_SHARDS_PER_CALL as u128)
+        .map(|i| shard(&blob(1, i), 0))
+        .collect();
+    assert_eq!(
+        refused_code(&present(&kv, 1, too_many)),
+        Some(ErrorCode::InvalidArgument)
+    );
+}
+
+#[test]
+fn report_present_ignores_an_index_heal_moved_elsewhere() {
+    let kv = MemStore::new();
+    let x = healing(&kv); // index 2 missing on node 3, heal onto 9 begun
+    assert_eq!(
+        update(&kv, with_missing(&x, &[2]), healed(&x), 7),
+        Applied::Done
+    );
+    // Node 3's copy is no longer assigned: its report changes nothing, and
+    // node 9's index is not missing.
+    assert_eq!(present(&kv, 3, vec![shard(&x, 2)]), Applied::Unmarked(0));
+    assert_eq!(present(&kv, 9, vec![shard(&x, 2)]), Applied::Unmarked(0));
+    assert_eq!(placement_of(&kv, &x), healed(&x));
+    assert!(degraded(&kv).is_empty());
+
+    // Moved while marked again: a missing index now assigned to node 9 is
+    // not node 3's to un-mark.
+    assert_eq!(report(&kv, 9, vec![shard(&x, 2)]), Applied::Marked(1));
+    assert_eq!(present(&kv, 3, vec![shard(&x, 2)]), Applied::Unmarked(0));
+    assert_eq!(placement_of(&kv, &x).missing, vec![2]);
+    assert_eq!(present(&kv, 9, vec![shard(&x, 2)]), Applied::Unmarked(1));
+    assert_eq!(placement_of(&kv, &x), healed(&x));
+}
+
+#[test]
+fn a_heal_racing_report_present_loses_and_its_intent_is_harmless() {
+    let kv = MemStore::new();
+    let x = healing(&kv); // index 2 missing on node 3, heal onto 9 begun
+    // The in-place variant of the same race: a second healer rebuilding
+    // index 2 on node 3 itself.
+    assert_eq!(begin(&kv, &x, 2, 3, 7), Applied::Done);
+    assert_eq!(present(&kv, 3, vec![shard(&x, 2)]), Applied::Unmarked(1));
+    assert_eq!(placement_of(&kv, &x), placed(&x));
+    assert!(degraded(&kv).is_empty());
+
+    // Both healers read the placement with index 2 missing: the missing
+    // set changed, so the compare-and-set refuses either.
+    for new in [healed(&x), placed(&x)] {
+        assert_eq!(
+            refused_code(&update(&kv, with_missing(&x, &[2]), new, 7)),
+            Some(ErrorCode::PlacementChanged)
+        );
+    }
+    assert_eq!(placement_of(&kv, &x), placed(&x), "refusals change nothing");
+    assert_eq!(intent_epoch(&kv, 9, &x, 2).unwrap(), Some(7));
+    assert_eq!(intent_epoch(&kv, 3, &x, 2).unwrap(), Some(7));
+
+    // The intents keep GC off their shards until epoch 7 closes; then
+    // node 9's copy is garbage (once x's own epoch is closed) and node 3's
+    // stays, assigned to it.
+    close_epoch(&kv, 3);
+    assert!(collect(&kv, 9, &[shard(&x, 2)]).is_empty());
+    assert!(collect(&kv, 3, &[shard(&x, 2)]).is_empty());
+    close_epoch(&kv, 7);
+    assert_eq!(intent_epoch(&kv, 9, &x, 2).unwrap(), None);
+    assert_eq!(collect(&kv, 9, &[shard(&x, 2)]), vec![shard(&x, 2)]);
+    assert!(collect(&kv, 3, &[shard(&x, 2)]).is_empty());
 }
 
 #[test]
