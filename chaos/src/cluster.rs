@@ -70,6 +70,11 @@ pub const GC_GRACE: Duration = Duration::from_secs(60);
 pub const DELETE_DELAY: Duration = Duration::from_secs(30);
 /// Meta's `reclaim_interval`.
 pub const RECLAIM_INTERVAL: Duration = Duration::from_secs(10);
+/// Gateways' `read_lease_after`: well below [`DELETE_DELAY`] (a quarter of
+/// it), as `docs/design/durability.md` §4 requires, so a slow GET leases
+/// the blobs it reads long before the reclaimer may take them. The
+/// gateway's default (1 min) is above the chaos `delete_delay`.
+pub const READ_LEASE_AFTER: Duration = Duration::from_millis(DELETE_DELAY.as_millis() as u64 / 4);
 /// S3 root key of the gateways.
 pub const ACCESS_KEY: &str = "SLUICECHAOSKEY";
 /// S3 root secret of the gateways.
@@ -552,6 +557,7 @@ impl Cluster {
         t.insert("audit_interval".into(), dur(AUDIT_INTERVAL).into());
         t.insert("heal_interval".into(), dur(HEAL_INTERVAL).into());
         t.insert("node_down_after".into(), dur(NODE_DOWN_AFTER).into());
+        t.insert("read_lease_after".into(), dur(READ_LEASE_AFTER).into());
         t.insert(
             "cluster_tls".into(),
             self.tls_table("gateway", &name)?.into(),

@@ -162,7 +162,8 @@ impl FaultKind {
             // Twice the delay, so the pending deletions reach their
             // steady state under the storm.
             FaultKind::OverwriteStorm => Some(2 * DELETE_DELAY),
-            // The slow GET outlasts the delay plus two reclaimer passes.
+            // The slow GET (delete_delay + 5 reclaimer passes) and one
+            // more pass.
             FaultKind::SlowReaderOverwrite => Some(slow_read_duration() + RECLAIM_INTERVAL),
             _ => None,
         }
@@ -260,11 +261,14 @@ pub enum Target {
     Workload,
 }
 
-/// How long the slow reader's GET lasts: past `delete_delay` and two
-/// reclaimer passes, so the old version's shards would be reclaimed under
-/// it if nothing protected them.
+/// How long the slow reader's GET lasts: `delete_delay` and five
+/// reclaimer passes. The old version's blobs are due `delete_delay` after
+/// the overwrite, sampled and reclaimed within two more passes (50 s); the
+/// GET's last parts (opened only when the read reaches them, some MiB
+/// ahead of the client through the gateway's and the sockets' buffers)
+/// come well after that, so they would be gone if nothing protected them.
 pub fn slow_read_duration() -> Duration {
-    crate::cluster::DELETE_DELAY + 2 * crate::cluster::RECLAIM_INTERVAL
+    crate::cluster::DELETE_DELAY + 5 * crate::cluster::RECLAIM_INTERVAL
 }
 
 /// One scheduled fault.

@@ -301,17 +301,23 @@ pub struct WorkloadArgs {
     #[arg(long, default_value_t = 2)]
     pub storm_keys: u32,
     /// Slow readers across an overwrite, each at this time from the
-    /// workload's start: a large object is written to `slow/<n>`, read
-    /// slowly (`--slow-read-for`), and overwritten then deleted once its
-    /// body has started.
+    /// workload's start: a large multipart object is written to
+    /// `slow/<n>`, read slowly (`--slow-read-for`), and overwritten then
+    /// deleted once its body has started.
     #[arg(long)]
     pub slow_read: Vec<humantime::Duration>,
     /// How long a slow reader takes over its body.
-    #[arg(long, default_value = "50s")]
+    #[arg(long, default_value = "80s")]
     pub slow_read_for: humantime::Duration,
-    /// Size of a slow reader's object, MiB.
-    #[arg(long, default_value_t = 48)]
-    pub slow_read_mib: u64,
+    /// Parts of a slow reader's object (a multipart upload: each part is
+    /// its own blob, whose shards the datanodes open only when the read
+    /// reaches it).
+    #[arg(long, default_value_t = 8)]
+    pub slow_read_parts: u32,
+    /// Size of each part of a slow reader's object, MiB (at least 5, S3's
+    /// smallest part but the last).
+    #[arg(long, default_value_t = 6)]
+    pub slow_read_part_mib: u64,
 }
 
 /// Parses a `--storm` window, `AT/FOR`.
@@ -1242,10 +1248,14 @@ impl Storm {
 }
 
 /// A slow reader across an overwrite: writes a large object to
-/// `slow/<n>`, GETs it reading the body at a pace that takes
+/// `slow/<n>` as a multipart upload (`--slow-read-parts` parts, each its
+/// own blob), GETs it reading the body at a pace that takes
 /// `--slow-read-for`, and once the body has started, overwrites the key and
-/// deletes it from another client. The GET is one recorded operation: the
-/// run requires it to come back whole with the original bytes.
+/// deletes it from another client. The later parts' blobs are opened only
+/// when the read reaches them, after the reclaimer could have taken them:
+/// only the GET's read lease keeps them. The GET is one recorded
+/// operation: the run requires it to come back whole with the original
+/// bytes.
 struct SlowReader {
     n: usize,
     s3: aws_sdk_s3::Client,
@@ -1268,26 +1278,22 @@ impl SlowReader {
         let bucket = args.conn.bucket.clone();
         let key = format!("slow/{}", self.n);
         let id = (u64::from(self.req.client) << 40) | 1;
-        let part = Part {
-            seed: value_seed(args.seed, id, 0),
-            len: args.slow_read_mib * MIB,
-        };
-        let op = Op::Put {
-            key: key.clone(),
-            value: Value {
-                id,
-                parts: vec![part],
-            },
-            multipart: false,
-        };
-        let fut = put_object(
-            self.s3.clone(),
-            bucket.clone(),
-            key.clone(),
-            id,
-            part_bytes(part),
-        );
-        let outcome = self.writer.run_plain(op, fut).await;
+        let parts: Vec<Part> = (1..=args.slow_read_parts.max(1))
+            .map(|n| Part {
+                seed: value_seed(args.seed, id, n),
+                len: args.slow_read_part_mib * MIB,
+            })
+            .collect();
+        let size: u64 = parts.iter().map(|p| p.len).sum();
+        let outcome = put_multipart_object(
+            &self.s3,
+            &self.writer,
+            &bucket,
+            &key,
+            Value { id, parts },
+            &self.stop,
+        )
+        .await;
         if outcome != Outcome::Ok {
             tracing::warn!(%key, ?outcome, "slow reader: the original write was not acknowledged");
             return;
@@ -1327,7 +1333,7 @@ impl SlowReader {
             }
         };
         let overwriter = tokio::spawn(overwrite);
-        let rate = part.len as f64 / args.slow_read_for.as_secs_f64().max(1.0);
+        let rate = size as f64 / args.slow_read_for.as_secs_f64().max(1.0);
         let fut = slow_get_object(self.s3.clone(), bucket, key.clone(), rate, started_tx);
         let outcome = self
             .req
@@ -1342,6 +1348,136 @@ impl SlowReader {
         tracing::info!(%key, ?outcome, "slow reader done");
         let _ = overwriter.await;
     }
+}
+
+/// A multipart upload of `value` to `key` (parts retried with the same
+/// bytes up to [`PART_RETRIES`] times, aborted if one still fails),
+/// recorded as the normal clients record theirs: the outcome of the
+/// CompleteMultipartUpload, or of the abort (never `Ok` then).
+async fn put_multipart_object(
+    s3: &aws_sdk_s3::Client,
+    req: &Requester,
+    bucket: &str,
+    key: &str,
+    value: Value,
+    stop: &watch::Receiver<bool>,
+) -> Outcome {
+    let create = s3
+        .create_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .metadata(VALUE_ID_META, value.id.to_string())
+        .send();
+    let upload_id = match tokio::time::timeout(req.op_timeout, create).await {
+        Ok(Ok(out)) => match out.upload_id() {
+            Some(u) => u.to_owned(),
+            None => {
+                return Outcome::Failed {
+                    code: "CreateMultipartUpload without an upload id".into(),
+                };
+            }
+        },
+        Ok(Err(e)) => {
+            return Outcome::Failed {
+                code: format!("CreateMultipartUpload: {}", DisplayErrorContext(&e)),
+            };
+        }
+        Err(_) => {
+            return Outcome::Failed {
+                code: "CreateMultipartUpload timed out".into(),
+            };
+        }
+    };
+    let mut completed = Vec::new();
+    for (part_number, part) in (1..).zip(&value.parts) {
+        let body = part_bytes(*part);
+        let mut etag = None;
+        for attempt in 0..=PART_RETRIES {
+            if *stop.borrow() {
+                break;
+            }
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
+            }
+            let op = Op::UploadPart {
+                key: key.to_owned(),
+                upload_id: upload_id.clone(),
+                part_number,
+                part: *part,
+            };
+            let request = s3
+                .upload_part()
+                .bucket(bucket)
+                .key(key)
+                .upload_id(&upload_id)
+                .part_number(part_number as i32)
+                .body(ByteStream::from(body.clone()))
+                .send();
+            let fut = async {
+                match request.await {
+                    Ok(out) => (Outcome::Ok, out.e_tag().map(str::to_owned)),
+                    Err(e) => (classify(&failure_of(&e)), None),
+                }
+            };
+            if let (_, Some(tag)) = req.run(op, fut).await {
+                etag = Some(tag);
+                break;
+            }
+        }
+        match etag {
+            Some(tag) => completed.push(
+                CompletedPart::builder()
+                    .part_number(part_number as i32)
+                    .e_tag(tag)
+                    .build(),
+            ),
+            None => {
+                let request = s3
+                    .abort_multipart_upload()
+                    .bucket(bucket)
+                    .key(key)
+                    .upload_id(&upload_id)
+                    .send();
+                let fut = async {
+                    match request.await {
+                        Ok(_) => Outcome::Ok,
+                        Err(e) => classify(&failure_of(&e)),
+                    }
+                };
+                let op = Op::Abort {
+                    key: key.to_owned(),
+                    upload_id,
+                };
+                req.run_plain(op, fut).await;
+                return Outcome::Failed {
+                    code: format!("part {part_number} not uploaded; upload aborted"),
+                };
+            }
+        }
+    }
+    let request = s3
+        .complete_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(&upload_id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(completed))
+                .build(),
+        )
+        .send();
+    let fut = async {
+        match request.await {
+            Ok(_) => Outcome::Ok,
+            Err(e) => classify(&failure_of(&e)),
+        }
+    };
+    let op = Op::Put {
+        key: key.to_owned(),
+        value,
+        multipart: true,
+    };
+    req.run_plain(op, fut).await
 }
 
 /// GetObject of the whole object, reading its body at `bytes_per_s`;
