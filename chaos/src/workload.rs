@@ -573,11 +573,21 @@ async fn delete_object(s3: aws_sdk_s3::Client, bucket: String, key: String) -> O
     }
 }
 
+/// How a slow reader reads a body: at `bytes_per_s`, `started` firing
+/// when the first bytes arrived.
+struct Pace {
+    bytes_per_s: f64,
+    started: tokio::sync::oneshot::Sender<()>,
+}
+
+/// GetObject of `range` (the whole object without one), reading its body
+/// as fast as it comes or at `pace`.
 async fn get_object(
     s3: aws_sdk_s3::Client,
     bucket: String,
     key: String,
     range: Option<ByteRange>,
+    pace: Option<Pace>,
 ) -> Outcome {
     let mut request = s3.get_object().bucket(bucket).key(key);
     if let Some(r) = range {
@@ -594,12 +604,23 @@ async fn get_object(
     let mut body = out.body;
     let mut hash = Sha256::new();
     let mut len = 0u64;
+    let (bytes_per_s, mut started) = match pace {
+        Some(p) => (Some(p.bytes_per_s), Some(p.started)),
+        None => (None, None),
+    };
+    let t0 = Instant::now();
     loop {
         match body.next().await {
             None => break,
             Some(Ok(chunk)) => {
                 len += chunk.len() as u64;
                 hash.update(&chunk);
+                if let Some(tx) = started.take() {
+                    let _ = tx.send(());
+                }
+                if let Some(rate) = bytes_per_s {
+                    tokio::time::sleep_until(t0 + Duration::from_secs_f64(len as f64 / rate)).await;
+                }
             }
             Some(Err(e)) => {
                 return Outcome::Indeterminate {
@@ -982,7 +1003,7 @@ impl Client {
                         last: first + span,
                     }
                 });
-                let fut = get_object(self.s3.clone(), self.bucket(), key.clone(), range);
+                let fut = get_object(self.s3.clone(), self.bucket(), key.clone(), range, None);
                 self.req.run_plain(Op::Get { key, range }, fut).await;
             }
             Choice::List => {
@@ -1066,7 +1087,7 @@ impl Client {
                 len: self.part_len(n == count),
             })
             .collect();
-        let mut abort = self.rng.gen_bool(ABORT_SHARE);
+        let abort = self.rng.gen_bool(ABORT_SHARE);
         if !self.pace(parts.iter().map(|p| p.len).sum()).await {
             return;
         }
@@ -1090,101 +1111,29 @@ impl Client {
             }
             Err(_) => return tracing::debug!(key, "CreateMultipartUpload timed out"),
         };
-        let mut completed = Vec::new();
-        for (part_number, part) in (1..).zip(&parts) {
-            let body = part_bytes(*part);
-            let mut etag = None;
-            for attempt in 0..=PART_RETRIES {
-                if self.stopped() {
-                    return;
-                }
-                if attempt > 0 {
-                    tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
-                }
-                let op = Op::UploadPart {
-                    key: key.clone(),
-                    upload_id: upload_id.clone(),
-                    part_number,
-                    part: *part,
-                };
-                let request = self
-                    .s3
-                    .upload_part()
-                    .bucket(&bucket)
-                    .key(&key)
-                    .upload_id(&upload_id)
-                    .part_number(part_number as i32)
-                    .body(ByteStream::from(body.clone()))
-                    .send();
-                let fut = async {
-                    match request.await {
-                        Ok(out) => (Outcome::Ok, out.e_tag().map(str::to_owned)),
-                        Err(e) => (classify(&failure_of(&e)), None),
-                    }
-                };
-                if let (_, Some(tag)) = self.req.run(op, fut).await {
-                    etag = Some(tag);
-                    break;
-                }
-            }
-            match etag {
-                Some(tag) => completed.push(
-                    CompletedPart::builder()
-                        .part_number(part_number as i32)
-                        .e_tag(tag)
-                        .build(),
-                ),
-                None => {
-                    abort = true;
-                    break;
-                }
-            }
-        }
+        let stop = self.stop.clone();
+        let recorder = self.req.recorder.clone();
+        let stopped = move || *stop.borrow() || recorder.broken();
+        let completed = upload_parts(
+            &self.s3, &self.req, &bucket, &key, &upload_id, &parts, &stopped,
+        )
+        .await;
         if self.stopped() {
             return;
         }
-        if abort {
-            let request = self
-                .s3
-                .abort_multipart_upload()
-                .bucket(&bucket)
-                .key(&key)
-                .upload_id(&upload_id)
-                .send();
-            let fut = async {
-                match request.await {
-                    Ok(_) => Outcome::Ok,
-                    Err(e) => classify(&failure_of(&e)),
-                }
-            };
-            self.req.run_plain(Op::Abort { key, upload_id }, fut).await;
-            return;
-        }
-        let size = parts.iter().map(|p| p.len).sum();
-        let op = Op::Put {
-            key: key.clone(),
-            value: Value { id, parts },
-            multipart: true,
-        };
-        let request = self
-            .s3
-            .complete_multipart_upload()
-            .bucket(&bucket)
-            .key(&key)
-            .upload_id(&upload_id)
-            .multipart_upload(
-                CompletedMultipartUpload::builder()
-                    .set_parts(Some(completed))
-                    .build(),
-            )
-            .send();
-        let fut = async {
-            match request.await {
-                Ok(_) => Outcome::Ok,
-                Err(e) => classify(&failure_of(&e)),
+        let completed = match completed {
+            Some(c) if !abort => c,
+            _ => {
+                abort_upload(&self.s3, &self.req, &bucket, &key, upload_id).await;
+                return;
             }
         };
-        let outcome = self.req.run_plain(op, fut).await;
+        let size = parts.iter().map(|p| p.len).sum();
+        let value = Value { id, parts };
+        let outcome = complete_upload(
+            &self.s3, &self.req, &bucket, &key, &upload_id, value, completed,
+        )
+        .await;
         self.wrote(&key, size, &outcome);
     }
 }
@@ -1217,7 +1166,7 @@ impl Storm {
                 self.rng.gen_range(0..self.shared.args.storm_keys.max(1))
             );
             if self.rng.gen_range(0..10) == 0 {
-                let fut = get_object(self.s3.clone(), bucket.clone(), key.clone(), None);
+                let fut = get_object(self.s3.clone(), bucket.clone(), key.clone(), None, None);
                 self.req.run_plain(Op::Get { key, range: None }, fut).await;
                 continue;
             }
@@ -1334,7 +1283,11 @@ impl SlowReader {
         };
         let overwriter = tokio::spawn(overwrite);
         let rate = size as f64 / args.slow_read_for.as_secs_f64().max(1.0);
-        let fut = slow_get_object(self.s3.clone(), bucket, key.clone(), rate, started_tx);
+        let pace = Pace {
+            bytes_per_s: rate,
+            started: started_tx,
+        };
+        let fut = get_object(self.s3.clone(), bucket, key.clone(), None, Some(pace));
         let outcome = self
             .req
             .run_plain(
@@ -1388,20 +1341,44 @@ async fn put_multipart_object(
             };
         }
     };
+    let stopped = || *stop.borrow();
+    let Some(completed) =
+        upload_parts(s3, req, bucket, key, &upload_id, &value.parts, &stopped).await
+    else {
+        abort_upload(s3, req, bucket, key, upload_id).await;
+        return Outcome::Failed {
+            code: "a part was not uploaded; upload aborted".into(),
+        };
+    };
+    complete_upload(s3, req, bucket, key, &upload_id, value, completed).await
+}
+
+/// Uploads `parts` of upload `upload_id`, each retried with the same bytes
+/// up to [`PART_RETRIES`] times, every attempt recorded: the completed
+/// parts, or `None` when one still failed or `stopped` said so.
+async fn upload_parts(
+    s3: &aws_sdk_s3::Client,
+    req: &Requester,
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+    parts: &[Part],
+    stopped: &(dyn Fn() -> bool + Sync),
+) -> Option<Vec<CompletedPart>> {
     let mut completed = Vec::new();
-    for (part_number, part) in (1..).zip(&value.parts) {
+    for (part_number, part) in (1..).zip(parts) {
         let body = part_bytes(*part);
         let mut etag = None;
         for attempt in 0..=PART_RETRIES {
-            if *stop.borrow() {
-                break;
+            if stopped() {
+                return None;
             }
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
             }
             let op = Op::UploadPart {
                 key: key.to_owned(),
-                upload_id: upload_id.clone(),
+                upload_id: upload_id.to_owned(),
                 part_number,
                 part: *part,
             };
@@ -1409,7 +1386,7 @@ async fn put_multipart_object(
                 .upload_part()
                 .bucket(bucket)
                 .key(key)
-                .upload_id(&upload_id)
+                .upload_id(upload_id)
                 .part_number(part_number as i32)
                 .body(ByteStream::from(body.clone()))
                 .send();
@@ -1424,42 +1401,58 @@ async fn put_multipart_object(
                 break;
             }
         }
-        match etag {
-            Some(tag) => completed.push(
-                CompletedPart::builder()
-                    .part_number(part_number as i32)
-                    .e_tag(tag)
-                    .build(),
-            ),
-            None => {
-                let request = s3
-                    .abort_multipart_upload()
-                    .bucket(bucket)
-                    .key(key)
-                    .upload_id(&upload_id)
-                    .send();
-                let fut = async {
-                    match request.await {
-                        Ok(_) => Outcome::Ok,
-                        Err(e) => classify(&failure_of(&e)),
-                    }
-                };
-                let op = Op::Abort {
-                    key: key.to_owned(),
-                    upload_id,
-                };
-                req.run_plain(op, fut).await;
-                return Outcome::Failed {
-                    code: format!("part {part_number} not uploaded; upload aborted"),
-                };
-            }
-        }
+        completed.push(
+            CompletedPart::builder()
+                .part_number(part_number as i32)
+                .e_tag(etag?)
+                .build(),
+        );
     }
+    Some(completed)
+}
+
+/// AbortMultipartUpload of `upload_id`, recorded.
+async fn abort_upload(
+    s3: &aws_sdk_s3::Client,
+    req: &Requester,
+    bucket: &str,
+    key: &str,
+    upload_id: String,
+) {
+    let request = s3
+        .abort_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(&upload_id)
+        .send();
+    let fut = async {
+        match request.await {
+            Ok(_) => Outcome::Ok,
+            Err(e) => classify(&failure_of(&e)),
+        }
+    };
+    let op = Op::Abort {
+        key: key.to_owned(),
+        upload_id,
+    };
+    req.run_plain(op, fut).await;
+}
+
+/// CompleteMultipartUpload of `completed`, recorded as the put of `value`.
+async fn complete_upload(
+    s3: &aws_sdk_s3::Client,
+    req: &Requester,
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+    value: Value,
+    completed: Vec<CompletedPart>,
+) -> Outcome {
     let request = s3
         .complete_multipart_upload()
         .bucket(bucket)
         .key(key)
-        .upload_id(&upload_id)
+        .upload_id(upload_id)
         .multipart_upload(
             CompletedMultipartUpload::builder()
                 .set_parts(Some(completed))
@@ -1478,59 +1471,6 @@ async fn put_multipart_object(
         multipart: true,
     };
     req.run_plain(op, fut).await
-}
-
-/// GetObject of the whole object, reading its body at `bytes_per_s`;
-/// `started` fires when the first body bytes arrived.
-async fn slow_get_object(
-    s3: aws_sdk_s3::Client,
-    bucket: String,
-    key: String,
-    bytes_per_s: f64,
-    started: tokio::sync::oneshot::Sender<()>,
-) -> Outcome {
-    let out = match s3.get_object().bucket(bucket).key(key).send().await {
-        Ok(out) => out,
-        Err(e) => return classify_read(&failure_of(&e)),
-    };
-    let value_id = out
-        .metadata()
-        .and_then(|m| m.get(VALUE_ID_META))
-        .and_then(|v| v.parse::<u64>().ok());
-    let mut body = out.body;
-    let mut hash = Sha256::new();
-    let mut len = 0u64;
-    let mut started = Some(started);
-    let t0 = Instant::now();
-    loop {
-        match body.next().await {
-            None => break,
-            Some(Ok(chunk)) => {
-                len += chunk.len() as u64;
-                hash.update(&chunk);
-                if let Some(tx) = started.take() {
-                    let _ = tx.send(());
-                }
-                tokio::time::sleep_until(t0 + Duration::from_secs_f64(len as f64 / bytes_per_s))
-                    .await;
-            }
-            Some(Err(e)) => {
-                return Outcome::Indeterminate {
-                    reason: format!(
-                        "body broke off after {len} bytes: {}",
-                        DisplayErrorContext(&e)
-                    ),
-                };
-            }
-        }
-    }
-    Outcome::Read {
-        result: ReadResult::Found {
-            value_id,
-            len,
-            hash: hex::encode(hash.finalize()),
-        },
-    }
 }
 
 /// Creates the bucket if missing, retrying until it exists or `stop`
@@ -1734,7 +1674,7 @@ async fn read_back_key(s3: &aws_sdk_s3::Client, req: &Requester, bucket: &str, k
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
         }
-        let fut = get_object(s3.clone(), bucket.to_owned(), key.to_owned(), None);
+        let fut = get_object(s3.clone(), bucket.to_owned(), key.to_owned(), None, None);
         let outcome = req
             .run_plain(
                 Op::Get {

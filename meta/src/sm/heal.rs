@@ -246,21 +246,8 @@ pub(crate) fn mark_missing<K: KvStore>(
     node_id: u64,
     shards: &[pb::ShardRef],
 ) -> Result<(Batch, u32), SmError> {
-    let mut by_blob: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-    for s in shards {
-        by_blob.entry(&s.blob_id).or_default().insert(s.shard_index);
-    }
-    let mut records = PlacementRecords::default();
-    let mut changed: Vec<pb::Placement> = Vec::new();
-    let mut marked = 0u32;
-    for (blob, indices) in by_blob {
-        let Some(locator) = refs::locate(kv, blob)? else {
-            continue;
-        };
-        let Some(placement) = records.placement(kv, &locator, blob)? else {
-            continue;
-        };
-        let before = marked;
+    edit_missing(kv, shards, |placement, indices| {
+        let mut marked = 0;
         for i in indices {
             // Never below k shards believed present: a mark past that
             // cannot help heal (it needs k sources) and would hide shards
@@ -271,19 +258,50 @@ pub(crate) fn mark_missing<K: KvStore>(
                 marked += 1;
             }
         }
-        if marked != before {
+        if marked > 0 {
             placement.missing.sort_unstable();
+        }
+        marked
+    })
+}
+
+/// Applies `edit` to the committed placement of every blob `shards` name,
+/// with the indices named for it, and writes the placements it changed
+/// (`edit` returns how many indices it changed) with their degraded-index
+/// entries: the batch and the total changed. Unknown blobs are skipped.
+fn edit_missing<K: KvStore>(
+    kv: &K,
+    shards: &[pb::ShardRef],
+    mut edit: impl FnMut(&mut pb::Placement, BTreeSet<u32>) -> u32,
+) -> Result<(Batch, u32), SmError> {
+    let mut by_blob: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    for s in shards {
+        by_blob.entry(&s.blob_id).or_default().insert(s.shard_index);
+    }
+    let mut records = PlacementRecords::default();
+    let mut changed: Vec<pb::Placement> = Vec::new();
+    let mut total = 0u32;
+    for (blob, indices) in by_blob {
+        let Some(locator) = refs::locate(kv, blob)? else {
+            continue;
+        };
+        let Some(placement) = records.placement(kv, &locator, blob)? else {
+            continue;
+        };
+        let n = edit(placement, indices);
+        if n > 0 {
+            total += n;
             changed.push(placement.clone());
         }
     }
     let mut b = Batch::new();
-    if marked > 0 {
+    if total > 0 {
         records.write(&mut b);
         for p in &changed {
             mark_degraded(&mut b, p);
         }
     }
-    Ok((b, marked))
+    Ok((b, total))
 }
 
 /// ReportPresent: removes each reported shard index from its placement's
@@ -309,38 +327,14 @@ pub(crate) fn report_present<K: KvStore>(kv: &K, r: &pb::ReportPresentRequest) -
             ),
         );
     }
-    let mut by_blob: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-    for s in &r.shards {
-        by_blob.entry(&s.blob_id).or_default().insert(s.shard_index);
-    }
-    let mut records = PlacementRecords::default();
-    let mut changed: Vec<pb::Placement> = Vec::new();
-    let mut unmarked = 0u32;
-    for (blob, indices) in by_blob {
-        let Some(locator) = refs::locate(kv, blob)? else {
-            continue;
-        };
-        let Some(placement) = records.placement(kv, &locator, blob)? else {
-            continue;
-        };
+    let (b, unmarked) = edit_missing(kv, &r.shards, |placement, indices| {
         let present: BTreeSet<u32> = indices
             .into_iter()
             .filter(|i| assigns(placement, r.node_id, *i) && placement.missing.contains(i))
             .collect();
-        if present.is_empty() {
-            continue;
-        }
         placement.missing.retain(|i| !present.contains(i));
-        unmarked += present.len() as u32;
-        changed.push(placement.clone());
-    }
-    let mut b = Batch::new();
-    if unmarked > 0 {
-        records.write(&mut b);
-        for p in &changed {
-            mark_degraded(&mut b, p);
-        }
-    }
+        present.len() as u32
+    })?;
     Ok((b, Applied::Unmarked(unmarked)))
 }
 
