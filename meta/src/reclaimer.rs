@@ -226,14 +226,8 @@ pub(crate) fn read_window<K: KvStore>(
     let mut w = Window::default();
     let mut wrap = cursor.is_some();
     let mut after = cursor;
-    // With no cutoff only claimed records are due: index 0 is below every
-    // entry's, so nothing unclaimed passes.
-    let (cutoff, only_claimed) = match released_before_index {
-        Some(i) => (i, false),
-        None => (0, true),
-    };
     loop {
-        let page = sm::pending::due(kv, cutoff, after.as_deref(), page_len)?;
+        let page = sm::pending::due(kv, released_before_index, after.as_deref(), page_len)?;
         // A cursor at the last record: start over in this pass rather than
         // spend one reading nothing.
         if wrap && page.scanned == 0 && w.scanned == 0 {
@@ -244,9 +238,6 @@ pub(crate) fn read_window<K: KvStore>(
         wrap = false;
         w.scanned += page.scanned;
         for record in page.due {
-            if only_claimed && !record.claimed {
-                continue;
-            }
             let Some(placement) = record.placement else {
                 continue;
             };

@@ -143,6 +143,18 @@ pub(crate) fn drop_intents_of_epoch<K: KvStore>(
     }
 }
 
+/// Refuses `InvalidArgument` for more than [`MAX_SHARDS_PER_CALL`] shards
+/// `what` (asked, reported) in one call.
+fn per_call_limit(n: usize, what: &str) -> Result<(), SmError> {
+    if n > MAX_SHARDS_PER_CALL {
+        return refuse(
+            ErrorCode::InvalidArgument,
+            format!("{n} shards {what}, at most {MAX_SHARDS_PER_CALL} per call"),
+        );
+    }
+    Ok(())
+}
+
 /// `true` when the committed placement puts shard `index` of its blob on
 /// `node` and does not list it missing.
 fn places(placement: &pb::Placement, node: u64, index: u32) -> bool {
@@ -178,15 +190,7 @@ pub fn collectable<K: KvStore>(
     node: u64,
     shards: &[pb::ShardRef],
 ) -> Result<Vec<pb::ShardRef>, SmError> {
-    if shards.len() > MAX_SHARDS_PER_CALL {
-        return refuse(
-            ErrorCode::InvalidArgument,
-            format!(
-                "{} shards asked, at most {MAX_SHARDS_PER_CALL} per call",
-                shards.len()
-            ),
-        );
-    }
+    per_call_limit(shards.len(), "asked")?;
     let mut placements: BTreeMap<&str, Option<pb::Placement>> = BTreeMap::new();
     let mut out = Vec::new();
     for s in shards {
@@ -225,15 +229,7 @@ pub fn collectable<K: KvStore>(
 /// blobs become degraded. Returns [`Applied::Marked`] with the
 /// number of shards newly marked.
 pub(crate) fn report_missing<K: KvStore>(kv: &K, r: &pb::ReportMissingRequest) -> Outcome {
-    if r.shards.len() > MAX_SHARDS_PER_CALL {
-        return refuse(
-            ErrorCode::InvalidArgument,
-            format!(
-                "{} shards reported, at most {MAX_SHARDS_PER_CALL} per call",
-                r.shards.len()
-            ),
-        );
-    }
+    per_call_limit(r.shards.len(), "reported")?;
     let (b, marked) = mark_missing(kv, r.node_id, &r.shards)?;
     Ok((b, Applied::Marked(marked)))
 }
@@ -318,15 +314,7 @@ fn edit_missing<K: KvStore>(
 /// intent it leaves only keeps GC off (node, blob, index) until its epoch
 /// closes; the shard is assigned to that node anyway.
 pub(crate) fn report_present<K: KvStore>(kv: &K, r: &pb::ReportPresentRequest) -> Outcome {
-    if r.shards.len() > MAX_SHARDS_PER_CALL {
-        return refuse(
-            ErrorCode::InvalidArgument,
-            format!(
-                "{} shards reported, at most {MAX_SHARDS_PER_CALL} per call",
-                r.shards.len()
-            ),
-        );
-    }
+    per_call_limit(r.shards.len(), "reported")?;
     let (b, unmarked) = edit_missing(kv, &r.shards, |placement, indices| {
         let present: BTreeSet<u32> = indices
             .into_iter()

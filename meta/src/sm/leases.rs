@@ -27,7 +27,7 @@ use std::ops::Bound;
 use sluice_proto::meta::{self as pb, ErrorCode};
 
 use super::{Applied, SmError, epochs, pending, refuse};
-use crate::store::{Batch, KvStore, Space, as_ref_bound, prefix_end};
+use crate::store::{Batch, KvStore, Space, prefix_end};
 
 type Outcome = Result<(Batch, Applied), SmError>;
 
@@ -36,9 +36,6 @@ pub const MAX_LEASE_BLOBS: usize = 10_000;
 
 const BY_BLOB: u8 = 1;
 const BY_LEASE: u8 = 2;
-
-/// Keys removed per scan while releasing a lease or dropping an epoch's.
-const DROP_CHUNK: usize = 1024;
 
 fn blob_prefix(blob_id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(2 + blob_id.len());
@@ -70,19 +67,9 @@ fn lease_prefix(epoch: u64, lease_id: u64) -> Vec<u8> {
 
 /// `true` while a read lease names `blob_id`.
 pub fn is_leased<K: KvStore>(kv: &K, blob_id: &str) -> Result<bool, SmError> {
-    let prefix = blob_prefix(blob_id);
-    let end = prefix_end(&prefix);
-    let end = match &end {
-        Some(e) => Bound::Excluded(e.as_slice()),
-        None => Bound::Unbounded,
-    };
-    let rows = kv.scan(
-        Space::ReadLeases,
-        Bound::Included(prefix.as_slice()),
-        end,
-        1,
-    )?;
-    Ok(!rows.is_empty())
+    Ok(!kv
+        .scan_prefix(Space::ReadLeases, &blob_prefix(blob_id), 1)?
+        .is_empty())
 }
 
 /// LeaseBlobs: adds `blob_ids` to lease (epoch, lease id), except those
@@ -150,30 +137,19 @@ pub(crate) fn drop_leases_of_epoch<K: KvStore>(
 /// and the by-blob key of each.
 fn drop_prefix<K: KvStore>(kv: &K, b: &mut Batch, prefix: &[u8]) -> Result<(), SmError> {
     let end = prefix_end(prefix);
-    let end = match &end {
-        Some(e) => Bound::Excluded(e.as_slice()),
-        None => Bound::Unbounded,
-    };
-    let mut from: Bound<Vec<u8>> = Bound::Included(prefix.to_vec());
-    loop {
-        let rows = kv.scan(Space::ReadLeases, as_ref_bound(&from), end, DROP_CHUNK)?;
-        let n = rows.len();
-        for (k, _) in rows {
-            // 0x02 | epoch | lease id | blob id
-            let rest = k
-                .get(1..)
-                .filter(|r| r.len() >= 16)
-                .ok_or(SmError::BadKey(Space::ReadLeases))?;
-            let epoch = u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
-            let lease_id = u64::from_be_bytes(rest[8..16].try_into().expect("8 bytes"));
-            let blob =
-                std::str::from_utf8(&rest[16..]).map_err(|_| SmError::BadKey(Space::ReadLeases))?;
-            b.delete(Space::ReadLeases, blob_key(blob, epoch, lease_id));
-            b.delete(Space::ReadLeases, k.clone());
-            from = Bound::Excluded(k);
-        }
-        if n < DROP_CHUNK {
-            return Ok(());
-        }
+    let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+    for k in kv.keys_in(Space::ReadLeases, Bound::Included(prefix), end)? {
+        // 0x02 | epoch | lease id | blob id
+        let rest = k
+            .get(1..)
+            .filter(|r| r.len() >= 16)
+            .ok_or(SmError::BadKey(Space::ReadLeases))?;
+        let epoch = u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
+        let lease_id = u64::from_be_bytes(rest[8..16].try_into().expect("8 bytes"));
+        let blob =
+            std::str::from_utf8(&rest[16..]).map_err(|_| SmError::BadKey(Space::ReadLeases))?;
+        b.delete(Space::ReadLeases, blob_key(blob, epoch, lease_id));
+        b.delete(Space::ReadLeases, k);
     }
+    Ok(())
 }

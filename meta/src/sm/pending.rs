@@ -81,12 +81,12 @@ pub struct DuePage {
 }
 
 /// Reads up to `limit` pending deletions after blob id `after` (exclusive)
-/// and returns those released by an entry at or below log index
-/// `released_before_index` (the leader's applied index sampled
-/// `delete_delay` ago) and those already claimed.
+/// and returns those already claimed and those released by an entry at or
+/// below log index `released_before_index` (the leader's applied index
+/// sampled `delete_delay` ago; `None`: no sample that old yet).
 pub fn due<K: KvStore>(
     kv: &K,
-    released_before_index: u64,
+    released_before_index: Option<u64>,
     after: Option<&str>,
     limit: usize,
 ) -> Result<DuePage, SmError> {
@@ -111,7 +111,7 @@ pub fn due<K: KvStore>(
     };
     for (_, v) in rows {
         let record: rpb::PendingDeletion = super::decode("pending deletion", &v)?;
-        if record.claimed || record.released_index <= released_before_index {
+        if record.claimed || released_before_index.is_some_and(|i| record.released_index <= i) {
             page.due.push(record);
         }
     }

@@ -650,8 +650,13 @@ fn collect_pending_drops_confirmed_nodes_then_the_record() {
     // Released by the entry at index 2000: due once the reclaimer's cutoff
     // (the index it applied a delete delay ago) reaches it.
     assert_eq!(rec.released_index, 2000);
-    assert!(pending::due(&kv, 1999, None, 10).unwrap().due.is_empty());
-    let page = pending::due(&kv, 2000, None, 10).unwrap();
+    assert!(
+        pending::due(&kv, Some(1999), None, 10)
+            .unwrap()
+            .due
+            .is_empty()
+    );
+    let page = pending::due(&kv, Some(2000), None, 10).unwrap();
     assert_eq!(page.due.len(), 1);
     assert_eq!(page.scanned, 1);
     assert_eq!(page.next, None);
@@ -698,7 +703,7 @@ fn due_pages_in_blob_order() {
     let mut seen = Vec::new();
     let mut after = None;
     loop {
-        let page = pending::due(&kv, 20, after.as_deref(), 2).unwrap();
+        let page = pending::due(&kv, Some(20), after.as_deref(), 2).unwrap();
         seen.extend(
             page.due
                 .iter()
