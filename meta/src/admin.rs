@@ -8,6 +8,7 @@
 //! # Layout
 //! * [`members`] — meta voters: add, remove, replace, list.
 //! * [`datanodes`] — list, drain and remove datanodes.
+//! * `version` and `version finalize`: [`crate::version::Versions`].
 
 mod datanodes;
 pub(crate) mod members;
@@ -26,6 +27,7 @@ use tonic::{Request, Response, Status};
 use crate::liveness::Liveness;
 use crate::raft::MetaRaft;
 use crate::store::KvStore;
+use crate::version::{Gate, Versions};
 
 /// Shared handles the admin handlers need.
 pub(crate) struct AdminService<K: KvStore> {
@@ -44,6 +46,10 @@ pub(crate) struct AdminService<K: KvStore> {
     pub(crate) transport: sluice_net::Transport,
     /// This node's background workers (`status` lists them).
     pub(crate) workers: sluice_util::worker::Workers,
+    /// The cluster version gate of this node's proposals.
+    pub(crate) gate: Arc<Gate>,
+    /// `version` and `version finalize`.
+    pub(crate) versions: Versions<K>,
 }
 
 fn catch_up(ms: Option<u64>) -> Option<Duration> {
@@ -57,9 +63,14 @@ impl<K: KvStore + 'static> Admin for AdminService<K> {
         &self,
         request: Request<apb::CreateKeyRequest>,
     ) -> Result<Response<apb::CreateKeyResponse>, Status> {
-        keys::create_key(&self.raft, self.kv.as_ref(), request.into_inner())
-            .await
-            .map(Response::new)
+        keys::create_key(
+            &self.raft,
+            self.kv.as_ref(),
+            &self.gate,
+            request.into_inner(),
+        )
+        .await
+        .map(Response::new)
     }
 
     async fn list_keys(
@@ -75,27 +86,44 @@ impl<K: KvStore + 'static> Admin for AdminService<K> {
         &self,
         request: Request<apb::DeleteKeyRequest>,
     ) -> Result<Response<apb::DeleteKeyResponse>, Status> {
-        keys::delete_key(&self.raft, request.into_inner())
-            .await
-            .map(Response::new)
+        keys::delete_key(
+            &self.raft,
+            self.kv.as_ref(),
+            &self.gate,
+            request.into_inner(),
+        )
+        .await
+        .map(Response::new)
     }
 
     async fn allow_key(
         &self,
         request: Request<apb::KeyGrantRequest>,
     ) -> Result<Response<apb::KeyGrantResponse>, Status> {
-        keys::set_grant(&self.raft, self.kv.as_ref(), request.into_inner(), true)
-            .await
-            .map(Response::new)
+        keys::set_grant(
+            &self.raft,
+            self.kv.as_ref(),
+            &self.gate,
+            request.into_inner(),
+            true,
+        )
+        .await
+        .map(Response::new)
     }
 
     async fn deny_key(
         &self,
         request: Request<apb::KeyGrantRequest>,
     ) -> Result<Response<apb::KeyGrantResponse>, Status> {
-        keys::set_grant(&self.raft, self.kv.as_ref(), request.into_inner(), false)
-            .await
-            .map(Response::new)
+        keys::set_grant(
+            &self.raft,
+            self.kv.as_ref(),
+            &self.gate,
+            request.into_inner(),
+            false,
+        )
+        .await
+        .map(Response::new)
     }
 
     // ---- metamembers
@@ -186,5 +214,20 @@ impl<K: KvStore + 'static> Admin for AdminService<K> {
         })
         .await
         .map(Response::new)
+    }
+
+    // ---- version
+    async fn show_version(
+        &self,
+        _request: Request<apb::ShowVersionRequest>,
+    ) -> Result<Response<apb::VersionResponse>, Status> {
+        self.versions.show().await.map(Response::new)
+    }
+
+    async fn finalize_version(
+        &self,
+        _request: Request<apb::FinalizeVersionRequest>,
+    ) -> Result<Response<apb::VersionResponse>, Status> {
+        self.versions.finalize().await.map(Response::new)
     }
 }

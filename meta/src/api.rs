@@ -6,7 +6,6 @@
 //! Heartbeats and ListDatanodes are leader-only too: liveness lives in the
 //! leader's memory.
 
-use sluice_util::clock::wall_clock_ms;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,13 +14,14 @@ use openraft::ServerState;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
 use sluice_proto::error::{not_leader, status};
 use sluice_proto::meta::{self as pb, ErrorCode, meta_server::Meta};
-use sluice_proto::raft::{MetaCommand, meta_command::Command};
+use sluice_proto::raft::meta_command::Command;
 use tonic::{Request, Response, Status};
 
 use crate::liveness::{Capacity, Liveness};
 use crate::raft::MetaRaft;
 use crate::sm::{self, Applied, SmError};
 use crate::store::KvStore;
+use crate::version::Gate;
 
 pub(crate) struct MetaService<K: KvStore> {
     pub(crate) node_id: u64,
@@ -32,6 +32,8 @@ pub(crate) struct MetaService<K: KvStore> {
     pub(crate) loads: Arc<crate::admin::status::Loads>,
     /// The leader's bound on the session table.
     pub(crate) sessions: SessionGate,
+    /// The cluster version gate of this node's proposals.
+    pub(crate) gate: Arc<Gate>,
 }
 
 /// Counter: operations the leader refused `SLOW_DOWN` because the session
@@ -184,11 +186,16 @@ fn done(what: &str, applied: &Applied) -> Result<(), Status> {
 /// (`leader_now_ms`), and waits for it to be applied. A retried op id gets
 /// its first outcome (refusals included) from the session table. Shared by
 /// the Meta and Admin services.
-pub(crate) async fn propose(raft: &MetaRaft, command: Command) -> Result<Applied, Status> {
-    let cmd = MetaCommand {
-        leader_now_ms: wall_clock_ms(),
-        command: Some(command),
-    };
+///
+/// Refused FAILED_PRECONDITION, before Raft, when the cluster version is
+/// below the command's required format ([`Gate::command`]).
+pub(crate) async fn propose<K: KvStore>(
+    raft: &MetaRaft,
+    kv: &K,
+    gate: &Gate,
+    command: Command,
+) -> Result<Applied, Status> {
+    let cmd = gate.command(kv, command)?;
     match raft.client_write(cmd).await {
         Ok(resp) => match resp.data {
             Applied::Refused { code, message } => Err(status(code, message)),
@@ -222,7 +229,7 @@ impl<K: KvStore> MetaService<K> {
         let _admitted = self
             .sessions
             .admit(self.kv.as_ref(), &self.raft, &command)?;
-        propose(&self.raft, command).await
+        propose(&self.raft, self.kv.as_ref(), &self.gate, command).await
     }
 
     /// Returns once this node is the leader and has applied everything

@@ -167,6 +167,36 @@ pub struct Config {
     /// Serve and dial cluster gRPC in plaintext, every caller allowed (a
     /// warning is logged at start). Default false.
     pub insecure_cluster: bool,
+    /// The leader raises the cluster version by itself once every meta
+    /// node (voters and learners) runs a binary that understands its
+    /// replicated format, checked every `version_check_interval` (as
+    /// CockroachDB does by default). Set it to false on the new binaries
+    /// before a rolling upgrade to keep the option of rolling back to the
+    /// previous release until `sluice admin version finalize`. Read by the
+    /// leader only. Default true.
+    pub auto_finalize: bool,
+    /// How often the leader checks whether the cluster version can be
+    /// finalized (with `auto_finalize`, or when none is recorded yet).
+    /// Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub version_check_interval: Duration,
+    /// Timeout of one `NodeVersion` call from the leader to another meta
+    /// node (connect included). Default 2 s.
+    #[serde(with = "humantime_serde")]
+    pub version_call_timeout: Duration,
+    /// Testing only: this node behaves as a binary that understands
+    /// replicated formats up to this one (it reports it, applies entries up
+    /// to it, and finalizes to it as leader), to test upgrades without two
+    /// builds. Default none: the binary's own format.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicated_format_override: Option<u32>,
+    /// Testing only: command kind (`"CreateBucket"`) -> the replicated
+    /// format it requires on this node as leader, in place of the
+    /// binary's, to test the gate without a newer command kind. Not read
+    /// from TOML.
+    #[doc(hidden)]
+    #[serde(skip)]
+    pub testing_command_formats: Vec<(String, u32)>,
 }
 
 impl Default for Config {
@@ -205,6 +235,11 @@ impl Default for Config {
             reclaim_call_timeout: Duration::from_secs(10),
             cluster_tls: None,
             insecure_cluster: false,
+            auto_finalize: true,
+            version_check_interval: Duration::from_secs(30),
+            version_call_timeout: Duration::from_secs(2),
+            replicated_format_override: None,
+            testing_command_formats: Vec::new(),
         }
     }
 }
@@ -316,6 +351,8 @@ impl Config {
             ("epoch_sweep_interval", self.epoch_sweep_interval),
             ("reclaim_interval", self.reclaim_interval),
             ("reclaim_call_timeout", self.reclaim_call_timeout),
+            ("version_check_interval", self.version_check_interval),
+            ("version_call_timeout", self.version_call_timeout),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::Zero(name));
@@ -323,6 +360,9 @@ impl Config {
         }
         if self.reclaim_concurrency == 0 {
             return Err(ConfigError::Zero("reclaim_concurrency"));
+        }
+        if self.replicated_format_override == Some(0) {
+            return Err(ConfigError::Zero("replicated_format_override"));
         }
         sluice_net::validate_choice(
             self.cluster_tls.as_ref(),

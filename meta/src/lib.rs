@@ -26,6 +26,8 @@
 //!   ran out and expires client sessions; [`lifecycle`] — the leader runs
 //!   the buckets' lifecycle rules; [`reclaimer`] — the leader
 //!   deletes released blobs' shards after `delete_delay`.
+//! * [`version`] — the cluster version gate: the replicated format this
+//!   binary understands, the format each command requires, finalize.
 //! * [`client`] — [`MetaClient`], the leader-following client.
 //!
 //! # Metrics
@@ -36,7 +38,9 @@
 //! `sluice_meta_lifecycle_expired_total`, `sluice_meta_lifecycle_aborted_total`:
 //! see [`lifecycle`].
 //! `sluice_meta_pending_deletions`, `sluice_meta_reclaimed_blobs_total`:
-//! see [`reclaimer`].
+//! see [`reclaimer`]. `sluice_meta_apply_blocked`,
+//! `sluice_meta_apply_blocked_index`: apply stopped at an entry that needs
+//! a newer binary (see [`version`]).
 
 mod admin;
 mod api;
@@ -50,6 +54,7 @@ pub mod reclaimer;
 pub mod sm;
 pub mod store;
 mod sweeper;
+pub mod version;
 
 pub use config::{Config, ConfigError};
 pub use error::Error;

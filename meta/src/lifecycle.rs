@@ -48,6 +48,7 @@ pub const PAGE: usize = 256;
 pub(crate) struct LifecycleSweeper<K: KvStore> {
     pub raft: MetaRaft,
     pub kv: Arc<K>,
+    pub gate: Arc<crate::version::Gate>,
     /// `lifecycle_check_interval`.
     pub interval: Duration,
     /// `lifecycle_day`.
@@ -173,7 +174,14 @@ impl<K: KvStore> LifecycleSweeper<K> {
             let page = scan(self.kv.as_ref(), after.as_deref(), wall_clock_ms())?;
             if !page.found.is_empty() {
                 let n = page.found.len() as u64;
-                if let Applied::Released(_) = propose(&self.raft, command(page.found)).await? {
+                if let Applied::Released(_) = propose(
+                    &self.raft,
+                    self.kv.as_ref(),
+                    &self.gate,
+                    command(page.found),
+                )
+                .await?
+                {
                     proposed += n;
                     metrics::counter!(counter).increment(n);
                 }

@@ -23,12 +23,13 @@ use crate::error::Error;
 use crate::lifecycle::LifecycleSweeper;
 use crate::liveness::{Liveness, watch_leadership};
 use crate::raft::network::{MAX_MESSAGE_BYTES, Network};
-use crate::raft::service::RaftService;
+use crate::raft::service::{NodeVersionFn, RaftService};
 use crate::raft::{LogStore, MetaRaft, StateMachine};
 use crate::reclaimer::{GrpcDeleter, Reclaimer};
 use crate::sm;
 use crate::store::SledStore;
 use crate::sweeper::{LeaseSweeper, Sweeper, high_water_entries};
+use crate::version::{Gate, Versions};
 
 /// How long the leader waits for one InstallSnapshot call, the last of
 /// which lasts the follower's whole install (`sluice-bench meta-load`).
@@ -142,10 +143,16 @@ pub async fn run(
         connect_timeout: config.peer_connect_timeout,
         transport: transport.clone(),
     };
+    let gate = Arc::new(Gate::new(
+        config.replicated_format_override,
+        config.testing_command_formats.clone(),
+    ));
     let state_machine = StateMachine::open(kv.clone(), config.data_dir.join(SNAPSHOT_DIR))
         .await
-        .map_err(Error::StateMachine)?;
+        .map_err(Error::StateMachine)?
+        .understanding(gate.format());
     let snapshot_bytes = state_machine.snapshot_bytes();
+    let apply_blocked = state_machine.blocked_index();
     let raft = MetaRaft::new(
         config.node_id,
         Arc::new(raft_config),
@@ -154,7 +161,9 @@ pub async fn run(
         state_machine,
     )
     .await?;
-    tracing::info!(node_id = config.node_id, addr = %config.advertise_addr, "meta node started");
+    tracing::info!(node_id = config.node_id, addr = %config.advertise_addr,
+        replicated_format = gate.format(), version = crate::version::BINARY_VERSION,
+        "meta node started");
 
     if let Err(e) = bootstrap(&raft, &config).await {
         let _ = raft.shutdown().await;
@@ -178,9 +187,26 @@ pub async fn run(
             watch_leadership(raft, liveness, w)
         });
     }
+    let versions = Versions {
+        node_id: config.node_id,
+        raft: raft.clone(),
+        kv: kv.clone(),
+        gate: gate.clone(),
+        blocked: apply_blocked,
+        transport: transport.clone(),
+        call_timeout: config.version_call_timeout,
+    };
+    {
+        let versions = versions.clone();
+        let (auto, interval) = (config.auto_finalize, config.version_check_interval);
+        workers.spawn_loop("version-finalizer", move |w| {
+            versions.run(auto, interval, w)
+        });
+    }
     let sweeper = Sweeper {
         raft: raft.clone(),
         kv: kv.clone(),
+        gate: gate.clone(),
         interval: config.stale_upload_check_interval,
         expiry: config.stale_upload_expiry,
     };
@@ -188,6 +214,7 @@ pub async fn run(
     let lifecycle_sweeper = LifecycleSweeper {
         raft: raft.clone(),
         kv: kv.clone(),
+        gate: gate.clone(),
         interval: config.lifecycle_check_interval,
         day: config.lifecycle_day,
     };
@@ -195,6 +222,7 @@ pub async fn run(
     let lease_sweeper = LeaseSweeper {
         raft: raft.clone(),
         kv: kv.clone(),
+        gate: gate.clone(),
         epoch_interval: config.epoch_sweep_interval,
         lease: config.epoch_lease,
         session_interval: config.session_sweep_interval,
@@ -209,6 +237,7 @@ pub async fn run(
     let reclaimer = Reclaimer {
         raft: raft.clone(),
         kv: kv.clone(),
+        gate: gate.clone(),
         deleter: Arc::new(GrpcDeleter::new(
             config.reclaim_call_timeout,
             transport.clone(),
@@ -235,6 +264,8 @@ pub async fn run(
         memory_budget: config.sled_cache_bytes.as_u64(),
         transport: transport.clone(),
         workers: workers.clone(),
+        gate: gate.clone(),
+        versions: versions.clone(),
     };
     let meta = MetaService {
         node_id: config.node_id,
@@ -243,7 +274,9 @@ pub async fn run(
         liveness,
         loads,
         sessions: crate::api::SessionGate::new(config.session_table_max_entries),
+        gate,
     };
+    let node_version: NodeVersionFn = Arc::new(move || versions.local().map_err(|e| e.to_string()));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     // With TCP_NODELAY (see Listener::incoming): without it a response of
     // more than one segment (a listing page, an AppendEntries answer)
@@ -252,7 +285,7 @@ pub async fn run(
     let server = transport
         .server(sluice_net::policy::META_SERVER)?
         .add_service(
-            RaftServer::new(RaftService::new(raft.clone()))
+            RaftServer::new(RaftService::new(raft.clone(), node_version))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )

@@ -22,7 +22,6 @@
 //! approximate, a pass reads at most [`MAX_PASS_RECORDS`]),
 //! `sluice_meta_reclaimed_blobs_total` (blob ids a datanode confirmed).
 
-use sluice_util::clock::wall_clock_ms;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,7 +30,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use sluice_proto::datanode::DeleteBlobsRequest;
 use sluice_proto::datanode::datanode_client::DatanodeClient;
-use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
+use sluice_proto::raft::{self as rpb, meta_command::Command};
 use sluice_util::worker::WorkerHandle;
 use tonic::transport::Channel;
 
@@ -178,6 +177,7 @@ pub(crate) struct PassStats {
 pub(crate) struct Reclaimer<K: KvStore, D: ShardDeleter> {
     pub raft: MetaRaft,
     pub kv: Arc<K>,
+    pub gate: Arc<crate::version::Gate>,
     pub deleter: Arc<D>,
     /// `reclaim_interval`.
     pub interval: Duration,
@@ -395,13 +395,16 @@ impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
         let Some(released_before_index) = self.released_before_index() else {
             return Ok(Vec::new());
         };
-        let cmd = MetaCommand {
-            leader_now_ms: wall_clock_ms(),
-            command: Some(Command::ClaimPending(rpb::ClaimPending {
-                blob_ids,
-                released_before_index,
-            })),
-        };
+        let cmd = self
+            .gate
+            .command(
+                self.kv.as_ref(),
+                Command::ClaimPending(rpb::ClaimPending {
+                    blob_ids,
+                    released_before_index,
+                }),
+            )
+            .map_err(|e| ReclaimError::Raft(e.to_string()))?;
         match self.raft.client_write(cmd).await {
             Ok(resp) => match resp.data {
                 sm::Applied::Claimed(ids) => Ok(ids),
@@ -420,12 +423,15 @@ impl<K: KvStore, D: ShardDeleter> Reclaimer<K, D> {
         if !is_leader(&self.raft) {
             return Err(ReclaimError::NotLeader);
         }
-        let cmd = MetaCommand {
-            leader_now_ms: wall_clock_ms(),
-            command: Some(Command::CollectPending(rpb::CollectPending {
-                done: vec![rpb::CollectedShards { node_id, blob_ids }],
-            })),
-        };
+        let cmd = self
+            .gate
+            .command(
+                self.kv.as_ref(),
+                Command::CollectPending(rpb::CollectPending {
+                    done: vec![rpb::CollectedShards { node_id, blob_ids }],
+                }),
+            )
+            .map_err(|e| ReclaimError::Raft(e.to_string()))?;
         match self.raft.client_write(cmd).await {
             Ok(_) => Ok(()),
             Err(openraft::error::RaftError::APIError(

@@ -54,7 +54,7 @@ use std::time::Duration;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ServerState};
 use sluice_proto::meta::{self as pb, ErrorCode};
-use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
+use sluice_proto::raft::{self as rpb, meta_command::Command};
 use sluice_util::worker::WorkerHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
@@ -62,6 +62,7 @@ use tracing::Instrument;
 use crate::raft::MetaRaft;
 use crate::sm::{self, Applied, SmError};
 use crate::store::KvStore;
+use crate::version::{Gate, GateError};
 
 /// Counter: uploads aborted by the sweeper.
 pub const STALE_UPLOADS_ABORTED_TOTAL: &str = "sluice_meta_stale_uploads_aborted_total";
@@ -81,12 +82,16 @@ pub(crate) enum SweepError {
     /// Raft refused or failed the entry (stopped, membership change).
     #[error("propose through raft: {0}")]
     Raft(#[source] RaftError<u64, ClientWriteError<u64, BasicNode>>),
+    /// The cluster version does not admit the command.
+    #[error(transparent)]
+    Gate(#[from] GateError),
 }
 
 /// The sweeper of one meta node.
 pub(crate) struct Sweeper<K: KvStore> {
     pub raft: MetaRaft,
     pub kv: Arc<K>,
+    pub gate: Arc<Gate>,
     /// `stale_upload_check_interval`.
     pub interval: Duration,
     /// `stale_upload_expiry`.
@@ -122,12 +127,15 @@ const EXPIRE_BATCH: u32 = 1000;
 /// Most ExpireSessions entries one session sweep proposes.
 const EXPIRE_ROUNDS: usize = 64;
 
-/// Proposes `command` (stamped with this leader's clock).
-pub(crate) async fn propose(raft: &MetaRaft, command: Command) -> Result<Applied, SweepError> {
-    let cmd = MetaCommand {
-        leader_now_ms: wall_clock_ms(),
-        command: Some(command),
-    };
+/// Proposes `command` (stamped with this leader's clock), if the cluster
+/// version admits it ([`Gate::command`]).
+pub(crate) async fn propose<K: KvStore>(
+    raft: &MetaRaft,
+    kv: &K,
+    gate: &Gate,
+    command: Command,
+) -> Result<Applied, SweepError> {
+    let cmd = gate.command(kv, command)?;
     match raft.client_write(cmd).await {
         Ok(resp) => Ok(resp.data),
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
@@ -252,6 +260,7 @@ impl SessionClock {
 pub(crate) struct LeaseSweeper<K: KvStore> {
     pub raft: MetaRaft,
     pub kv: Arc<K>,
+    pub gate: Arc<Gate>,
     /// `epoch_sweep_interval`.
     pub epoch_interval: Duration,
     /// `epoch_lease`.
@@ -369,6 +378,8 @@ impl<K: KvStore> LeaseSweeper<K> {
                 tracing::debug!(epochs = ?expired, "closing write epochs");
                 propose(
                     &self.raft,
+                    self.kv.as_ref(),
+                    &self.gate,
                     Command::CloseEpochs(rpb::CloseEpochs { epochs: expired }),
                 )
                 .await?;
@@ -440,6 +451,8 @@ impl<K: KvStore> LeaseSweeper<K> {
             }
             propose(
                 &self.raft,
+                self.kv.as_ref(),
+                &self.gate,
                 Command::ExpireSessions(rpb::ExpireSessions {
                     before_index,
                     limit,
@@ -514,10 +527,9 @@ impl<K: KvStore> Sweeper<K> {
             key = %upload.key,
             upload_id = %upload.upload_id
         );
-        let cmd = MetaCommand {
-            leader_now_ms: wall_clock_ms(),
-            command: Some(Command::AbortUpload(upload)),
-        };
+        let cmd = self
+            .gate
+            .command(self.kv.as_ref(), Command::AbortUpload(upload))?;
         let written = self.raft.client_write(cmd).instrument(span.clone()).await;
         let _enter = span.enter();
         match written {

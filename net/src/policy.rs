@@ -93,6 +93,9 @@ pub static RAFT: ServiceTable = ServiceTable {
         ("Vote", &[Meta]),
         ("AppendEntries", &[Meta]),
         ("InstallSnapshot", &[Meta]),
+        // The leader asks each member what it understands before it
+        // finalizes the cluster version.
+        ("NodeVersion", &[Meta]),
     ],
     other_methods: &[],
 };

@@ -44,7 +44,8 @@ fn status_from_detail(detail: ErrorDetail) -> tonic::Status {
         | ErrorCode::PlacementChanged
         | ErrorCode::PreconditionFailed
         | ErrorCode::MethodNotAllowed
-        | ErrorCode::MembershipChangeRefused => tonic::Code::FailedPrecondition,
+        | ErrorCode::MembershipChangeRefused
+        | ErrorCode::ClusterVersionGate => tonic::Code::FailedPrecondition,
         ErrorCode::DuplicateDatanode => tonic::Code::AlreadyExists,
         ErrorCode::DatanodeInUse => tonic::Code::FailedPrecondition,
         ErrorCode::NoSuchDatanode => tonic::Code::NotFound,

@@ -1,7 +1,8 @@
 //! End to end: `sluice admin meta` (the built binary) against `sluice dev`
 //! (one meta voter): `list` as a table and as JSON, and the refusals a
 //! single-voter cluster gives (`remove` of the last voter, `add` of a node
-//! that never catches up, which leaves the membership as it was).
+//! that never catches up, which leaves the membership as it was); and
+//! `sluice admin version` (show, finalize) on that cluster.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -21,8 +22,12 @@ fn start_dev(dir: &Path, base: u16) -> Dev {
 }
 
 fn admin(dev: &Dev, args: &[&str]) -> Output {
+    admin_area(dev, "meta", args)
+}
+
+fn admin_area(dev: &Dev, area: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["admin", "meta"])
+        .args(["admin", area])
         .args(args)
         .args(["--meta", &dev.meta_url()])
         // The admin certificate `sluice dev` made.
@@ -98,5 +103,30 @@ fn admin_meta_against_sluice_dev() {
         list["members"].as_array().map(Vec::len),
         Some(1),
         "learner left behind: {list}"
+    );
+
+    // One meta node of this binary: the cluster version is 1, and
+    // finalize has nothing to raise (it may record it first).
+    let version: serde_json::Value =
+        serde_json::from_str(&ok(admin_area(&dev, "version", &["show", "--json"]))).expect("json");
+    assert_eq!(version["cluster_version"], 1, "{version}");
+    assert_eq!(version["leader_format"], 1, "{version}");
+    assert_eq!(version["nodes"][0]["reachable"], true, "{version}");
+    assert_eq!(version["nodes"][0]["replicated_format"], 1, "{version}");
+    assert_eq!(
+        version["nodes"][0]["binary_version"],
+        env!("CARGO_PKG_VERSION"),
+        "{version}"
+    );
+    let table = ok(admin_area(&dev, "version", &[]));
+    assert!(
+        table.starts_with("cluster version 1  leader's replicated format 1\n"),
+        "{table}"
+    );
+    ok(admin_area(&dev, "version", &["finalize"]));
+    let again = ok(admin_area(&dev, "version", &["finalize"]));
+    assert!(
+        again.starts_with("nothing to finalize: the cluster version is 1\n"),
+        "{again}"
     );
 }

@@ -80,6 +80,9 @@ pub fn meta_code(code: ErrorCode) -> S3ErrorCode {
         ErrorCode::NoSuchAccessKey => S3ErrorCode::InvalidAccessKeyId,
         // Meta's session table is full: the operation was not proposed.
         ErrorCode::SlowDown => S3ErrorCode::SlowDown,
+        // A command of a newer release while the cluster's upgrade is not
+        // finalized: refused before anything was written.
+        ErrorCode::ClusterVersionGate => S3ErrorCode::ServiceUnavailable,
         ErrorCode::PlacementChanged
         | ErrorCode::DuplicateDatanode
         | ErrorCode::MembershipChangeRefused

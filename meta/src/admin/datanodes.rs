@@ -11,8 +11,7 @@ use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, Raf
 use sluice_proto::admin as apb;
 use sluice_proto::error::{not_leader, status};
 use sluice_proto::meta::ErrorCode;
-use sluice_proto::raft::{MetaCommand, meta_command::Command};
-use sluice_util::clock::wall_clock_ms;
+use sluice_proto::raft::meta_command::Command;
 use tonic::Status;
 
 use super::AdminService;
@@ -32,12 +31,10 @@ fn sm_status(e: SmError) -> Status {
 
 impl<K: KvStore> AdminService<K> {
     /// Proposes `command` stamped with this leader's clock and waits for
-    /// it to be applied; a refusal becomes its status.
+    /// it to be applied; a refusal becomes its status, a command the
+    /// cluster version does not admit FAILED_PRECONDITION.
     async fn propose(&self, command: Command) -> Result<Applied, Status> {
-        let cmd = MetaCommand {
-            leader_now_ms: wall_clock_ms(),
-            command: Some(command),
-        };
+        let cmd = self.gate.command(self.kv.as_ref(), command)?;
         match self.raft.client_write(cmd).await {
             Ok(resp) => match resp.data {
                 Applied::Refused { code, message } => Err(status(code, message)),

@@ -16,6 +16,7 @@ use crate::api::{linearizable, propose, sm_status, unexpected};
 use crate::raft::MetaRaft;
 use crate::sm::{self, Applied};
 use crate::store::KvStore;
+use crate::version::Gate;
 
 /// Prefix of generated access key ids.
 pub const KEY_ID_PREFIX: &str = "SK";
@@ -55,6 +56,7 @@ fn read_key<K: KvStore>(kv: &K, id: &str) -> Result<pb::AccessKey, Status> {
 pub(crate) async fn create_key<K: KvStore>(
     raft: &MetaRaft,
     kv: &K,
+    gate: &Gate,
     req: apb::CreateKeyRequest,
 ) -> Result<apb::CreateKeyResponse, Status> {
     if req.name.is_empty() {
@@ -66,6 +68,8 @@ pub(crate) async fn create_key<K: KvStore>(
     let (id, secret) = generate_key();
     let applied = propose(
         raft,
+        kv,
+        gate,
         Command::CreateAccessKey(rpb::CreateAccessKey {
             id,
             name: req.name,
@@ -97,13 +101,17 @@ pub(crate) async fn list_keys<K: KvStore>(
     })
 }
 
-pub(crate) async fn delete_key(
+pub(crate) async fn delete_key<K: KvStore>(
     raft: &MetaRaft,
+    kv: &K,
+    gate: &Gate,
     req: apb::DeleteKeyRequest,
 ) -> Result<apb::DeleteKeyResponse, Status> {
     let id = req.id.clone();
     let applied = propose(
         raft,
+        kv,
+        gate,
         Command::DeleteAccessKey(rpb::DeleteAccessKey {
             id: req.id,
             op_id: req.op_id,
@@ -120,12 +128,15 @@ pub(crate) async fn delete_key(
 pub(crate) async fn set_grant<K: KvStore>(
     raft: &MetaRaft,
     kv: &K,
+    gate: &Gate,
     req: apb::KeyGrantRequest,
     allow: bool,
 ) -> Result<apb::KeyGrantResponse, Status> {
     let id = req.id.clone();
     let applied = propose(
         raft,
+        kv,
+        gate,
         Command::SetKeyGrant(rpb::SetKeyGrant {
             id: req.id,
             bucket: req.bucket,

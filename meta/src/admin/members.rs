@@ -26,7 +26,6 @@
 //! Membership lives in the Raft log (and snapshots) from the first start
 //! on; the `voters` config key only seeds the very first initialization.
 
-use sluice_util::clock::wall_clock_ms;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -36,7 +35,7 @@ use sluice_net::is_endpoint;
 use sluice_proto::admin as apb;
 use sluice_proto::error::{not_leader, status};
 use sluice_proto::meta::ErrorCode;
-use sluice_proto::raft::MetaCommand;
+use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
 use tonic::Status;
 
 use crate::raft::MetaRaft;
@@ -431,15 +430,12 @@ impl Members {
         })
     }
 
-    /// Writes a no-op entry and waits up to [`QUORUM_PROBE`] for a majority
+    /// Writes a no-op entry ([`probe_entry`]) and waits up to [`QUORUM_PROBE`] for a majority
     /// of `voters` to replicate it.
     async fn check_live_quorum(&self, voters: &BTreeSet<u64>) -> Result<(), MembersError> {
         let probe = self
             .raft
-            .client_write(MetaCommand {
-                leader_now_ms: wall_clock_ms(),
-                command: None,
-            })
+            .client_write(probe_entry())
             .await
             .map_err(raft_error)?;
         let index = probe.log_id.index;
@@ -488,6 +484,19 @@ fn unknown_voter(id: u64, view: &View) -> MembersError {
             .filter(|n| !view.voters.contains(n))
             .collect::<Vec<_>>()
     ))
+}
+
+/// The quorum probe's entry: an ExpireSessions with `before_index` 0,
+/// which every binary applies as a no-op. Never an entry without a
+/// command: a replica stops at one (it is what a command kind unknown to
+/// its binary decodes as).
+fn probe_entry() -> MetaCommand {
+    let command = Command::ExpireSessions(rpb::ExpireSessions {
+        before_index: 0,
+        limit: 0,
+    });
+    let needs = crate::version::required_format(&command);
+    crate::version::stamped(command, needs)
 }
 
 #[cfg(test)]

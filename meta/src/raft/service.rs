@@ -29,14 +29,22 @@ pub struct RaftService {
     /// at most one payload is in Raft and the waiting ones last 250 ms.
     /// Heartbeats (no entries) pass without waiting.
     appending: Arc<Semaphore>,
+    /// This node's `NodeVersion` answer (read from its store each call).
+    version: NodeVersionFn,
 }
 
+/// Answers `NodeVersion`: this node's formats and applied cluster version,
+/// or why they cannot be read.
+pub type NodeVersionFn =
+    Arc<dyn Fn() -> Result<rpb::NodeVersionResponse, String> + Send + Sync + 'static>;
+
 impl RaftService {
-    /// Serves RPCs for `raft`.
-    pub fn new(raft: MetaRaft) -> Self {
+    /// Serves RPCs for `raft`; `version` answers `NodeVersion`.
+    pub fn new(raft: MetaRaft, version: NodeVersionFn) -> Self {
         RaftService {
             raft,
             appending: Arc::new(Semaphore::new(1)),
+            version,
         }
     }
 }
@@ -96,5 +104,16 @@ impl rpb::raft_server::Raft for RaftService {
             }
             Err(RaftError::Fatal(f)) => Err(fatal_status(&f)),
         }
+    }
+
+    /// Answered even when this node's Raft stopped (apply blocked), so
+    /// the leader can name it.
+    async fn node_version(
+        &self,
+        _request: Request<rpb::NodeVersionRequest>,
+    ) -> Result<Response<rpb::NodeVersionResponse>, Status> {
+        (self.version)()
+            .map(Response::new)
+            .map_err(Status::internal)
     }
 }

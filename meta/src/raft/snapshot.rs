@@ -122,6 +122,10 @@ pub enum SnapshotError {
     NoMeta,
     #[error("a snapshot install was interrupted but no snapshot file is recorded")]
     NoFile,
+    #[error(
+        "snapshot of cluster version {version} needs a newer sluice (this binary understands replicated format {format}): upgrade this node"
+    )]
+    NeedsNewer { version: u32, format: u32 },
 }
 
 /// The store key of a pre-image: generation (u64 BE), space byte, key.
@@ -375,14 +379,27 @@ fn data_space(id: u32) -> Result<Space, SnapshotError> {
 }
 
 /// Reads every record of the snapshot file at `path` and checks it: each
-/// decodes, each is of a data space, the file ends on a record boundary.
-/// Returns the number of records. Holds one record at a time.
-pub(crate) fn check_file(path: &Path) -> Result<u64, SnapshotError> {
+/// decodes, each is of a data space, the file ends on a record boundary,
+/// and its cluster version is one a binary of replicated format `format`
+/// understands (a snapshot of a cluster finalized past it may hold what
+/// this binary cannot read). Returns the number of records. Holds one
+/// record at a time.
+pub(crate) fn check_file(path: &Path, format: u32) -> Result<u64, SnapshotError> {
     let input = BufReader::with_capacity(FILE_BUFFER_BYTES, File::open(path)?);
     let mut reader = RecordReader::new(input);
     let mut records = 0;
     while let Some(rec) = reader.next_record()? {
-        data_space(rec.space)?;
+        let space = data_space(rec.space)?;
+        if space == Space::Cluster
+            && rec.key == crate::sm::cluster_version::KEY
+            && let Ok(bytes) = <[u8; 4]>::try_from(rec.value.as_slice())
+            && u32::from_be_bytes(bytes) > format
+        {
+            return Err(SnapshotError::NeedsNewer {
+                version: u32::from_be_bytes(bytes),
+                format,
+            });
+        }
         records += 1;
     }
     Ok(records)

@@ -49,6 +49,12 @@ const CURRENT: &[u8] = b"current_file";
 /// than reading this release's record as an empty blob.
 const LEGACY_CURRENT: &[u8] = b"current";
 
+/// Gauge: 1 once apply stopped at an entry this binary cannot apply (it
+/// needs a newer sluice); the node's Raft has stopped.
+pub const APPLY_BLOCKED: &str = "sluice_meta_apply_blocked";
+/// Gauge: the log index of that entry.
+pub const APPLY_BLOCKED_INDEX: &str = "sluice_meta_apply_blocked_index";
+
 /// The last applied log id and the membership it implies.
 type AppliedState = (Option<LogId<u64>>, StoredMembership<u64, BasicNode>);
 
@@ -70,6 +76,12 @@ pub struct StateMachine<K: KvStore> {
     /// Bytes of the current snapshot file (0: none): what the next build
     /// will cost, read by the node's snapshot schedule.
     snapshot_bytes: Arc<AtomicU64>,
+    /// The newest replicated format this node applies
+    /// ([`crate::version::REPLICATED_FORMAT`] unless overridden in tests).
+    format: u32,
+    /// The index of the entry apply stopped at because this binary cannot
+    /// apply it (0: none; see [`StateMachine::blocked_index`]).
+    blocked: Arc<AtomicU64>,
 }
 
 /// The batch that makes `stored` the current snapshot.
@@ -149,7 +161,24 @@ impl<K: KvStore> StateMachine<K> {
             snapshot_seq: Arc::new(AtomicU64::new(0)),
             current_lock: Arc::new(AsyncMutex::new(())),
             snapshot_bytes: Arc::new(AtomicU64::new(bytes)),
+            format: crate::version::REPLICATED_FORMAT,
+            blocked: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// This state machine applying replicated formats up to `format`
+    /// only: a node that behaves as an older or newer binary (tests).
+    pub fn understanding(mut self, format: u32) -> Self {
+        self.format = format;
+        self
+    }
+
+    /// The index of the log entry apply stopped at because it needs a
+    /// newer binary (0: none). Apply then returns a storage error, on which
+    /// openraft stops this node's Raft; a restart stops at the same entry
+    /// until the binary is upgraded.
+    pub fn blocked_index(&self) -> Arc<AtomicU64> {
+        self.blocked.clone()
     }
 
     /// The size in bytes of the current snapshot file, kept up to date by
@@ -346,8 +375,20 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
             let log_id = entry.log_id;
             let (mut batch, applied) = match &entry.payload {
                 EntryPayload::Blank => (Batch::new(), Applied::None),
-                EntryPayload::Normal(cmd) => sm::apply_command(self.kv.as_ref(), log_id.index, cmd)
-                    .map_err(|e| StorageIOError::apply(log_id, &e))?,
+                EntryPayload::Normal(cmd) => {
+                    match sm::apply_command_as(self.kv.as_ref(), log_id.index, cmd, self.format) {
+                        Ok(done) => done,
+                        Err(e) => {
+                            if let sm::SmError::NeedsNewer { index, .. } = &e {
+                                self.blocked.store(*index, Ordering::Relaxed);
+                                metrics::gauge!(APPLY_BLOCKED).set(1.0);
+                                metrics::gauge!(APPLY_BLOCKED_INDEX).set(*index as f64);
+                                tracing::error!(error = %e, "stopped applying the log");
+                            }
+                            return Err(StorageIOError::apply(log_id, &e).into());
+                        }
+                    }
+                }
                 EntryPayload::Membership(m) => {
                     let mut b = Batch::new();
                     let stored = StoredMembership::new(Some(log_id), m.clone());
@@ -426,12 +467,19 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
         // Read it whole once before the store is touched: a file that
         // does not decode (a torn or mixed transfer) fails the install
         // here, leaving the node as it was.
-        let check = path.clone();
-        let checked = tokio::task::spawn_blocking(move || snapshot::check_file(&check))
+        let (check, format) = (path.clone(), self.format);
+        let checked = tokio::task::spawn_blocking(move || snapshot::check_file(&check, format))
             .await
             .map_err(|e| err(&e))?;
         if let Err(e) = checked {
             let _ = std::fs::remove_file(&path);
+            if let SnapshotError::NeedsNewer { .. } = &e {
+                let index = meta.last_log_id.map_or(0, |l| l.index);
+                self.blocked.store(index, Ordering::Relaxed);
+                metrics::gauge!(APPLY_BLOCKED).set(1.0);
+                metrics::gauge!(APPLY_BLOCKED_INDEX).set(index as f64);
+                tracing::error!(error = %e, "refused a snapshot");
+            }
             return Err(err(&e).into());
         }
 
@@ -639,6 +687,102 @@ mod tests {
             .unwrap()
     }
 
+    /// An entry this binary cannot apply stops apply at it: the error names
+    /// the entry, nothing of it or after it is applied (the applied id stays
+    /// before it), the blocked index is set, and applying it again fails
+    /// again (it is never skipped).
+    #[tokio::test]
+    async fn an_entry_needing_a_newer_binary_stops_apply_at_it() {
+        let (mut sm, _dir) = populated().await;
+        let blocked = sm.blocked_index();
+        let (applied_before, _) = sm.applied_state().await.unwrap();
+        assert_eq!(applied_before.map(|l| l.index), Some(7));
+        let mut newer = entry(
+            8,
+            Command::CreateBucket(pb::CreateBucketRequest {
+                name: "n".into(),
+                ..Default::default()
+            }),
+        );
+        if let EntryPayload::Normal(cmd) = &mut newer.payload {
+            cmd.requires_format = crate::version::REPLICATED_FORMAT + 1;
+        }
+        let unknown = Entry {
+            log_id: LogId::new(LeaderId::new(1, 1), 8),
+            payload: EntryPayload::Normal(rpb::MetaCommand::default()),
+        };
+        for bad in [newer, unknown] {
+            let later = entry(
+                9,
+                Command::CreateBucket(pb::CreateBucketRequest {
+                    name: "later".into(),
+                    ..Default::default()
+                }),
+            );
+            let err = sm.apply(vec![bad, later]).await.unwrap_err();
+            assert!(
+                err.to_string().contains("log entry 8 needs a newer sluice"),
+                "{err}"
+            );
+            assert_eq!(blocked.load(Ordering::Relaxed), 8);
+            let (applied, _) = sm.applied_state().await.unwrap();
+            assert_eq!(applied, applied_before);
+            for name in ["n", "later"] {
+                assert_eq!(sm::get_bucket(sm.kv.as_ref(), name).ok(), None);
+            }
+        }
+        // The same entry on a binary that understands the newer format.
+        let mut sm = twin(&sm).understanding(crate::version::REPLICATED_FORMAT + 1);
+        let mut newer = entry(
+            8,
+            Command::CreateBucket(pb::CreateBucketRequest {
+                name: "n".into(),
+                ..Default::default()
+            }),
+        );
+        if let EntryPayload::Normal(cmd) = &mut newer.payload {
+            cmd.requires_format = crate::version::REPLICATED_FORMAT + 1;
+        }
+        assert_eq!(
+            sm.apply(vec![newer]).await.unwrap(),
+            vec![Applied::Created(true)]
+        );
+    }
+
+    /// A snapshot of a cluster finalized past this binary's format is
+    /// refused before the store is touched.
+    #[tokio::test]
+    async fn a_snapshot_of_a_newer_cluster_version_is_refused() {
+        let (source, _dir) = populated().await;
+        let newer = crate::version::REPLICATED_FORMAT + 1;
+        let mut source = twin(&source).understanding(newer);
+        let finalize = Entry {
+            log_id: LogId::new(LeaderId::new(1, 1), 8),
+            payload: EntryPayload::Normal(crate::version::stamped(
+                Command::FinalizeVersion(rpb::FinalizeVersion { version: newer }),
+                1,
+            )),
+        };
+        source.apply(vec![finalize]).await.unwrap();
+        let snap = snapshot(&mut source).await;
+
+        let kv = Arc::new(MemStore::new());
+        let (mut target, _target_dir) = open(kv.clone()).await;
+        let err = target
+            .install_snapshot(&snap.meta, snap.snapshot)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains(&format!(
+                "snapshot of cluster version {newer} needs a newer sluice"
+            )),
+            "{err}"
+        );
+        assert_eq!(target.blocked_index().load(Ordering::Relaxed), 8);
+        assert_eq!(target.applied_state().await.unwrap().0, None);
+        assert_eq!(sm::cluster_version::recorded(kv.as_ref()).unwrap(), None);
+    }
+
     #[tokio::test]
     async fn snapshots_carry_the_reference_index() {
         let (mut source, _dir) = populated().await;
@@ -789,6 +933,8 @@ mod tests {
             snapshot_seq: sm.snapshot_seq.clone(),
             current_lock: sm.current_lock.clone(),
             snapshot_bytes: sm.snapshot_bytes.clone(),
+            format: sm.format,
+            blocked: sm.blocked.clone(),
         }
     }
 

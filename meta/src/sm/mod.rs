@@ -19,12 +19,14 @@
 //!   leader's sweeper.
 //! * [`keys`] — key encodings of the keyspaces.
 //! * [`access`] — access keys (S3 users) and their bucket grants.
+//! * [`cluster_version`] — the cluster version `FinalizeVersion` raises.
 //! * [`versions`] — object versions and delete markers.
 //! * [`pending`], [`leases`] — pending deletions of released blobs and the
 //!   read leases that hold them back.
 //! * `records` — object records as head and manifest rows.
 
 pub mod access;
+pub mod cluster_version;
 pub mod epochs;
 pub mod heal;
 pub mod keys;
@@ -50,7 +52,7 @@ use sluice_proto::meta::{self as pb, ErrorCode};
 use crate::store::{KvError, KvStore, Space};
 
 pub use heal::{MAX_SHARDS_PER_CALL, collectable};
-pub use mutate::{admission_op_id, apply_command, multipart_etag, part_etag};
+pub use mutate::{admission_op_id, apply_command, apply_command_as, multipart_etag, part_etag};
 pub use read::{
     get_bucket, get_datanode, get_object, get_upload, list_buckets, list_datanodes, list_objects,
     list_parts, list_placements, list_uploads, list_versions,
@@ -131,6 +133,17 @@ pub enum SmError {
     /// or corrupt.
     #[error("object record in {0:?} and its manifest are of different writes")]
     Torn(Space),
+    /// The log entry at `index` needs a binary that understands a newer
+    /// replicated format than this one's `format`: apply stops here (a
+    /// replica that skipped it would diverge from its peers).
+    #[error(
+        "log entry {index} needs a newer sluice ({what}; this binary understands replicated format {format}): upgrade this node"
+    )]
+    NeedsNewer {
+        index: u64,
+        what: String,
+        format: u32,
+    },
 }
 
 pub(crate) fn refuse<T>(code: ErrorCode, message: impl Into<String>) -> Result<T, SmError> {

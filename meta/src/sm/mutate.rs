@@ -12,10 +12,11 @@ use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
 
 use super::refs::{part_refs, update_index};
 use super::{
-    Applied, MAX_PART_NUMBER, SmError, access, epochs, get, heal, keys, leases, pending, records,
-    refuse, registry, require_bucket, sessions, versions,
+    Applied, MAX_PART_NUMBER, SmError, access, cluster_version, epochs, get, heal, keys, leases,
+    pending, records, refuse, registry, require_bucket, sessions, versions,
 };
 use crate::store::{Batch, KvStore, Space};
+use crate::version::{REPLICATED_FORMAT, command_kind};
 use versions::placements;
 
 /// Applies `cmd`, the entry at log index `index`, to the state in `kv`:
@@ -41,14 +42,48 @@ use versions::placements;
 /// What it writes depends on the log alone: never on a node's config (the
 /// session table is bounded by the leader before proposing, see
 /// [`sessions::admit`]).
+///
+/// An entry this binary cannot apply is an error ([`SmError::NeedsNewer`]),
+/// never skipped: its command kind is unknown here (prost decodes a oneof
+/// variant it does not know as no command), or it requires a newer
+/// replicated format than [`REPLICATED_FORMAT`].
 pub fn apply_command<K: KvStore>(
     kv: &K,
     index: u64,
     cmd: &MetaCommand,
 ) -> Result<(Batch, Applied), SmError> {
+    apply_command_as(kv, index, cmd, REPLICATED_FORMAT)
+}
+
+/// [`apply_command`] by a binary that understands replicated formats up
+/// to `format` (a node's `replicated_format_override`, in tests).
+pub fn apply_command_as<K: KvStore>(
+    kv: &K,
+    index: u64,
+    cmd: &MetaCommand,
+    format: u32,
+) -> Result<(Batch, Applied), SmError> {
     let Some(command) = &cmd.command else {
-        return Ok((Batch::new(), Applied::None));
+        return Err(SmError::NeedsNewer {
+            index,
+            what: format!(
+                "command kind unknown to this binary, replicated format {}",
+                cmd.requires_format
+            ),
+            format,
+        });
     };
+    if cmd.requires_format > format {
+        return Err(SmError::NeedsNewer {
+            index,
+            what: format!(
+                "{} at replicated format {}",
+                command_kind(command),
+                cmd.requires_format
+            ),
+            format,
+        });
+    }
     let now_ms = cmd.leader_now_ms;
     let op_id = op_id_of(command);
     if let Some(first) = sessions::lookup(kv, op_id)? {
@@ -101,6 +136,7 @@ pub fn apply_command<K: KvStore>(
         Command::SetKeyGrant(r) => access::set_key_grant(kv, r),
         Command::DrainDatanode(r) => registry::drain_datanode(kv, r),
         Command::RemoveDatanode(r) => registry::remove_datanode(kv, r),
+        Command::FinalizeVersion(r) => cluster_version::finalize(kv, index, r, format),
     }
     .and_then(|applied| {
         fence(kv, command)?;
@@ -164,7 +200,8 @@ fn op_id_of(command: &Command) -> &str {
         | Command::ReleaseBlobs(_)
         | Command::ExpireSessions(_)
         | Command::ExpireObjects(_)
-        | Command::ExpireUploads(_) => "",
+        | Command::ExpireUploads(_)
+        | Command::FinalizeVersion(_) => "",
     }
 }
 

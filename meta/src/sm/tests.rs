@@ -27,6 +27,7 @@ fn exec_at(kv: &MemStore, command: Command, now_ms: i64) -> Applied {
         &MetaCommand {
             command: Some(command),
             leader_now_ms: now_ms,
+            requires_format: 1,
         },
     )
     .unwrap();
@@ -1051,6 +1052,7 @@ fn register_datanode_upserts_address() {
 }
 
 mod access;
+mod cluster_version;
 mod datanodes;
 mod exactly_once;
 mod heal;

@@ -13,6 +13,7 @@
 //! * `certs.rs`: `sluice admin certs init|issue`.
 //! * `status.rs`: `sluice admin status [--json]`.
 //! * [`serve`]: `sluice admin serve` (the HTML status page).
+//! * [`version`]: `sluice admin version [show|finalize]` (cluster version).
 
 mod certs;
 mod datanodes;
@@ -20,6 +21,7 @@ mod keys;
 pub mod meta;
 pub mod serve;
 pub mod status;
+pub mod version;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -82,6 +84,14 @@ pub enum AdminCommand {
     Status(status::StatusArgs),
     /// Serve a read-only HTML status page of the cluster (polls Status).
     Serve(serve::ServeArgs),
+    /// The cluster version and each meta node's binary and replicated
+    /// format; `finalize` completes an upgrade.
+    Version {
+        #[command(flatten)]
+        conn: AdminConn,
+        #[command(subcommand)]
+        command: Option<version::VersionCommand>,
+    },
     /// Cluster CA and node certificates.
     Certs {
         #[command(subcommand)]
@@ -146,6 +156,7 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::Datanode { conn, command } => datanodes::run(&conn, command).await,
         AdminCommand::Status(args) => status::run(args).await,
         AdminCommand::Serve(args) => serve::run(args).await,
+        AdminCommand::Version { conn, command } => version::run(&conn, command).await,
         AdminCommand::Certs { command } => certs::run(command),
     }
 }

@@ -15,6 +15,7 @@ fn run(kv: &MemStore, now_ms: i64, command: Command) -> (Applied, bool) {
         u64::try_from(now_ms).unwrap_or(0),
         &MetaCommand {
             leader_now_ms: now_ms,
+            requires_format: 1,
             command: Some(command),
         },
     )

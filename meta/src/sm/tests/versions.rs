@@ -982,6 +982,7 @@ fn collectable_races_a_promotion() {
                 ..Default::default()
             })),
             leader_now_ms: 0,
+            requires_format: 1,
         },
     )
     .unwrap();
