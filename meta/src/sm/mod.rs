@@ -131,6 +131,9 @@ pub enum SmError {
     /// or corrupt.
     #[error("object record in {0:?} and its manifest are of different writes")]
     Torn(Space),
+    /// A stored record decodes but breaks the store format's rules.
+    #[error("corrupt record in {space:?}: {why}")]
+    Corrupt { space: Space, why: &'static str },
 }
 
 pub(crate) fn refuse<T>(code: ErrorCode, message: impl Into<String>) -> Result<T, SmError> {
