@@ -100,6 +100,9 @@ impl From<StoreError> for Status {
             | StoreError::InvalidBlockLen { .. }
             | StoreError::BlockAfterShortBlock { .. } => Code::InvalidArgument,
             StoreError::ShuttingDown => Code::Unavailable,
+            StoreError::ShardFormat { .. }
+            | StoreError::DirFormat(_)
+            | StoreError::BadFormatFile { .. } => Code::FailedPrecondition,
             StoreError::Io { source, .. } if source.kind() == ErrorKind::StorageFull => {
                 Code::ResourceExhausted
             }

@@ -4,9 +4,9 @@
 //! collecting garbage on its own.
 //!
 //! The live blob belongs to a write epoch the test opens (a commit naming a
-//! closed epoch is refused); the garbage blobs are legacy ids (epoch 0,
-//! always closed), so meta answers them collectable and GC deletes them,
-//! while the placed shard is kept.
+//! closed epoch is refused); the garbage blobs have ids that name no
+//! epoch (meta never commits those), so meta answers them collectable and
+//! GC deletes them, while the placed shard is kept.
 
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
@@ -162,7 +162,7 @@ async fn meta_oracle_collects_garbage_and_nothing_when_meta_is_gone() -> Result<
     old_shard(&store, "dead").await?;
     let oracle = MetaOracle::new(impatient(&endpoint));
     let locks = BlobLocks::new();
-    // Only the unreferenced legacy blob goes; the placed shard stays.
+    // Only the unreferenced garbage blob goes; the placed shard stays.
     let report = collect(&store, &oracle, &locks, &pass()).await?;
     assert_eq!((report.old_shards, report.deleted_shards), (2, 1));
     assert_eq!(blob_ids(&store).await?, [live.as_str()]);

@@ -147,10 +147,10 @@ pub struct WriteEpochs {
 }
 
 impl Default for WriteEpochs {
-    /// A fixed epoch 0 (the legacy epoch, always closed on meta): for
-    /// stores without meta that never commit.
+    /// A fixed epoch 0 (never opened by meta, whose numbering starts at
+    /// 1): for stores without meta that never commit.
     fn default() -> Self {
-        WriteEpochs::fixed(sluice_proto::blob_id::LEGACY_EPOCH)
+        WriteEpochs::fixed(0)
     }
 }
 

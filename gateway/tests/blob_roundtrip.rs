@@ -178,7 +178,7 @@ async fn write_then_read_ranges() -> Result<()> {
         (K as u32, M as u32, BLOCK as u32)
     );
     // `e<epoch>.<32 hex>` under the store's fixed epoch.
-    assert_eq!(sluice_proto::blob_id::epoch_of(&p.blob_id), EPOCH);
+    assert_eq!(sluice_proto::blob_id::epoch_of(&p.blob_id).unwrap(), EPOCH);
     assert_eq!(p.blob_id.len(), "e1.".len() + 32, "{}", p.blob_id);
     let mut nodes = p.nodes.clone();
     nodes.sort_unstable();

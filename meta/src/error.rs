@@ -6,8 +6,8 @@ use openraft::BasicNode;
 use openraft::error::{Fatal, InitializeError, RaftError};
 
 use crate::config::ConfigError;
-use crate::sm::SmError;
 use crate::store::KvError;
+use crate::store::format::StoreFormatError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -29,10 +29,10 @@ pub enum Error {
         #[source]
         source: KvError,
     },
-    /// Indexing the blob references of an existing store failed (I/O
-    /// error or a corrupt record).
-    #[error("build the blob reference index: {0}")]
-    RefIndex(#[source] SmError),
+    /// The store's format version is newer than this binary understands,
+    /// missing, or its migration failed (see `store::format`).
+    #[error("{0}")]
+    StoreFormat(#[source] StoreFormatError),
     /// Opening the state machine failed: its snapshot directory or an
     /// interrupted snapshot install (see `raft::snapshot`).
     #[error("open the state machine: {0}")]

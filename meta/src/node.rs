@@ -106,17 +106,12 @@ pub async fn run(
         source,
     })?;
     let kv = Arc::new(open_store(&config).await?);
-    // Before Raft applies anything: index the blobs of a store written
-    // before the reference index existed (a no-op afterwards).
-    match sm::refs::ensure_index(kv.as_ref()) {
-        Ok(Some(references)) => {
-            tracing::info!(references, "built the blob reference index");
-        }
-        Ok(None) => {}
-        Err(source) => {
-            drop(kv);
-            return Err(Error::RefIndex(source));
-        }
+    // Before Raft reads anything: a store of another format version is
+    // refused or migrated here.
+    let store_name = format!("meta store at {}", config.data_dir.display());
+    if let Err(e) = crate::store::format::open_format(kv.as_ref(), &store_name).await {
+        drop(kv);
+        return Err(Error::StoreFormat(e));
     }
 
     let raft_config = openraft::Config {

@@ -9,6 +9,7 @@
 //! * [`error`] — encoding of [`meta::ErrorDetail`] in a `tonic::Status`.
 //! * `redact` — Debug of the messages holding a secret (redacted).
 //! * [`blob_id`] — blob ids and the write epoch they name.
+//! * [`format`] — the format versions of stored data, checked at open.
 //! * [`framing`] — shard blocks framed as gRPC messages without copying them.
 
 pub mod meta {
@@ -28,6 +29,7 @@ pub mod admin {
 pub mod blob_id;
 pub mod credit;
 pub mod error;
+pub mod format;
 pub mod framing;
 mod redact;
 pub mod shard;

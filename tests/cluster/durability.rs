@@ -916,7 +916,7 @@ async fn paused_gateway_commit_is_fenced() -> Result<()> {
 async fn epoch_of_key(c: &TestCluster, key: &str) -> Result<u64> {
     let blobs = blobs_of(c, key).await?;
     ensure!(blobs.len() == 1, "{key}: {} blobs: {blobs:?}", blobs.len());
-    Ok(sluice_proto::blob_id::epoch_of(&blobs[0].blob_id))
+    Ok(sluice_proto::blob_id::epoch_of(&blobs[0].blob_id)?)
 }
 
 // ---------------------------------------------------------------- (d)

@@ -53,7 +53,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use super::format::{self, Geometry, HEADER_LEN};
+use super::format::{self, Geometry, HEADER_LEN, HeaderError};
 use super::{
     Block, BlockRule, Committed, FANOUT, MAX_SHARDS_PER_BLOB, Quarantine, ShardEntry, ShardKey,
     ShardPage, ShardReader, ShardStore, ShardWriter, StoreError, StoreStats, fanout_of,
@@ -112,14 +112,17 @@ struct WalkPlace {
 }
 
 impl DiskStore {
-    /// Opens (creating if needed) the store under `data_dir`, removes temp
-    /// files left by a crash and counts the stored shards. `node_id` labels
-    /// the metrics.
+    /// Opens (creating if needed) the store under `data_dir`, checks its
+    /// format version (`dir_format`: a newer one is refused, an older one
+    /// migrated), removes temp files left by a crash and counts the stored
+    /// shards. `node_id` labels the metrics.
     pub async fn open(data_dir: &Path, node_id: u64) -> Result<DiskStore, StoreError> {
         let root = data_dir.join("shards");
         let quarantine = data_dir.join("quarantine");
         let data_dir = data_dir.to_path_buf();
         let inner = blocking(move || {
+            // Before anything reads or creates `shards/`.
+            super::dir_format::open_format(&data_dir)?;
             fs::create_dir_all(&root).map_err(StoreError::io("create directory", &root))?;
             fs::create_dir_all(&quarantine)
                 .map_err(StoreError::io("create directory", &quarantine))?;
@@ -991,7 +994,13 @@ fn open_reader(
     let Ok(header) = <[u8; HEADER_LEN as usize]>::try_from(header.as_slice()) else {
         return Err(corrupt("shorter than its header").into());
     };
-    let block_size = format::decode_header(&header).map_err(corrupt)?;
+    let block_size = format::decode_header(&header).map_err(|e| match e {
+        HeaderError::Corrupt(reason) => corrupt(reason),
+        HeaderError::Format(source) => StoreError::ShardFormat {
+            key: key.clone(),
+            source,
+        },
+    })?;
     let len = file
         .metadata()
         .map_err(StoreError::io("stat", &path))?

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! offset 0   magic "SLSH"            4 bytes
-//!        4   version (1)             u16 LE
+//!        4   format version (1)      u16 LE (`SHARD_FORMAT`)
 //!        6   reserved (0)            u16 LE
 //!        8   block_size              u32 LE
 //!       12   CRC32C of bytes 0..12   u32 LE
@@ -11,6 +11,12 @@
 //! ```
 //! Block `i` of a shard starts at `HEADER_LEN + i * (block_size + 4)`; only
 //! the last block may be shorter than `block_size`.
+//!
+//! A header whose checksum holds but whose format version is newer than
+//! [`SHARD_FORMAT`] was written by a newer release: it is refused with
+//! [`HeaderError::Format`] (naming both versions), not treated as corrupt.
+
+use sluice_proto::format::{self, FormatError, SHARD_FORMAT};
 
 use crate::block_crc32c;
 
@@ -22,7 +28,15 @@ pub use sluice_proto::shard::MAX_BLOCK_SIZE;
 pub(crate) const CRC_LEN: u64 = 4;
 
 const MAGIC: &[u8; 4] = b"SLSH";
-const VERSION: u16 = 1;
+
+/// Why a shard header cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HeaderError {
+    /// Damaged: bad magic, checksum or block size.
+    Corrupt(&'static str),
+    /// Intact, but of a format version this binary does not read.
+    Format(FormatError),
+}
 
 /// Bytes a shard of `blocks` blocks holding `payload_bytes` takes in the
 /// store format (header, data and one checksum per block).
@@ -33,7 +47,8 @@ pub fn stored_len(payload_bytes: u64, blocks: u64) -> u64 {
 pub(crate) fn encode_header(block_size: u32) -> [u8; HEADER_LEN as usize] {
     let mut h = [0u8; HEADER_LEN as usize];
     h[0..4].copy_from_slice(MAGIC);
-    h[4..6].copy_from_slice(&VERSION.to_le_bytes());
+    let version = u16::try_from(SHARD_FORMAT).expect("the shard format fits the header's u16");
+    h[4..6].copy_from_slice(&version.to_le_bytes());
     h[8..12].copy_from_slice(&block_size.to_le_bytes());
     let crc = block_crc32c(&h[0..12]);
     h[12..16].copy_from_slice(&crc.to_le_bytes());
@@ -41,19 +56,18 @@ pub(crate) fn encode_header(block_size: u32) -> [u8; HEADER_LEN as usize] {
 }
 
 /// Returns the block size, or why the header is bad.
-pub(crate) fn decode_header(h: &[u8; HEADER_LEN as usize]) -> Result<u32, &'static str> {
+pub(crate) fn decode_header(h: &[u8; HEADER_LEN as usize]) -> Result<u32, HeaderError> {
     if &h[0..4] != MAGIC {
-        return Err("bad magic");
+        return Err(HeaderError::Corrupt("bad magic"));
     }
     if block_crc32c(&h[0..12]) != u32_le(&h[12..16]) {
-        return Err("header checksum mismatch");
+        return Err(HeaderError::Corrupt("header checksum mismatch"));
     }
-    if u16::from_le_bytes([h[4], h[5]]) != VERSION {
-        return Err("unknown format version");
-    }
+    let version = u32::from(u16::from_le_bytes([h[4], h[5]]));
+    format::check("shard file", version, SHARD_FORMAT).map_err(HeaderError::Format)?;
     let block_size = u32_le(&h[8..12]);
     if block_size == 0 || block_size > MAX_BLOCK_SIZE {
-        return Err("bad block size");
+        return Err(HeaderError::Corrupt("bad block size"));
     }
     Ok(block_size)
 }
@@ -124,6 +138,34 @@ mod tests {
             bad[i] ^= 0x10;
             assert!(decode_header(&bad).is_err(), "flip in byte {i} undetected");
         }
+    }
+
+    /// A header with a valid checksum whose version is newer than this
+    /// binary's (or 0) is refused as a format, naming both versions.
+    #[test]
+    fn a_header_of_a_newer_format_is_refused_by_version() {
+        let with_version = |v: u16| {
+            let mut h = encode_header(4096);
+            h[4..6].copy_from_slice(&v.to_le_bytes());
+            let crc = block_crc32c(&h[0..12]);
+            h[12..16].copy_from_slice(&crc.to_le_bytes());
+            h
+        };
+        let newer = (SHARD_FORMAT + 1) as u16;
+        let Err(HeaderError::Format(e)) = decode_header(&with_version(newer)) else {
+            panic!("a newer header was accepted or called corrupt")
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "shard file has format version {newer}; this binary understands up to {SHARD_FORMAT}: use a newer sluice release"
+            )
+        );
+        assert!(matches!(
+            decode_header(&with_version(0)),
+            Err(HeaderError::Format(FormatError::Unversioned { .. }))
+        ));
+        assert_eq!(decode_header(&with_version(SHARD_FORMAT as u16)), Ok(4096));
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! page of a disk store read all [`FANOUT`] directories, while in store
 //! order a page resumes inside the one directory its cursor names.
 
+pub mod dir_format;
 mod disk;
 mod format;
 mod memory;
@@ -210,6 +211,21 @@ pub enum StoreError {
         block: Option<u64>,
         reason: &'static str,
     },
+    /// The shard file was written in a format version this binary does
+    /// not read (a newer release wrote it).
+    #[error("shard {key}: {source}")]
+    ShardFormat {
+        key: ShardKey,
+        #[source]
+        source: sluice_proto::format::FormatError,
+    },
+    /// The data dir's format version is newer than this binary
+    /// understands, missing, or has no migration (see `dir_format`).
+    #[error(transparent)]
+    DirFormat(sluice_proto::format::FormatError),
+    /// The data dir's format file is not `sluice-datanode-format <n>`.
+    #[error("format file {} does not read `sluice-datanode-format <version>`: found {found:?}", path.display())]
+    BadFormatFile { path: PathBuf, found: String },
     /// An earlier write on this writer failed or was cancelled; drop it.
     #[error("shard writer for {0} failed earlier and must be dropped")]
     WriterFailed(ShardKey),

@@ -2,11 +2,14 @@
 //! being applied, sent in openraft's chunks, installed record by record.
 //!
 //! # File format
-//! A snapshot file is the protobuf encoding of `raft.SnapshotBlob` (field 1,
-//! `repeated SnapshotRecord records`), written one record at a time: each
-//! record is the tag byte `0x0A`, a varint length and a `SnapshotRecord`.
-//! It is byte-compatible with the single-message blobs of earlier releases,
-//! so their snapshots install and old stored snapshots are kept as files.
+//! A snapshot file is a protobuf encoding of `raft.SnapshotBlob`, written
+//! in pieces: first its `format` field (the tag byte `0x10` and the
+//! varint [`SNAPSHOT_FORMAT`]), then one record at a time (field 1,
+//! `repeated SnapshotRecord records`: the tag byte `0x0A`, a varint length
+//! and a `SnapshotRecord`). openraft sends the file as it is, so a
+//! receiver reads the version before any record: a file without it, or
+//! of a version newer than this binary understands, is refused before the
+//! store is touched ([`SnapshotError::Format`] names both versions).
 //!
 //! # A consistent view while applies continue
 //! openraft asks for a builder between two applies, at applied index I.
@@ -64,10 +67,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prost::Message;
+use sluice_proto::format::{self, FormatError, SNAPSHOT_FORMAT};
 use sluice_proto::raft as rpb;
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
-use crate::sm::{SmError, refs};
+use crate::store::format::FORMAT_KEY;
 use crate::store::{Batch, KvError, KvStore, Op, Space, prefix_end};
 
 /// Records read per store scan while building (the build's record buffer).
@@ -94,6 +98,9 @@ const CLEAR_CHUNK: usize = 64;
 const MAX_RECEIVING: usize = 2;
 /// The tag of `SnapshotBlob.records` (field 1, length-delimited).
 const RECORD_TAG: u8 = 0x0A;
+/// The tag of `SnapshotBlob.format` (field 2, varint): the file's first
+/// bytes.
+const FORMAT_TAG: u8 = 0x10;
 
 /// Why a snapshot could not be written, read or installed.
 #[derive(Debug, thiserror::Error)]
@@ -102,8 +109,8 @@ pub enum SnapshotError {
     Io(#[from] std::io::Error),
     #[error("store: {0}")]
     Kv(#[from] KvError),
-    #[error("reindexing: {0}")]
-    Index(#[from] SmError),
+    #[error(transparent)]
+    Format(#[from] FormatError),
     #[error("snapshot record: {0}")]
     Decode(#[from] prost::DecodeError),
     #[error("snapshot record in unknown keyspace {0}")]
@@ -216,13 +223,17 @@ struct RecordWriter<W: Write> {
 }
 
 impl<W: Write> RecordWriter<W> {
-    fn new(out: W) -> Self {
-        RecordWriter {
+    /// A writer that has written the file's format version to `out`.
+    fn new(mut out: W) -> std::io::Result<Self> {
+        let mut header = vec![FORMAT_TAG];
+        prost::encoding::encode_varint(u64::from(SNAPSHOT_FORMAT), &mut header);
+        out.write_all(&header)?;
+        Ok(RecordWriter {
             out,
             buf: Vec::new(),
             records: 0,
-            bytes: 0,
-        }
+            bytes: header.len() as u64,
+        })
     }
 
     fn write(&mut self, space: Space, key: Vec<u8>, value: Vec<u8>) -> std::io::Result<()> {
@@ -250,11 +261,27 @@ pub(crate) struct RecordReader<R: BufRead> {
 }
 
 impl<R: BufRead> RecordReader<R> {
-    pub(crate) fn new(input: R) -> Self {
-        RecordReader {
+    /// A reader of `input` that has read and checked the file's format
+    /// version.
+    ///
+    /// Errors: [`SnapshotError::Format`] when the file does not start with
+    /// a format version, or with one newer than [`SNAPSHOT_FORMAT`].
+    pub(crate) fn new(input: R) -> Result<Self, SnapshotError> {
+        let mut reader = RecordReader {
             input,
             buf: Vec::new(),
-        }
+        };
+        let mut tag = [0u8];
+        let found = match reader.input.read_exact(&mut tag) {
+            Ok(()) if tag[0] == FORMAT_TAG => {
+                u32::try_from(reader.read_varint()?).unwrap_or(u32::MAX)
+            }
+            Ok(()) => 0,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+            Err(e) => return Err(e.into()),
+        };
+        format::check("snapshot", found, SNAPSHOT_FORMAT)?;
+        Ok(reader)
     }
 
     /// The next record, or `None` at the end of the input.
@@ -316,7 +343,7 @@ pub(crate) fn write_file<K: KvStore>(
     path: &Path,
 ) -> Result<Written, SnapshotError> {
     let file = File::create(path)?;
-    let mut w = RecordWriter::new(BufWriter::with_capacity(FILE_BUFFER_BYTES, file));
+    let mut w = RecordWriter::new(BufWriter::with_capacity(FILE_BUFFER_BYTES, file))?;
     for space in Space::DATA {
         let mut from: Option<Vec<u8>> = None;
         loop {
@@ -386,7 +413,7 @@ fn data_space(id: u32) -> Result<Space, SnapshotError> {
 /// record at a time.
 pub(crate) fn check_file(path: &Path, format: u32) -> Result<u64, SnapshotError> {
     let input = BufReader::with_capacity(FILE_BUFFER_BYTES, File::open(path)?);
-    let mut reader = RecordReader::new(input);
+    let mut reader = RecordReader::new(input)?;
     let mut records = 0;
     while let Some(rec) = reader.next_record()? {
         let space = data_space(rec.space)?;
@@ -410,14 +437,11 @@ pub(crate) fn check_file(path: &Path, format: u32) -> Result<u64, SnapshotError>
 pub struct Loaded {
     /// Records loaded.
     pub records: u64,
-    /// The file had no reference index (or one of format 1), so it was
-    /// derived from the loaded records.
-    pub reindexed: bool,
 }
 
 /// Replaces the data spaces with the records of the snapshot file at
 /// `path`, then applies `finish` (the applied id and membership) in the
-/// batch that also replaces `SmMeta`. Not atomic: the caller marks the
+/// batch that also replaces `SmMeta` (all but the store's format version). Not atomic: the caller marks the
 /// install first and repeats it after a crash (see the module docs).
 pub(crate) fn load_file<K: KvStore>(
     kv: &K,
@@ -428,18 +452,12 @@ pub(crate) fn load_file<K: KvStore>(
         clear_range(kv, space, Bound::Unbounded, Bound::Unbounded)?;
     }
     let input = BufReader::with_capacity(FILE_BUFFER_BYTES, File::open(path)?);
-    let mut reader = RecordReader::new(input);
-    let refs_id = u32::from(Space::Refs.id());
-    let (mut has_index, mut old_format) = (false, false);
+    let mut reader = RecordReader::new(input)?;
     let mut batch = Batch::new();
     let mut batch_bytes = 0usize;
     let mut records = 0u64;
     while let Some(rec) = reader.next_record()? {
         let space = data_space(rec.space)?;
-        if rec.space == refs_id {
-            has_index = true;
-            old_format |= rec.value.is_empty();
-        }
         batch_bytes += rec.key.len() + rec.value.len();
         batch.put(space, rec.key, rec.value);
         records += 1;
@@ -449,26 +467,15 @@ pub(crate) fn load_file<K: KvStore>(
         }
     }
     kv.apply(batch)?;
-    // A snapshot from before the reference index (no index records) or of
-    // index format 1 (empty values, no degraded index): its indexes are
-    // derived from its records.
-    let reindexed = !has_index || old_format;
     let mut last = Batch::new();
     for key in kv.keys_in(Space::SmMeta, Bound::Unbounded, Bound::Unbounded)? {
-        last.delete(Space::SmMeta, key);
+        if key != FORMAT_KEY {
+            last.delete(Space::SmMeta, key);
+        }
     }
     last.extend(finish);
-    if !reindexed {
-        last.put(Space::SmMeta, refs::INDEX_MARKER, refs::INDEX_VERSION);
-    }
     kv.apply(last)?;
-    if reindexed {
-        // Sets the index marker when done; interrupted, it is repeated by
-        // `ensure_index` at the next start.
-        let references = refs::rebuild_index(kv)?;
-        tracing::info!(references, "indexed the blobs of an old-format snapshot");
-    }
-    Ok(Loaded { records, reindexed })
+    Ok(Loaded { records })
 }
 
 /// The directory of a meta node's snapshot files: `<name>.snap` (kept),
@@ -590,28 +597,26 @@ pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Writes `data` (a stored snapshot of an earlier release) to `path`.
-pub(crate) fn write_blob(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = File::create(&tmp)?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        sync_dir(dir)?;
-    }
-    Ok(())
-}
-
 /// Every record of the snapshot encoding read from `r` (tests).
 #[cfg(test)]
 pub(crate) fn records_of(r: impl std::io::Read) -> Result<Vec<rpb::SnapshotRecord>, SnapshotError> {
-    let mut reader = RecordReader::new(BufReader::new(r));
+    let mut reader = RecordReader::new(BufReader::new(r))?;
     let mut out = Vec::new();
     while let Some(rec) = reader.next_record()? {
         out.push(rec);
     }
     Ok(out)
+}
+
+/// The bytes of a snapshot file holding `records` (tests).
+#[cfg(test)]
+pub(crate) fn file_bytes(records: &[rpb::SnapshotRecord]) -> Vec<u8> {
+    let mut w = RecordWriter::new(Vec::new()).unwrap();
+    for r in records {
+        let space = Space::from_id(r.space as u8).unwrap();
+        w.write(space, r.key.clone(), r.value.clone()).unwrap();
+    }
+    w.out
 }
 
 #[cfg(test)]
@@ -626,52 +631,68 @@ mod tests {
         }
     }
 
-    /// Records written one at a time read back as one `SnapshotBlob`
-    /// message (what earlier releases send), and the reverse.
+    /// The file is a `SnapshotBlob` (format and records) whose first field
+    /// is the format version; it reads back record by record.
     #[test]
-    fn the_file_is_a_snapshot_blob() {
+    fn the_file_is_a_snapshot_blob_that_starts_with_its_format() {
         let records = vec![
             record(Space::Buckets, b"b", b"bucket"),
             record(Space::Objects, b"b\0k", &[7u8; 300]),
             record(Space::Refs, b"e1.a", b""),
         ];
-        let mut w = RecordWriter::new(Vec::new());
-        for r in &records {
-            w.write(
-                Space::from_id(r.space as u8).unwrap(),
-                r.key.clone(),
-                r.value.clone(),
-            )
-            .unwrap();
-        }
-        assert_eq!(w.records, 3);
-        let blob = rpb::SnapshotBlob::decode(w.out.as_slice()).unwrap();
+        let bytes = file_bytes(&records);
+        assert_eq!(&bytes[..2], &[FORMAT_TAG, SNAPSHOT_FORMAT as u8]);
+        let blob = rpb::SnapshotBlob::decode(bytes.as_slice()).unwrap();
+        assert_eq!(blob.format, SNAPSHOT_FORMAT);
         assert_eq!(blob.records, records);
-        assert_eq!(
-            records_of(blob.encode_to_vec().as_slice()).unwrap(),
-            records
-        );
+        assert_eq!(records_of(bytes.as_slice()).unwrap(), records);
+        assert!(records_of(file_bytes(&[]).as_slice()).unwrap().is_empty());
     }
 
     #[test]
     fn a_malformed_file_is_refused() {
-        let blob = rpb::SnapshotBlob {
-            records: vec![record(Space::Objects, b"k", b"value")],
-        }
-        .encode_to_vec();
-        let cut = &blob[..blob.len() - 1];
+        let file = file_bytes(&[record(Space::Objects, b"k", b"value")]);
+        let cut = &file[..file.len() - 1];
         assert!(matches!(records_of(cut), Err(SnapshotError::Truncated)));
+        let header = &file[..2];
         assert!(matches!(
-            records_of(&[0x12u8, 0x00][..]),
+            records_of(&[header, &[0x12u8, 0x00][..]].concat()[..]),
             Err(SnapshotError::BadTag(0x12))
         ));
         // A length of 2^40 is refused before anything is allocated.
         let huge = [RECORD_TAG, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20];
         assert!(matches!(
-            records_of(&huge[..]),
+            records_of(&[header, &huge[..]].concat()[..]),
             Err(SnapshotError::RecordTooLarge(_))
         ));
-        assert!(records_of(&[][..]).unwrap().is_empty());
+    }
+
+    /// A file without a format version (records first, or nothing) and
+    /// one of a newer version are refused, naming the versions.
+    #[test]
+    fn a_file_of_no_or_a_newer_format_is_refused() {
+        let unversioned = rpb::SnapshotBlob {
+            records: vec![record(Space::Objects, b"k", b"value")],
+            format: 0,
+        }
+        .encode_to_vec();
+        for file in [&unversioned[..], &[][..]] {
+            assert!(matches!(
+                records_of(file),
+                Err(SnapshotError::Format(FormatError::Unversioned { .. }))
+            ));
+        }
+        let mut newer = file_bytes(&[record(Space::Objects, b"k", b"value")]);
+        newer[1] = (SNAPSHOT_FORMAT + 1) as u8;
+        let e = records_of(newer.as_slice()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "snapshot has format version {}; this binary understands up to {}: use a newer sluice release",
+                SNAPSHOT_FORMAT + 1,
+                SNAPSHOT_FORMAT
+            )
+        );
     }
 
     #[test]

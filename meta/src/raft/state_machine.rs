@@ -40,14 +40,8 @@ const APPLIED: &[u8] = b"applied";
 const MEMBERSHIP: &[u8] = b"membership";
 /// Set (to the snapshot's meta) while a snapshot is being installed.
 const INSTALLING: &[u8] = b"installing";
-/// The current snapshot: its meta and file name (`raft.StoredSnapshot`
-/// with `file` set).
+/// The current snapshot: its meta and file name (`raft.StoredSnapshot`).
 const CURRENT: &[u8] = b"current_file";
-/// Where releases before streamed snapshots kept the whole blob. Moved to a
-/// file at open and never written again, so a node rolled back to such a
-/// release finds no stored snapshot and builds one from its records rather
-/// than reading this release's record as an empty blob.
-const LEGACY_CURRENT: &[u8] = b"current";
 
 /// Gauge: 1 once apply stopped at an entry this binary cannot apply (it
 /// needs a newer sluice); the node's Raft has stopped.
@@ -88,7 +82,6 @@ pub struct StateMachine<K: KvStore> {
 fn current_batch(stored: &rpb::StoredSnapshot) -> Batch {
     let mut b = Batch::new();
     b.put(Space::Snapshot, CURRENT, stored.encode_to_vec());
-    b.delete(Space::Snapshot, LEGACY_CURRENT);
     b
 }
 
@@ -99,8 +92,7 @@ fn io_err(e: &dyn std::error::Error) -> openraft::AnyError {
 impl<K: KvStore> StateMachine<K> {
     /// The state machine kept in `kv`, with snapshot files in `dir`
     /// (created if missing). Before returning it finishes a snapshot
-    /// install a crash interrupted, moves a stored snapshot of an earlier
-    /// release into a file, and removes stale snapshot files and
+    /// install a crash interrupted and removes stale snapshot files and
     /// pre-images.
     ///
     /// Errors: the directory or a snapshot file cannot be read or written,
@@ -108,31 +100,7 @@ impl<K: KvStore> StateMachine<K> {
     pub async fn open(kv: Arc<K>, dir: impl Into<PathBuf>) -> Result<Self, StorageError> {
         let err = |e: &dyn std::error::Error| StorageIOError::read_snapshot(None, io_err(e));
         let dir = SnapshotDir::create(dir.into()).map_err(|e| err(&e))?;
-        let mut current = read_current(kv.as_ref())?;
-        let legacy = kv
-            .get(Space::Snapshot, LEGACY_CURRENT)
-            .map_err(|e| err(&e))?;
-        if let Some(bytes) = legacy {
-            // Kept by an earlier release: the whole blob in the record.
-            let mut b = Batch::new();
-            b.delete(Space::Snapshot, LEGACY_CURRENT);
-            let mut stored = rpb::StoredSnapshot::decode(bytes.as_slice()).map_err(|e| err(&e))?;
-            if current.is_none() && stored.meta.is_some() {
-                let index = stored
-                    .meta
-                    .as_ref()
-                    .and_then(|m| m.last_log_id.as_ref())
-                    .map_or(0, |l| l.index);
-                let name = dir.new_name(index);
-                snapshot::write_blob(&dir.path_of(&name), &stored.data).map_err(|e| err(&e))?;
-                stored.data = Vec::new();
-                stored.file = name;
-                b = current_batch(&stored);
-                current = Some(stored);
-            }
-            kv.apply(b).map_err(|e| err(&e))?;
-            kv.flush().await.map_err(|e| err(&e))?;
-        }
+        let current = read_current(kv.as_ref())?;
         if let Some(bytes) = kv.get(Space::SmMeta, INSTALLING).map_err(|e| err(&e))? {
             let pb = rpb::SnapshotMeta::decode(bytes.as_slice()).map_err(|e| err(&e))?;
             let meta = SnapshotMeta::from_pb(pb).map_err(|e| err(&e))?;
@@ -334,7 +302,6 @@ impl<K: KvStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<K> {
         } else {
             let stored = rpb::StoredSnapshot {
                 meta: Some(meta.to_pb()),
-                data: Vec::new(),
                 file: name.clone(),
             };
             self.kv.apply(current_batch(&stored)).map_err(|e| err(&e))?;
@@ -486,7 +453,6 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
         // From here a crash repeats the load at the next open.
         let stored = rpb::StoredSnapshot {
             meta: Some(meta.to_pb()),
-            data: Vec::new(),
             file: name.clone(),
         };
         let mut b = current_batch(&stored);
@@ -515,7 +481,7 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
         let secs = started.elapsed().as_secs_f64();
         metrics::histogram!("sluice_meta_snapshot_install_seconds").record(secs);
         tracing::info!(snapshot = %meta.snapshot_id, records = loaded.records,
-            reindexed = loaded.reindexed, secs, "installed snapshot");
+            secs, "installed snapshot");
         Ok(())
     }
 
@@ -661,13 +627,14 @@ mod tests {
         let file = file.into_std().await;
         rpb::SnapshotBlob {
             records: snapshot::records_of(file).unwrap(),
+            format: sluice_proto::format::SNAPSHOT_FORMAT,
         }
     }
 
-    /// A snapshot file (not a receiving one) holding `blob`, as one message.
-    async fn file_of(dir: &tempfile::TempDir, blob: &rpb::SnapshotBlob) -> Box<tokio::fs::File> {
-        let path = dir.path().join(format!("blob-{}", blob.records.len()));
-        std::fs::write(&path, blob.encode_to_vec()).unwrap();
+    /// A snapshot file (not a receiving one) of `bytes`.
+    async fn file_of(dir: &tempfile::TempDir, bytes: &[u8]) -> Box<tokio::fs::File> {
+        let path = dir.path().join(format!("file-{}", bytes.len()));
+        std::fs::write(&path, bytes).unwrap();
         Box::new(tokio::fs::File::open(&path).await.unwrap())
     }
 
@@ -796,7 +763,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(references(&kv), expected());
-        assert!(kv.get(Space::SmMeta, refs::INDEX_MARKER).unwrap().is_some());
+        assert_eq!(
+            refs::locate(kv.as_ref(), "e1.b").unwrap(),
+            Some(refs::part_locator("b", "m", "u1", 1))
+        );
         let ask = ["e1.a", "e1.c", "e1.b"].map(String::from);
         assert_eq!(
             sm::filter_unreferenced(kv.as_ref(), &ask).unwrap(),
@@ -804,57 +774,47 @@ mod tests {
         );
     }
 
+    /// A snapshot file of a newer format is refused before the store is
+    /// touched, with an error naming both versions; the store keeps its
+    /// format version through an install.
     #[tokio::test]
-    async fn a_snapshot_without_the_index_is_indexed_on_install() {
-        let (mut source, _dir) = populated().await;
+    async fn a_snapshot_of_a_newer_format_is_refused() {
+        use sluice_proto::format::{META_STORE_FORMAT, SNAPSHOT_FORMAT};
+
+        let (mut source, dir) = populated().await;
         let snap = snapshot(&mut source).await;
-        // What a node of the previous release sends: no index records.
-        let mut blob = blob_of(snap.snapshot).await;
-        let before = blob.records.len();
-        blob.records
-            .retain(|r| r.space != u32::from(Space::Refs.id()));
-        assert_eq!(before - blob.records.len(), 2);
+        let records = blob_of(snap.snapshot).await.records;
+        let mut newer = snapshot::file_bytes(&records);
+        newer[1] = (SNAPSHOT_FORMAT + 1) as u8;
 
         let kv = Arc::new(MemStore::new());
-        // A stale reference the install must not keep.
-        let mut ghost = Batch::new();
-        ghost.put(Space::Refs, b"ghost".to_vec(), Vec::new());
-        kv.apply(ghost).unwrap();
-        let (mut target, _target_dir) = open(kv.clone()).await;
-        target
-            .install_snapshot(&snap.meta, file_of(&_dir, &blob).await)
+        crate::store::format::open_format(kv.as_ref(), "t")
             .await
             .unwrap();
-        assert_eq!(references(&kv), expected());
-        assert!(kv.get(Space::SmMeta, refs::INDEX_MARKER).unwrap().is_some());
-    }
-
-    #[tokio::test]
-    async fn a_format_1_snapshot_gets_locators_on_install() {
-        let (mut source, _dir) = populated().await;
-        let snap = snapshot(&mut source).await;
-        // What a node of index format 1 sends: empty index values.
-        let mut blob = blob_of(snap.snapshot).await;
-        for r in &mut blob.records {
-            if r.space == u32::from(Space::Refs.id()) {
-                r.value.clear();
-            }
-        }
-        let kv = Arc::new(MemStore::new());
         let (mut target, _target_dir) = open(kv.clone()).await;
-        target
-            .install_snapshot(&snap.meta, file_of(&_dir, &blob).await)
+        let e = target
+            .install_snapshot(&snap.meta, file_of(&dir, &newer).await)
             .await
-            .unwrap();
-        assert_eq!(references(&kv), expected());
-        assert!(refs::index_is_current(kv.as_ref()).unwrap());
-        assert_eq!(
-            refs::locate(kv.as_ref(), "e1.a").unwrap(),
-            Some(refs::object_locator("b", "a", 1))
+            .unwrap_err();
+        let want = format!(
+            "snapshot has format version {}; this binary understands up to {SNAPSHOT_FORMAT}",
+            SNAPSHOT_FORMAT + 1
         );
+        assert!(e.to_string().contains(&want), "{e}");
+        assert!(data_rows(kv.as_ref()).is_empty());
+        assert_eq!(target.applied_state().await.unwrap().0, None);
+
+        target
+            .install_snapshot(
+                &snap.meta,
+                file_of(&dir, &snapshot::file_bytes(&records)).await,
+            )
+            .await
+            .unwrap();
+        assert_eq!(references(&kv), expected());
         assert_eq!(
-            refs::locate(kv.as_ref(), "e1.b").unwrap(),
-            Some(refs::part_locator("b", "m", "u1", 1))
+            crate::store::format::read_format(kv.as_ref(), "t").unwrap(),
+            Some(META_STORE_FORMAT)
         );
     }
 
@@ -1076,10 +1036,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let snapshots = dir.path().join("snapshots");
         std::fs::create_dir_all(&snapshots).unwrap();
-        std::fs::write(snapshots.join("x.snap"), records.encode_to_vec()).unwrap();
+        std::fs::write(
+            snapshots.join("x.snap"),
+            snapshot::file_bytes(&records.records),
+        )
+        .unwrap();
         let stored = rpb::StoredSnapshot {
             meta: Some(snap.meta.to_pb()),
-            data: Vec::new(),
             file: "x.snap".into(),
         };
         let mut b = Batch::new();
@@ -1104,42 +1067,6 @@ mod tests {
         assert_eq!(blob_of(current.snapshot).await, records);
     }
 
-    /// A snapshot an earlier release kept inside its record becomes a file
-    /// at open, with the same records; the old record is gone, so a node
-    /// rolled back to that release finds no stored snapshot (and builds
-    /// one) instead of sending this release's record as an empty blob.
-    #[tokio::test]
-    async fn a_stored_blob_of_an_earlier_release_becomes_a_file() {
-        let (mut source, _dir) = populated().await;
-        let snap = snapshot(&mut source).await;
-        assert!(
-            source
-                .kv
-                .get(Space::Snapshot, LEGACY_CURRENT)
-                .unwrap()
-                .is_none(),
-            "a build leaves the old key to releases that read it"
-        );
-        let records = blob_of(snap.snapshot).await;
-        let kv = Arc::new(MemStore::new());
-        let stored = rpb::StoredSnapshot {
-            meta: Some(snap.meta.to_pb()),
-            data: records.encode_to_vec(),
-            file: String::new(),
-        };
-        let mut b = Batch::new();
-        b.put(Space::Snapshot, LEGACY_CURRENT, stored.encode_to_vec());
-        kv.apply(b).unwrap();
-
-        let (mut sm, _target_dir) = open(kv.clone()).await;
-        assert!(kv.get(Space::Snapshot, LEGACY_CURRENT).unwrap().is_none());
-        let kept = read_current(kv.as_ref()).unwrap().unwrap();
-        assert!(kept.data.is_empty() && kept.file.ends_with(".snap"));
-        let current = sm.get_current_snapshot().await.unwrap().unwrap();
-        assert_eq!(current.meta, snap.meta);
-        assert_eq!(blob_of(current.snapshot).await, records);
-    }
-
     /// A received file that does not decode (here a valid snapshot with
     /// the tail of another transfer after it, what openraft leaves when a
     /// transfer restarts at offset 0 under the same id) fails the install
@@ -1148,7 +1075,7 @@ mod tests {
     async fn a_torn_snapshot_file_fails_the_install_and_changes_nothing() {
         let (mut source, dir) = populated().await;
         let snap = snapshot(&mut source).await;
-        let mut bytes = blob_of(snap.snapshot).await.encode_to_vec();
+        let mut bytes = snapshot::file_bytes(&blob_of(snap.snapshot).await.records);
         bytes.extend_from_slice(&[0x30, 0x01, 0x02]);
         let path = dir.path().join("torn");
         std::fs::write(&path, &bytes).unwrap();

@@ -42,7 +42,7 @@ pub fn lease_ms() -> u64 {
 }
 
 /// `true` while write epoch `epoch` is open (it has a record in
-/// [`Space::Epochs`]). Epoch 0 (legacy blob ids) is never open.
+/// [`Space::Epochs`]). Epoch 0 is never open (numbering starts at 1).
 pub fn is_open<K: KvStore>(kv: &K, epoch: u64) -> Result<bool, SmError> {
     Ok(kv.get(Space::Epochs, &keys::epoch(epoch))?.is_some())
 }

@@ -183,7 +183,8 @@ fn present(placement: &pb::Placement) -> usize {
 /// heal that moves the index elsewhere releases it), and — when the blob has a
 /// pending deletion — the reclaimer claimed it (`delete_delay` passed on
 /// the leader's monotonic clock and no read lease names the blob), else the
-/// blob's write epoch is closed. No clock is read here. Refuses
+/// blob's write epoch is closed (or its id names no epoch). No clock is
+/// read here. Refuses
 /// `InvalidArgument` for more than [`MAX_SHARDS_PER_CALL`] shards.
 pub fn collectable<K: KvStore>(
     kv: &K,
@@ -213,7 +214,12 @@ pub fn collectable<K: KvStore>(
         }
         let settled = match pending::get(kv, &s.blob_id)? {
             Some(d) => d.claimed,
-            None => !epochs::is_open(kv, blob_id::epoch_of(&s.blob_id))?,
+            // An id that names no epoch was never committable (the
+            // fence refuses it), so nothing can come to reference it.
+            None => match blob_id::epoch_of(&s.blob_id) {
+                Ok(epoch) => !epochs::is_open(kv, epoch)?,
+                Err(_) => true,
+            },
         };
         if settled {
             out.push(s.clone());

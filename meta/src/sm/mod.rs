@@ -144,6 +144,9 @@ pub enum SmError {
         what: String,
         format: u32,
     },
+    /// A stored record decodes but breaks the store format's rules.
+    #[error("corrupt record in {space:?}: {why}")]
+    Corrupt { space: Space, why: &'static str },
 }
 
 pub(crate) fn refuse<T>(code: ErrorCode, message: impl Into<String>) -> Result<T, SmError> {

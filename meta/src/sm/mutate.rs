@@ -33,8 +33,8 @@ use versions::placements;
 ///   references was applied before; it succeeds and changes nothing
 ///   ([`committed_replay`]).
 /// * *Fence*: a PutObject or PutPart whose new record names a blob of a
-///   write epoch that is not open is refused `EPOCH_CLOSED` (legacy blob
-///   ids, epoch 0, included); one naming a blob with a pending deletion is
+///   write epoch that is not open is refused `EPOCH_CLOSED`; one naming a
+///   blob id that names no epoch, or a blob with a pending deletion, is
 ///   refused `INVALID_ARGUMENT`.
 /// * *Pending deletions*: every placement the mutation releases gets a
 ///   `PendingDeletion` record at leader time `leader_now_ms`.
@@ -269,7 +269,10 @@ fn commit_blobs(command: &Command) -> Vec<&str> {
 /// CompleteUpload moves already committed part blobs and is not fenced.
 fn fence<K: KvStore>(kv: &K, command: &Command) -> Result<(), SmError> {
     for blob in commit_blobs(command) {
-        let epoch = sluice_proto::blob_id::epoch_of(blob);
+        let epoch = match sluice_proto::blob_id::epoch_of(blob) {
+            Ok(epoch) => epoch,
+            Err(e) => return refuse(ErrorCode::InvalidArgument, e.to_string()),
+        };
         if !epochs::is_open(kv, epoch)? {
             return refuse(
                 ErrorCode::EpochClosed,
@@ -458,15 +461,6 @@ fn written(
     }
 }
 
-/// The time an object written by an entry stamped `now_ms` is last
-/// modified: the leader's clock, which lifecycle expiry and every later
-/// decision read, not the gateway's (a gateway clock days behind must not
-/// make a new object look old). The gateway's stamp stands only in an
-/// entry the leader did not stamp (`now_ms == 0`, unit tests).
-fn modified_at(now_ms: i64, gateway_ms: i64) -> i64 {
-    if now_ms > 0 { now_ms } else { gateway_ms }
-}
-
 fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest, index: u64, now_ms: i64) -> Outcome {
     let Some(object) = &r.object else {
         return refuse(ErrorCode::InvalidArgument, "PutObject without an object");
@@ -476,7 +470,10 @@ fn put_object<K: KvStore>(kv: &K, r: &pb::PutObjectRequest, index: u64, now_ms: 
     let old = records::get(kv, Space::Objects, &key)?;
     check_condition(old.as_ref(), r.condition.as_ref())?;
     let mut object = object.clone();
-    object.last_modified_ms = modified_at(now_ms, object.last_modified_ms);
+    // The leader's clock, which lifecycle expiry and every later decision
+    // read, not the gateway's (a gateway clock days behind must not make a
+    // new object look old).
+    object.last_modified_ms = now_ms;
     let mut b = Batch::new();
     let released = versions::write_current(
         kv,
@@ -506,12 +503,26 @@ fn delete_object<K: KvStore>(kv: &K, r: &pb::ObjectKey, index: u64, now_ms: i64)
     ))
 }
 
+/// Refuses a lifecycle entry whose length of a day (`day_ms`) is not
+/// positive: the sweeper always sets it, and the rules cannot be judged
+/// without it.
+fn positive_day_ms(command: &str, day_ms: i64) -> Result<(), SmError> {
+    if day_ms > 0 {
+        return Ok(());
+    }
+    refuse(
+        ErrorCode::InvalidArgument,
+        format!("{command} with day_ms {day_ms}: want a positive length of a day in ms"),
+    )
+}
+
 /// Deletes each listed object that is still the version the lifecycle
 /// sweeper evaluated (same ETag and last-modified time) and that the
 /// bucket's rules, as they are now, still expire at the entry's leader time
 /// `now_ms`; anything changed since is left alone. The blobs are released
 /// as DeleteObject releases them.
 fn expire_objects<K: KvStore>(kv: &K, r: &rpb::ExpireObjects, index: u64, now_ms: i64) -> Outcome {
+    positive_day_ms("ExpireObjects", r.day_ms)?;
     let mut b = Batch::new();
     let mut released = Vec::new();
     let mut seen = HashSet::new();
@@ -543,13 +554,9 @@ fn expire_objects<K: KvStore>(kv: &K, r: &rpb::ExpireObjects, index: u64, now_ms
         let Some(old) = records::get_head(kv, Space::Objects, &key)? else {
             continue;
         };
-        // `day_ms` 0: an entry without it (none was ever proposed by a
-        // released version; kept deterministic anyway) is applied by the
-        // ETag and last-modified guard alone.
         if old.etag != e.etag
             || old.last_modified_ms != e.last_modified_ms
-            || (r.day_ms > 0
-                && !super::lifecycle::object_expired(&bucket.lifecycle, &old, now_ms, r.day_ms))
+            || !super::lifecycle::object_expired(&bucket.lifecycle, &old, now_ms, r.day_ms)
         {
             continue;
         }
@@ -589,7 +596,6 @@ fn expire_version<K: KvStore>(
     if found.space != Space::Versions
         || found.record.etag != e.etag
         || found.record.last_modified_ms != e.last_modified_ms
-        || day_ms <= 0
     {
         return Ok(Vec::new());
     }
@@ -697,8 +703,7 @@ fn put_bucket_config<K: KvStore>(kv: &K, r: &pb::PutBucketConfigRequest) -> Outc
 }
 
 /// Records a multipart upload initiated at leader time `now_ms` (the
-/// caller's `initiated_ms` is ignored; entries proposed before leader time
-/// was stamped, `now_ms == 0`, keep it so their replay is unchanged).
+/// caller's `initiated_ms` is ignored).
 fn create_upload<K: KvStore>(kv: &K, r: &pb::CreateUploadRequest, now_ms: i64) -> Outcome {
     let Some(upload) = &r.upload else {
         return refuse(ErrorCode::InvalidArgument, "CreateUpload without an upload");
@@ -709,9 +714,7 @@ fn create_upload<K: KvStore>(kv: &K, r: &pb::CreateUploadRequest, now_ms: i64) -
     // A retried create keeps the first record (and its initiation time).
     if kv.get(Space::Uploads, &key)?.is_none() {
         let mut upload = upload.clone();
-        if now_ms > 0 {
-            upload.initiated_ms = now_ms;
-        }
+        upload.initiated_ms = now_ms;
         b.put(Space::Uploads, key, upload.encode_to_vec());
     }
     Ok((b, Applied::Done))
@@ -875,7 +878,7 @@ fn complete_upload<K: KvStore>(
         key: r.key.clone(),
         size: chosen.iter().map(|p| p.size).sum(),
         etag: multipart_etag(chosen.iter().map(|p| p.md5.as_slice())),
-        last_modified_ms: modified_at(now_ms, r.now_ms),
+        last_modified_ms: now_ms,
         http: upload.http,
         tags: upload.tags,
         acl: upload.acl,
@@ -945,6 +948,7 @@ fn abort_into<K: KvStore>(
 /// (AbortIncompleteMultipartUpload); anything changed since the sweeper's
 /// page is left alone.
 fn expire_uploads<K: KvStore>(kv: &K, r: &rpb::ExpireUploads, now_ms: i64) -> Outcome {
+    positive_day_ms("ExpireUploads", r.day_ms)?;
     let mut b = Batch::new();
     let mut released = Vec::new();
     let mut seen = HashSet::new();
@@ -963,14 +967,7 @@ fn expire_uploads<K: KvStore>(kv: &K, r: &rpb::ExpireUploads, now_ms: i64) -> Ou
         else {
             continue;
         };
-        if r.day_ms <= 0
-            || !super::lifecycle::upload_expired(
-                &rules[u.bucket.as_str()],
-                &upload,
-                now_ms,
-                r.day_ms,
-            )
-        {
+        if !super::lifecycle::upload_expired(&rules[u.bucket.as_str()], &upload, now_ms, r.day_ms) {
             continue;
         }
         released.extend(abort_into(kv, &mut b, u)?);

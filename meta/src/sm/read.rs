@@ -191,7 +191,7 @@ pub fn list_objects<K: KvStore>(
                 resp.is_truncated = true;
                 break 'scan;
             }
-            let object = super::records::as_head(decode("object", &v)?);
+            let object = super::records::as_head(super::records::decode_head(Space::Objects, &v)?);
             resp.next_marker = key.to_string();
             resp.objects.push(object);
             count += 1;
@@ -549,7 +549,12 @@ pub fn list_versions<K: KvStore>(
             versions.next()
         }
         .expect("peeked above");
-        let object = super::records::as_head(decode("object", &value)?);
+        let space = if from_objects {
+            Space::Objects
+        } else {
+            Space::Versions
+        };
+        let object = super::records::as_head(super::records::decode_head(space, &value)?);
         let is_latest = if from_objects {
             true
         } else if last_key.as_deref() == Some(key.as_str()) {

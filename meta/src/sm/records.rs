@@ -12,10 +12,9 @@
 //! so a reader that finds a manifest of another write than its head's
 //! (the record was replaced between the two reads) reads both again.
 //!
-//! Records written before the split carry their parts in the head and
-//! have no manifest row; they are read as they are and split when next
-//! written. Writers go through [`put`] and [`delete`], never through the
-//! raw spaces.
+//! A stored head never carries parts or an inline body; one that does is
+//! refused as corrupt ([`SmError::Corrupt`]). Writers go through [`put`]
+//! and [`delete`], never through the raw spaces.
 
 use prost::Message;
 use sluice_proto::meta as pb;
@@ -78,8 +77,8 @@ fn split(head: &pb::ObjectRecord) -> bool {
     head.part_count > 0 || head.manifest_crc64 != 0
 }
 
-/// The stored head as a head-only answer: no parts, no inline body,
-/// `part_count` set (also for a record stored before the split).
+/// A whole record (or a stored head) as a head-only answer: no parts, no
+/// inline body, `part_count` set.
 pub fn as_head(mut head: pb::ObjectRecord) -> pb::ObjectRecord {
     if !head.parts.is_empty() {
         head.part_count = u32::try_from(head.parts.len()).unwrap_or(u32::MAX);
@@ -90,13 +89,30 @@ pub fn as_head(mut head: pb::ObjectRecord) -> pb::ObjectRecord {
     head
 }
 
+/// The stored head `bytes` of a record of `space`.
+///
+/// Errors: [`SmError::Decode`] when it does not decode, [`SmError::Corrupt`]
+/// when it holds parts or an inline body (those live in its manifest).
+pub fn decode_head(space: Space, bytes: &[u8]) -> Result<pb::ObjectRecord, SmError> {
+    let head: pb::ObjectRecord = decode("object", bytes)?;
+    if !head.parts.is_empty() || !head.inline_data.is_empty() {
+        return Err(SmError::Corrupt {
+            space,
+            why: "an object head holds parts or an inline body, which belong in its manifest",
+        });
+    }
+    Ok(head)
+}
+
 /// The head of the record at `key` of `space`, as [`as_head`] answers it.
 pub fn get_head<K: KvStore>(
     kv: &K,
     space: Space,
     key: &[u8],
 ) -> Result<Option<pb::ObjectRecord>, SmError> {
-    Ok(super::get::<pb::ObjectRecord, _>(kv, space, key, "object")?.map(as_head))
+    kv.get(space, key)?
+        .map(|v| decode_head(space, &v).map(as_head))
+        .transpose()
 }
 
 /// The whole record at `key` of `space` (head and manifest), if any.
@@ -106,9 +122,10 @@ pub fn get<K: KvStore>(
     key: &[u8],
 ) -> Result<Option<pb::ObjectRecord>, SmError> {
     for _ in 0..MAX_READ_TRIES {
-        let Some(head) = super::get::<pb::ObjectRecord, _>(kv, space, key, "object")? else {
+        let Some(head) = kv.get(space, key)? else {
             return Ok(None);
         };
+        let head = decode_head(space, &head)?;
         if let Some(whole) = join(kv, space, key, head)? {
             return Ok(Some(whole));
         }
@@ -139,6 +156,12 @@ fn join<K: KvStore>(
     key: &[u8],
     mut head: pb::ObjectRecord,
 ) -> Result<Option<pb::ObjectRecord>, SmError> {
+    if !head.parts.is_empty() || !head.inline_data.is_empty() {
+        return Err(SmError::Corrupt {
+            space,
+            why: "an object head holds parts or an inline body, which belong in its manifest",
+        });
+    }
     if !split(&head) {
         return Ok(Some(head));
     }
@@ -255,15 +278,33 @@ mod tests {
         );
     }
 
+    /// A head holding its parts or body (the layout before heads and
+    /// manifests were split, which no release wrote) is refused as corrupt
+    /// by every read.
     #[test]
-    fn a_record_stored_before_the_split_reads_as_it_was() {
-        let r = record(3, b"");
+    fn a_head_holding_parts_or_a_body_is_refused() {
         let mut b = Batch::new();
-        b.put(Space::Objects, b"old".to_vec(), r.encode_to_vec());
+        b.put(
+            Space::Objects,
+            b"parts".to_vec(),
+            record(3, b"").encode_to_vec(),
+        );
+        b.put(
+            Space::Versions,
+            b"body".to_vec(),
+            record(0, b"x").encode_to_vec(),
+        );
         let kv = store(b);
-        assert_eq!(get(&kv, Space::Objects, b"old").unwrap(), Some(r));
-        let h = get_head(&kv, Space::Objects, b"old").unwrap().unwrap();
-        assert_eq!((h.parts.len(), h.part_count), (0, 3));
+        for (space, key) in [(Space::Objects, &b"parts"[..]), (Space::Versions, b"body")] {
+            let corrupt = |r: Result<Option<pb::ObjectRecord>, SmError>| matches!(r, Err(SmError::Corrupt { space: s, .. }) if s == space);
+            assert!(corrupt(get(&kv, space, key)), "{space:?}");
+            assert!(corrupt(get_head(&kv, space, key)), "{space:?}");
+        }
+        let e = get(&kv, Space::Objects, b"parts").unwrap_err();
+        assert!(
+            e.to_string().contains("holds parts or an inline body"),
+            "{e}"
+        );
     }
 
     /// A read whose head and manifest are of different writes (a write

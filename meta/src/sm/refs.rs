@@ -21,10 +21,8 @@
 //! releases it ([`Applied::Released`](super::Applied::Released),
 //! `CompleteUploadResponse.released`).
 //!
-//! The index is a keyspace like the others, so snapshots carry it. A store
-//! whose index is missing or of an older format ([`INDEX_VERSION`]) is
-//! re-indexed once at startup ([`ensure_index`]); so is a snapshot without
-//! index records or with format-1 records while it is installed.
+//! The index is a keyspace like the others, so snapshots carry it; its
+//! format is part of the store's (`store::format`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -32,20 +30,18 @@ use std::ops::Bound;
 use prost::Message;
 use sluice_proto::meta::{self as pb, ErrorCode};
 
-use super::{SmError, decode, get, keys, records, refuse};
-use crate::store::{Batch, KvStore, Space, as_ref_bound};
+#[cfg(test)]
+use super::decode;
+use super::{SmError, get, keys, records, refuse};
+#[cfg(test)]
+use crate::store::as_ref_bound;
+use crate::store::{Batch, KvStore, Space};
 
 /// Most blob ids one [`filter_unreferenced`] call accepts.
 pub const MAX_FILTER_IDS: usize = 1000;
 
-/// `SmMeta` key whose value says which format the reference index is in.
-pub const INDEX_MARKER: &[u8] = b"ref_index";
-/// Value of [`INDEX_MARKER`]: the index format version. Version 1 stored an
-/// empty value per blob and had no degraded index; version 2 stores the
-/// blob's locator and maintains [`Space::Degraded`].
-pub const INDEX_VERSION: &[u8] = b"2";
-
-/// Records read (or keys removed) per scan while indexing an existing store.
+/// Records read (or keys removed) per scan while rebuilding the index.
+#[cfg(test)]
 const REBUILD_CHUNK: usize = 1024;
 
 /// The locator of part `part_number` of object (bucket, key).
@@ -292,35 +288,11 @@ pub fn filter_unreferenced<K: KvStore>(
     Ok(out)
 }
 
-/// `true` when the store's index is complete and in the current format.
-pub fn index_is_current<K: KvStore>(kv: &K) -> Result<bool, SmError> {
-    Ok(kv.get(Space::SmMeta, INDEX_MARKER)?.as_deref() == Some(INDEX_VERSION))
-}
-
-/// Indexes a store whose reference index is missing or of an older format:
-/// when [`INDEX_MARKER`] is not [`INDEX_VERSION`], clears the reference and
-/// degraded indexes, adds every blob of every object record and of every
-/// part record of an open upload (in chunks), then sets the marker. Returns
-/// how many references were written, or `None` when the index was already
-/// current.
-///
-/// Run it before Raft starts applying entries; an interrupted run leaves
-/// the marker unset (or old) and is simply repeated at the next start.
-pub fn ensure_index<K: KvStore>(kv: &K) -> Result<Option<u64>, SmError> {
-    if index_is_current(kv)? {
-        return Ok(None);
-    }
-    rebuild_index(kv).map(Some)
-}
-
 /// Rebuilds the reference and degraded indexes from the object, upload and
-/// part records and sets [`INDEX_MARKER`]; returns how many references were
-/// written. The marker is removed first, so an interrupted rebuild is
-/// repeated by the next [`ensure_index`].
+/// part records; returns how many references were written. Tests compare
+/// it with the index mutations maintain.
+#[cfg(test)]
 pub fn rebuild_index<K: KvStore>(kv: &K) -> Result<u64, SmError> {
-    let mut b = Batch::new();
-    b.delete(Space::SmMeta, INDEX_MARKER);
-    kv.apply(b)?;
     for space in [Space::Refs, Space::Degraded] {
         loop {
             let rows = kv.scan(space, Bound::Unbounded, Bound::Unbounded, REBUILD_CHUNK)?;
@@ -379,13 +351,11 @@ pub fn rebuild_index<K: KvStore>(kv: &K) -> Result<u64, SmError> {
         }
     }
 
-    let mut b = Batch::new();
-    b.put(Space::SmMeta, INDEX_MARKER, INDEX_VERSION);
-    kv.apply(b)?;
     Ok(indexed)
 }
 
 /// Indexes the part records of one open upload; returns how many.
+#[cfg(test)]
 fn index_upload_parts<K: KvStore>(kv: &K, upload: &pb::UploadRecord) -> Result<u64, SmError> {
     let prefix = keys::parts_prefix(&upload.upload_id);
     let end = crate::store::prefix_end(&prefix);

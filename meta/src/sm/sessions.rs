@@ -1,8 +1,8 @@
 //! Client sessions: at-most-once application of operation ids (Ongaro's
 //! Raft dissertation, §6.3).
 //!
-//! `Space::Sessions` maps an op id to the JSON of the first [`Applied`]
-//! outcome of that operation; `Space::SessionsByIndex` orders the entries
+//! `Space::Sessions` maps an op id to the first [`Applied`] outcome of that
+//! operation, encoded as `raft.SessionOutcome` ([`encode_outcome`]); `Space::SessionsByIndex` orders the entries
 //! by the Raft log index they were applied at (`index u64 BE 0x00 op id`),
 //! for expiry. Log indexes, not leader wall-clock stamps: a leader whose
 //! clock is behind would stamp fresh entries as old, and the next leader
@@ -25,6 +25,7 @@
 
 use std::ops::Bound;
 
+use prost::Message;
 use sluice_proto::meta::ErrorCode;
 use sluice_proto::raft as rpb;
 
@@ -42,12 +43,104 @@ pub const MAX_EXPIRE_BATCH: u32 = 10_000;
 /// `Space::Sessions` key of the entry count (u64 BE).
 const COUNT_KEY: &[u8] = b"";
 
+const OUTCOME: &str = "session outcome";
+
+/// A stored outcome that decodes but holds no outcome this binary knows
+/// (no variant set, or an unknown error code).
 #[allow(deprecated)]
-fn json_error(e: &serde_json::Error) -> SmError {
+fn bad_outcome(why: String) -> SmError {
     SmError::Decode {
-        what: "session outcome",
-        source: prost::DecodeError::new(e.to_string()),
+        what: OUTCOME,
+        source: prost::DecodeError::new(why),
     }
+}
+
+/// The stored form of `applied` (`raft.SessionOutcome`).
+pub fn to_outcome(applied: &Applied) -> rpb::SessionOutcome {
+    use rpb::session_outcome::Outcome as O;
+    let outcome = match applied {
+        Applied::None => O::None(rpb::Blank {}),
+        Applied::Done => O::Done(rpb::Blank {}),
+        Applied::Created(created) => O::Created(*created),
+        Applied::Released(placements) => O::Released(rpb::OutcomePlacements {
+            placements: placements.clone(),
+        }),
+        Applied::Versioned {
+            released,
+            version_id,
+            delete_marker,
+        } => O::Versioned(rpb::OutcomeVersioned {
+            released: released.clone(),
+            version_id: version_id.clone(),
+            delete_marker: *delete_marker,
+        }),
+        Applied::Completed(r) => O::Completed(r.as_ref().clone()),
+        Applied::Epoch(r) => O::Epoch(*r),
+        Applied::Registered(r) => O::Registered(*r),
+        Applied::Marked(n) => O::Marked(*n),
+        Applied::Unmarked(n) => O::Unmarked(*n),
+        Applied::KeyCreated(id) => O::KeyCreated(id.clone()),
+        Applied::Leased(ids) => O::Leased(rpb::OutcomeBlobIds {
+            blob_ids: ids.clone(),
+        }),
+        Applied::Claimed(ids) => O::Claimed(rpb::OutcomeBlobIds {
+            blob_ids: ids.clone(),
+        }),
+        Applied::Refused { code, message } => O::Refused(rpb::OutcomeRefused {
+            code: *code as i32,
+            message: message.clone(),
+        }),
+    };
+    rpb::SessionOutcome {
+        outcome: Some(outcome),
+    }
+}
+
+/// The outcome a stored `raft.SessionOutcome` holds.
+///
+/// Errors: [`SmError::Decode`] when no variant is set or the error code of
+/// a refusal is unknown.
+pub fn from_outcome(stored: rpb::SessionOutcome) -> Result<Applied, SmError> {
+    use rpb::session_outcome::Outcome as O;
+    Ok(
+        match stored
+            .outcome
+            .ok_or_else(|| bad_outcome("no outcome set".to_string()))?
+        {
+            O::None(_) => Applied::None,
+            O::Done(_) => Applied::Done,
+            O::Created(created) => Applied::Created(created),
+            O::Released(r) => Applied::Released(r.placements),
+            O::Versioned(v) => Applied::Versioned {
+                released: v.released,
+                version_id: v.version_id,
+                delete_marker: v.delete_marker,
+            },
+            O::Completed(r) => Applied::Completed(Box::new(r)),
+            O::Epoch(r) => Applied::Epoch(r),
+            O::Registered(r) => Applied::Registered(r),
+            O::Marked(n) => Applied::Marked(n),
+            O::Unmarked(n) => Applied::Unmarked(n),
+            O::KeyCreated(id) => Applied::KeyCreated(id),
+            O::Leased(ids) => Applied::Leased(ids.blob_ids),
+            O::Claimed(ids) => Applied::Claimed(ids.blob_ids),
+            O::Refused(r) => Applied::Refused {
+                code: ErrorCode::try_from(r.code)
+                    .map_err(|_| bad_outcome(format!("unknown error code {}", r.code)))?,
+                message: r.message,
+            },
+        },
+    )
+}
+
+/// The bytes [`record`] stores for `applied`.
+pub fn encode_outcome(applied: &Applied) -> Vec<u8> {
+    to_outcome(applied).encode_to_vec()
+}
+
+/// The outcome of stored bytes `bytes`.
+pub fn decode_outcome(bytes: &[u8]) -> Result<Applied, SmError> {
+    from_outcome(super::decode(OUTCOME, bytes)?)
 }
 
 /// `SessionsByIndex` key: applied-at log index (u64 BE, so keys sort by
@@ -83,9 +176,7 @@ pub fn lookup<K: KvStore>(kv: &K, op_id: &str) -> Result<Option<Applied>, SmErro
         return Ok(None);
     }
     match kv.get(Space::Sessions, op_id.as_bytes())? {
-        Some(v) => Ok(Some(
-            serde_json::from_slice(&v).map_err(|e| json_error(&e))?,
-        )),
+        Some(v) => Ok(Some(decode_outcome(&v)?)),
         None => Ok(None),
     }
 }
@@ -159,7 +250,7 @@ pub(crate) fn record<K: KvStore>(
     applied: &Applied,
     index: u64,
 ) -> Result<(), SmError> {
-    let encoded = serde_json::to_vec(applied).map_err(|e| json_error(&e))?;
+    let encoded = encode_outcome(applied);
     let n = count(kv)? + 1;
     b.put(Space::Sessions, op_id.as_bytes().to_vec(), encoded);
     b.put(
@@ -196,4 +287,96 @@ pub(crate) fn expire_sessions<K: KvStore>(kv: &K, r: &rpb::ExpireSessions) -> Ou
     }
     b.put(Space::Sessions, COUNT_KEY, n.to_be_bytes().to_vec());
     Ok((b, Applied::Done))
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_proto::meta as pb;
+
+    use super::*;
+
+    fn placement(blob: &str) -> pb::Placement {
+        pb::Placement {
+            blob_id: blob.into(),
+            size: 7,
+            data_shards: 2,
+            parity_shards: 1,
+            block_size: 4,
+            nodes: vec![1, 2, 3],
+            missing: vec![2],
+        }
+    }
+
+    /// One outcome of every variant, with payloads that differ from their
+    /// defaults (a field the encoding dropped would show).
+    fn every_variant() -> Vec<Applied> {
+        vec![
+            Applied::None,
+            Applied::Done,
+            Applied::Created(true),
+            Applied::Created(false),
+            Applied::Released(vec![placement("e1.a"), placement("e1.b")]),
+            Applied::Released(Vec::new()),
+            Applied::Versioned {
+                released: vec![placement("e1.c")],
+                version_id: "v00000000000000000007".into(),
+                delete_marker: true,
+            },
+            Applied::Completed(Box::new(pb::CompleteUploadResponse {
+                object: Some(pb::ObjectRecord {
+                    bucket: "b".into(),
+                    key: "k".into(),
+                    etag: "\"abc-2\"".into(),
+                    ..Default::default()
+                }),
+                released: vec![placement("e1.d")],
+                version_id: "v1".into(),
+            })),
+            Applied::Epoch(pb::OpenEpochResponse {
+                epoch: 9,
+                lease_ms: 30_000,
+            }),
+            Applied::Registered(pb::RegisterDatanodeResponse {
+                disk_generation: 4,
+                disk_replaced: true,
+            }),
+            Applied::Marked(3),
+            Applied::Unmarked(0),
+            Applied::KeyCreated("SK1".into()),
+            Applied::Leased(vec!["e1.x".into()]),
+            Applied::Claimed(vec!["e1.y".into(), "e1.z".into()]),
+            Applied::Refused {
+                code: ErrorCode::NoSuchBucket,
+                message: "no such bucket: b".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_outcome_round_trips_through_its_stored_form() {
+        for applied in every_variant() {
+            let bytes = encode_outcome(&applied);
+            assert_eq!(decode_outcome(&bytes).unwrap(), applied);
+        }
+    }
+
+    #[test]
+    fn a_stored_outcome_without_a_known_variant_is_refused() {
+        let empty = rpb::SessionOutcome { outcome: None }.encode_to_vec();
+        assert!(matches!(
+            decode_outcome(&empty),
+            Err(SmError::Decode { what: OUTCOME, .. })
+        ));
+        let unknown_code = rpb::SessionOutcome {
+            outcome: Some(rpb::session_outcome::Outcome::Refused(
+                rpb::OutcomeRefused {
+                    code: 9999,
+                    message: String::new(),
+                },
+            )),
+        }
+        .encode_to_vec();
+        let e = decode_outcome(&unknown_code).unwrap_err();
+        assert!(e.to_string().contains("unknown error code 9999"), "{e}");
+    }
 }

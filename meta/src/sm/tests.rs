@@ -143,13 +143,15 @@ fn upload(kv: &MemStore, b: &str, key: &str, id: &str) {
         initiated_ms: 5,
         ..Default::default()
     };
+    // Initiated at leader time 5.
     assert_eq!(
-        exec(
+        exec_at(
             kv,
             Command::CreateUpload(pb::CreateUploadRequest {
                 upload: Some(up),
                 ..Default::default()
-            })
+            }),
+            5,
         ),
         Applied::Done
     );
@@ -182,8 +184,9 @@ fn completed(n: u32, body: &[u8]) -> pb::CompletedPart {
     }
 }
 
+/// Completes upload `id` of b/k in an entry stamped at leader time 9.
 fn complete(kv: &MemStore, id: &str, parts: Vec<pb::CompletedPart>) -> Applied {
-    exec(
+    exec_at(
         kv,
         Command::CompleteUpload(pb::CompleteUploadRequest {
             bucket: "b".into(),
@@ -195,6 +198,7 @@ fn complete(kv: &MemStore, id: &str, parts: Vec<pb::CompletedPart>) -> Applied {
             checksums: None,
             ..Default::default()
         }),
+        9,
     )
 }
 
@@ -1202,12 +1206,13 @@ fn lifecycle_expires_only_the_version_it_saw() {
     let mut newer = object("b", "logs/replaced", "blob-r2");
     newer.etag = "e2".into();
     newer.last_modified_ms = 5;
-    exec(
+    exec_at(
         &kv,
         Command::PutObject(pb::PutObjectRequest {
             object: Some(newer.clone()),
             ..Default::default()
         }),
+        5,
     );
     let mut listed = page.found.clone();
     listed.push(listed[0].clone()); // a duplicate is expired once
@@ -1327,6 +1332,56 @@ fn conditional_writes_are_checked_in_the_commit_entry() {
         refused_code(&put_if("blob-4", "e4", not_this)),
         Some(ErrorCode::PreconditionFailed)
     );
+}
+
+/// A lifecycle entry without the length of a day is refused whole, so no
+/// object or upload is judged by its ETag alone.
+#[test]
+fn lifecycle_entries_without_day_ms_are_refused() {
+    use sluice_proto::raft as rpb;
+    let kv = MemStore::new();
+    bucket(&kv, "b");
+    put(&kv, "b", "k", "blob-k");
+    upload(&kv, "b", "k", "u1");
+    let key = get_object(&kv, "b", "k").unwrap();
+    for day_ms in [0, -1] {
+        let objects = exec_at(
+            &kv,
+            Command::ExpireObjects(rpb::ExpireObjects {
+                objects: vec![rpb::ExpireObject {
+                    bucket: "b".into(),
+                    key: "k".into(),
+                    etag: key.etag.clone(),
+                    last_modified_ms: key.last_modified_ms,
+                    version_id: String::new(),
+                }],
+                day_ms,
+            }),
+            1_000_000,
+        );
+        let uploads = exec_at(
+            &kv,
+            Command::ExpireUploads(rpb::ExpireUploads {
+                uploads: vec![pb::UploadKey {
+                    bucket: "b".into(),
+                    key: "k".into(),
+                    upload_id: "u1".into(),
+                    ..Default::default()
+                }],
+                day_ms,
+            }),
+            1_000_000,
+        );
+        for applied in [objects, uploads] {
+            let Applied::Refused { code, message } = &applied else {
+                panic!("{applied:?}")
+            };
+            assert_eq!(*code, ErrorCode::InvalidArgument);
+            assert!(message.contains(&format!("day_ms {day_ms}")), "{message}");
+        }
+    }
+    assert!(get_object(&kv, "b", "k").is_ok());
+    assert!(get_upload(&kv, "b", "k", "u1").is_ok());
 }
 
 #[test]

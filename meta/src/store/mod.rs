@@ -12,6 +12,7 @@
 //! * make every write that returned before a [`KvStore::flush`] call durable
 //!   once that call returns `Ok`.
 
+pub mod format;
 #[cfg(test)]
 pub(crate) mod hooked;
 mod mem;
@@ -31,7 +32,9 @@ pub enum Space {
     Log = 1,
     /// Raft log metadata: vote, committed and last purged log ids.
     LogMeta = 2,
-    /// State machine metadata: last applied log id and membership.
+    /// State machine metadata: last applied log id and membership; and
+    /// the store's format version (see `store::format`), which no
+    /// snapshot carries or replaces.
     SmMeta = 3,
     /// The current snapshot (`raft.StoredSnapshot`: its meta and file name).
     Snapshot = 4,

@@ -10,8 +10,7 @@ use sluice_proto::raft as rpb;
 use super::*;
 use crate::sm::heal::{MAX_SHARDS_PER_CALL, intent_epoch};
 use crate::sm::refs::{
-    INDEX_MARKER, INDEX_VERSION, all_degraded, current_placement, ensure_index, locate,
-    object_locator, part_locator,
+    all_degraded, current_placement, locate, object_locator, part_locator, rebuild_index,
 };
 use crate::store::{Batch, Space};
 
@@ -703,13 +702,14 @@ fn collectable_answers_every_branch() {
     assert_eq!(report(&kv, 1, vec![shard(&x, 0)]), Applied::Marked(1));
     assert!(collect(&kv, 1, &[shard(&x, 0)]).is_empty());
 
-    // Unreferenced blobs: open epoch keeps them, closed (and legacy) not.
+    // Unreferenced blobs: open epoch keeps them, closed (and ids that
+    // name no epoch) not.
     open_epoch(&kv, 5);
     let young = blob(5, 1);
-    let legacy = "0123456789abcdef".to_string();
+    let no_epoch = "0123456789abcdef".to_string();
     assert_eq!(
-        collect(&kv, 1, &[shard(&young, 0), shard(&legacy, 1)]),
-        vec![shard(&legacy, 1)]
+        collect(&kv, 1, &[shard(&young, 0), shard(&no_epoch, 1)]),
+        vec![shard(&no_epoch, 1)]
     );
 
     // An intent on an unreferenced blob protects it until its epoch closes;
@@ -767,16 +767,16 @@ fn collectable_answers_every_branch() {
         collect(
             &kv,
             1,
-            &[shard(&legacy, 1), shard(&young, 0), shard(&legacy, 1)]
+            &[shard(&no_epoch, 1), shard(&young, 0), shard(&no_epoch, 1)]
         ),
-        vec![shard(&legacy, 1), shard(&legacy, 1)]
+        vec![shard(&no_epoch, 1), shard(&no_epoch, 1)]
     );
     let max: Vec<_> = (0..MAX_SHARDS_PER_CALL)
-        .map(|i| shard(&legacy, i as u32))
+        .map(|i| shard(&no_epoch, i as u32))
         .collect();
     assert_eq!(collect(&kv, 1, &max).len(), MAX_SHARDS_PER_CALL);
     let too_many: Vec<_> = (0..=MAX_SHARDS_PER_CALL)
-        .map(|i| shard(&legacy, i as u32))
+        .map(|i| shard(&no_epoch, i as u32))
         .collect();
     assert!(matches!(
         collectable(&kv, 1, &too_many),
@@ -899,8 +899,10 @@ fn registration_bumps_the_disk_generation_on_a_new_disk() {
     );
 }
 
+/// Rebuilding the indexes from the records gives back every locator and
+/// the degraded index that mutations kept.
 #[test]
-fn ensure_index_migrates_a_format_1_index() {
+fn rebuilt_indexes_match_the_kept_ones() {
     let kv = MemStore::new();
     bucket(&kv, "b");
     for i in 0..1500u128 {
@@ -917,24 +919,17 @@ fn ensure_index_migrates_a_format_1_index() {
     let want_degraded = degraded(&kv);
     assert_eq!(want_degraded.len(), 16);
 
-    // A format-1 store: empty index values, no degraded index, marker "1".
-    let mut old = Batch::new();
+    let mut damage = Batch::new();
     for id in crate::sm::refs::all_references(&kv).unwrap() {
-        old.put(Space::Refs, id.into_bytes(), Vec::new());
+        damage.put(Space::Refs, id.into_bytes(), Vec::new());
     }
     for id in &want_degraded {
-        old.delete(Space::Degraded, id.as_bytes().to_vec());
+        damage.delete(Space::Degraded, id.as_bytes().to_vec());
     }
-    old.put(Space::Refs, b"ghost".to_vec(), Vec::new());
-    old.put(Space::SmMeta, INDEX_MARKER, b"1".to_vec());
-    kv.apply(old).unwrap();
-    assert_eq!(locate(&kv, &pp).unwrap(), Some(pb::BlobLocator::default()));
+    damage.put(Space::Refs, b"ghost".to_vec(), Vec::new());
+    kv.apply(damage).unwrap();
 
-    assert_eq!(ensure_index(&kv).unwrap(), Some(1501));
-    assert_eq!(
-        kv.get(Space::SmMeta, INDEX_MARKER).unwrap().as_deref(),
-        Some(INDEX_VERSION)
-    );
+    assert_eq!(rebuild_index(&kv).unwrap(), 1501);
     assert_eq!(
         locate(&kv, &pp).unwrap(),
         Some(part_locator("b", "m", "u1", 3))
@@ -945,7 +940,6 @@ fn ensure_index_migrates_a_format_1_index() {
     );
     assert_eq!(locate(&kv, "ghost").unwrap(), None, "stale entries go");
     assert_eq!(degraded(&kv), want_degraded);
-    assert_eq!(ensure_index(&kv).unwrap(), None, "migrated once");
 }
 
 fn lease(kv: &MemStore, epoch: u64, lease_id: u64, blobs: &[&str]) -> Applied {

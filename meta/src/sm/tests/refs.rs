@@ -1,10 +1,10 @@
 //! The reference index kept by every mutation, `filter_unreferenced`,
-//! indexing an old store, and the stale-upload scan.
+//! the index derived from the records, and the stale-upload scan.
 
 use std::collections::BTreeSet;
 
 use super::*;
-use crate::sm::refs::{INDEX_MARKER, all_references, ensure_index};
+use crate::sm::refs::{all_references, rebuild_index};
 use crate::store::{Batch, Space};
 
 /// The index as a set.
@@ -190,8 +190,9 @@ fn filter_unreferenced_answers_in_request_order() {
     ));
 }
 
+/// The index mutations keep is exactly the one the records derive.
 #[test]
-fn ensure_index_indexes_a_store_written_without_it() {
+fn the_kept_index_is_the_one_the_records_derive() {
     let kv = MemStore::new();
     upload_with_parts(&kv);
     for i in 0..2000 {
@@ -199,21 +200,15 @@ fn ensure_index_indexes_a_store_written_without_it() {
     }
     let expected = refs(&kv);
     assert_eq!(expected.len(), 2005);
-    // What a store of the previous release looks like: no index, no marker.
     let mut wipe = Batch::new();
     for id in &expected {
         wipe.delete(Space::Refs, bid(id).into_bytes());
     }
+    wipe.put(Space::Refs, b"ghost".to_vec(), Vec::new());
     kv.apply(wipe).unwrap();
-    assert!(refs(&kv).is_empty());
-    assert!(kv.get(Space::SmMeta, INDEX_MARKER).unwrap().is_none());
 
-    assert_eq!(ensure_index(&kv).unwrap(), Some(2005));
+    assert_eq!(rebuild_index(&kv).unwrap(), 2005);
     assert_eq!(refs(&kv), expected);
-    assert!(kv.get(Space::SmMeta, INDEX_MARKER).unwrap().is_some());
-    assert_eq!(ensure_index(&kv).unwrap(), None, "indexed once");
-    // A new, empty store is marked at once.
-    assert_eq!(ensure_index(&MemStore::new()).unwrap(), Some(0));
 }
 
 fn upload_at(kv: &MemStore, bucket: &str, key: &str, id: &str, initiated_ms: i64) {
@@ -224,12 +219,13 @@ fn upload_at(kv: &MemStore, bucket: &str, key: &str, id: &str, initiated_ms: i64
         initiated_ms,
         ..Default::default()
     };
-    exec(
+    exec_at(
         kv,
         Command::CreateUpload(pb::CreateUploadRequest {
             upload: Some(up),
             ..Default::default()
         }),
+        initiated_ms,
     );
 }
 

@@ -497,14 +497,13 @@ fn noncurrent_versions_expire_after_their_days_as_noncurrent() {
     // v1 written at 0, replaced by v2 at 5 000 (so noncurrent since 5 000),
     // v2 replaced by v3 at 6 000.
     let put_at = |blob: &str, at: i64| {
-        let mut o = object("b", "k", blob);
-        o.last_modified_ms = at;
-        exec(
+        exec_at(
             &kv,
             Command::PutObject(pb::PutObjectRequest {
-                object: Some(o),
+                object: Some(object("b", "k", blob)),
                 ..Default::default()
             }),
+            at,
         )
     };
     put_at("v1", 0);
@@ -774,8 +773,11 @@ fn random_ops_keep_invariants() {
     for seed in 1..=300u64 {
         let kv = MemStore::new();
         bucket(&kv, "b");
+        // Current versions expire a day after they were written (all at
+        // leader time 0), noncurrent ones a day after they became so.
         let rule = pb::LifecycleRule {
             enabled: true,
+            expiration_days: 1,
             noncurrent_days: 1,
             ..Default::default()
         };
@@ -884,7 +886,7 @@ fn random_ops_keep_invariants() {
                         &kv,
                         Command::ExpireObjects(sluice_proto::raft::ExpireObjects {
                             objects,
-                            day_ms: 0,
+                            day_ms: 1_000,
                         }),
                         100_000,
                     )
@@ -1120,7 +1122,7 @@ fn arbitrary_names_never_enter_the_key_space() {
                         etag: "e".into(),
                         ..Default::default()
                     }],
-                    day_ms: 0,
+                    day_ms: 1_000,
                 }),
             };
             log.push(format!("{key:?} {command:?}"));
