@@ -8,11 +8,13 @@
 //! # Layout
 //! * [`members`] — meta voters: add, remove, replace, list.
 //! * [`datanodes`] — list, drain and remove datanodes.
+//! * [`settings`] — replicated cluster settings and the state digest.
 
 mod datanodes;
 pub(crate) mod members;
 
 mod keys;
+pub(crate) mod settings;
 pub(crate) mod status;
 
 use std::sync::Arc;
@@ -24,7 +26,7 @@ use sluice_proto::admin::{StatusRequest, StatusResponse};
 use tonic::{Request, Response, Status};
 
 use crate::liveness::Liveness;
-use crate::raft::MetaRaft;
+use crate::raft::{MetaRaft, StateDigester};
 use crate::store::KvStore;
 
 /// Shared handles the admin handlers need.
@@ -44,6 +46,11 @@ pub(crate) struct AdminService<K: KvStore> {
     pub(crate) transport: sluice_net::Transport,
     /// This node's background workers (`status` lists them).
     pub(crate) workers: sluice_util::worker::Workers,
+    /// Computes this node's state digest between applies.
+    pub(crate) digester: StateDigester<K>,
+    /// The longest epoch lease this node's session config allows
+    /// (checked when it sets the settings as leader).
+    pub(crate) lease_limit: settings::LeaseLimit,
 }
 
 fn catch_up(ms: Option<u64>) -> Option<Duration> {
@@ -186,5 +193,38 @@ impl<K: KvStore + 'static> Admin for AdminService<K> {
         })
         .await
         .map(Response::new)
+    }
+
+    // ---- cluster settings
+    async fn get_cluster_settings(
+        &self,
+        _request: Request<apb::GetClusterSettingsRequest>,
+    ) -> Result<Response<apb::ClusterSettingsResponse>, Status> {
+        settings::get_settings(&self.raft, self.kv.as_ref())
+            .await
+            .map(Response::new)
+    }
+
+    async fn set_cluster_settings(
+        &self,
+        request: Request<apb::SetClusterSettingsRequest>,
+    ) -> Result<Response<apb::ClusterSettingsResponse>, Status> {
+        settings::set_settings(
+            &self.raft,
+            self.kv.as_ref(),
+            self.lease_limit,
+            request.into_inner(),
+        )
+        .await
+        .map(Response::new)
+    }
+
+    async fn state_digest(
+        &self,
+        _request: Request<apb::StateDigestRequest>,
+    ) -> Result<Response<apb::StateDigestResponse>, Status> {
+        settings::state_digest(self.node_id, &self.digester)
+            .await
+            .map(Response::new)
     }
 }

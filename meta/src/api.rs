@@ -32,6 +32,9 @@ pub(crate) struct MetaService<K: KvStore> {
     pub(crate) loads: Arc<crate::admin::status::Loads>,
     /// The leader's bound on the session table.
     pub(crate) sessions: SessionGate,
+    /// The cluster settings this node proposes while none are stored
+    /// (from its config; see `crate::admin::settings::ensure_initial`).
+    pub(crate) initial_settings: sluice_proto::raft::ClusterSettings,
 }
 
 /// Counter: operations the leader refused `SLOW_DOWN` because the session
@@ -595,6 +598,14 @@ impl<K: KvStore> Meta for MetaService<K> {
         &self,
         request: Request<pb::OpenEpochRequest>,
     ) -> Result<Response<pb::OpenEpochResponse>, Status> {
+        // The lease granted is the replicated one: seed it first on a new
+        // cluster, so the first gateway gets the configured lease.
+        crate::admin::settings::ensure_initial(
+            &self.raft,
+            self.kv.as_ref(),
+            &self.initial_settings,
+        )
+        .await?;
         match self.write(Command::OpenEpoch(request.into_inner())).await? {
             Applied::Epoch(resp) => Ok(Response::new(resp)),
             other => Err(unexpected("OpenEpoch", &other)),

@@ -99,7 +99,6 @@ pub async fn run(
         sluice_net::Role::Meta,
     )?;
     transport.warn_if_insecure("meta");
-    sm::epochs::set_lease_ms(ms(config.epoch_lease));
     std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::DataDir {
         path: config.data_dir.clone(),
         source,
@@ -146,6 +145,8 @@ pub async fn run(
         .await
         .map_err(Error::StateMachine)?;
     let snapshot_bytes = state_machine.snapshot_bytes();
+    let digester = state_machine.digester();
+    let initial_settings = crate::admin::settings::initial_settings(config.epoch_lease);
     let raft = MetaRaft::new(
         config.node_id,
         Arc::new(raft_config),
@@ -196,7 +197,7 @@ pub async fn run(
         raft: raft.clone(),
         kv: kv.clone(),
         epoch_interval: config.epoch_sweep_interval,
-        lease: config.epoch_lease,
+        initial_settings,
         session_interval: config.session_sweep_interval,
         session_expiry: config.session_expiry,
         session_min_age: config.session_min_age,
@@ -235,6 +236,11 @@ pub async fn run(
         memory_budget: config.sled_cache_bytes.as_u64(),
         transport: transport.clone(),
         workers: workers.clone(),
+        digester,
+        lease_limit: crate::admin::settings::LeaseLimit {
+            session_expiry: config.session_expiry,
+            client_retry_deadline: config.client_retry_deadline,
+        },
     };
     let meta = MetaService {
         node_id: config.node_id,
@@ -243,6 +249,7 @@ pub async fn run(
         liveness,
         loads,
         sessions: crate::api::SessionGate::new(config.session_table_max_entries),
+        initial_settings,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     // With TCP_NODELAY (see Listener::incoming): without it a response of

@@ -1,7 +1,8 @@
 //! End to end: `sluice admin meta` (the built binary) against `sluice dev`
 //! (one meta voter): `list` as a table and as JSON, and the refusals a
 //! single-voter cluster gives (`remove` of the last voter, `add` of a node
-//! that never catches up, which leaves the membership as it was).
+//! that never catches up, which leaves the membership as it was); the
+//! voter's state digest; `sluice admin settings show|set`.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -21,8 +22,12 @@ fn start_dev(dir: &Path, base: u16) -> Dev {
 }
 
 fn admin(dev: &Dev, args: &[&str]) -> Output {
+    admin_area(dev, "meta", args)
+}
+
+fn admin_area(dev: &Dev, area: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["admin", "meta"])
+        .args(["admin", area])
         .args(args)
         .args(["--meta", &dev.meta_url()])
         // The admin certificate `sluice dev` made.
@@ -98,5 +103,36 @@ fn admin_meta_against_sluice_dev() {
         list["members"].as_array().map(Vec::len),
         Some(1),
         "learner left behind: {list}"
+    );
+
+    let digest: serde_json::Value =
+        serde_json::from_str(&ok(admin(&dev, &["digest", "--json"]))).expect("json");
+    let voter = &digest["voters"][0];
+    assert_eq!(voter["id"], 1, "{digest}");
+    assert!(
+        voter["applied_index"].as_u64().unwrap_or(0) >= 1,
+        "{digest}"
+    );
+    assert_eq!(voter["digest"].as_str().map(str::len), Some(64), "{digest}");
+    refused(admin(&dev, &["digest", "--node", "7"]), "not a member");
+
+    let shown: serde_json::Value =
+        serde_json::from_str(&ok(admin_area(&dev, "settings", &["show", "--json"]))).expect("json");
+    assert!(
+        shown["epoch_lease_ms"].as_u64().unwrap_or(0) >= 1,
+        "{shown}"
+    );
+    let set: serde_json::Value = serde_json::from_str(&ok(admin_area(
+        &dev,
+        "settings",
+        &["set", "--epoch-lease", "42s", "--json"],
+    )))
+    .expect("json");
+    assert_eq!(set["epoch_lease_ms"], 42_000, "{set}");
+    let table = ok(admin_area(&dev, "settings", &["show"]));
+    assert_eq!(table, "epoch_lease  42s\n");
+    refused(
+        admin_area(&dev, "settings", &["set", "--epoch-lease", "2h"]),
+        "out of range",
     );
 }

@@ -13,7 +13,7 @@ use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
 use super::refs::{part_refs, update_index};
 use super::{
     Applied, MAX_PART_NUMBER, SmError, access, epochs, get, heal, keys, leases, pending, records,
-    refuse, registry, require_bucket, sessions, versions,
+    refuse, registry, require_bucket, sessions, settings, versions,
 };
 use crate::store::{Batch, KvStore, Space};
 use versions::placements;
@@ -38,9 +38,10 @@ use versions::placements;
 /// * *Pending deletions*: every placement the mutation releases gets a
 ///   `PendingDeletion` record at leader time `leader_now_ms`.
 ///
-/// What it writes depends on the log alone: never on a node's config (the
-/// session table is bounded by the leader before proposing, see
-/// [`sessions::admit`]).
+/// What it writes depends on the state and the entry alone: never on a
+/// node's config, a process global or a clock (the session table is
+/// bounded by the leader before proposing, see [`sessions::admit`]; the
+/// epoch lease is replicated state, see [`settings`]).
 pub fn apply_command<K: KvStore>(
     kv: &K,
     index: u64,
@@ -101,6 +102,7 @@ pub fn apply_command<K: KvStore>(
         Command::SetKeyGrant(r) => access::set_key_grant(kv, r),
         Command::DrainDatanode(r) => registry::drain_datanode(kv, r),
         Command::RemoveDatanode(r) => registry::remove_datanode(kv, r),
+        Command::SetClusterSettings(r) => settings::set_cluster_settings(kv, r),
     }
     .and_then(|applied| {
         fence(kv, command)?;
@@ -157,6 +159,7 @@ fn op_id_of(command: &Command) -> &str {
         Command::SetKeyGrant(r) => &r.op_id,
         Command::DrainDatanode(r) => &r.op_id,
         Command::RemoveDatanode(r) => &r.op_id,
+        Command::SetClusterSettings(r) => &r.op_id,
         Command::CloseEpochs(_)
         | Command::CollectPending(_)
         | Command::ClaimPending(_)

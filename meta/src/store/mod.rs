@@ -81,6 +81,8 @@ pub enum Space {
     AccessKeys = 30,
     /// Read leases of GETs in progress (see `sm::leases`).
     ReadLeases = 24,
+    /// Cluster-wide replicated settings and the cluster version (see `sm::settings`).
+    Cluster = 25,
 }
 
 impl Space {
@@ -89,7 +91,7 @@ impl Space {
     /// written by the install from the snapshot's meta. Sessions, epochs
     /// and pending deletions are data: a node that installs a snapshot
     /// must fence and deduplicate the same way.
-    pub const DATA: [Space; 16] = [
+    pub const DATA: [Space; 17] = [
         Space::Buckets,
         Space::Objects,
         Space::Uploads,
@@ -106,6 +108,7 @@ impl Space {
         Space::Manifests,
         Space::AccessKeys,
         Space::ReadLeases,
+        Space::Cluster,
     ];
 
     /// The prefix byte of this space.
@@ -137,6 +140,7 @@ impl Space {
             Space::Manifests,
             Space::AccessKeys,
             Space::ReadLeases,
+            Space::Cluster,
         ]
         .into_iter()
         .find(|s| s.id() == id)
