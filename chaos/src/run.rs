@@ -20,6 +20,10 @@
 //!    election timeout + 5 s when no other fault overlapped it; no request
 //!    ended by the client's attempt timeout; every sample of every process's
 //!    RSS within its bound ([`crate::monitor`]).
+//! 7. Replicas: the meta voters' state digests (`sluice admin meta digest`)
+//!    are polled until all report one applied index; different digests at
+//!    an equal index fail the run, and so does never lining up
+//!    ([`checker::digest`]).
 //!
 //! A failing seed prints the seed, the fault schedule and the checker's
 //! minimal evidence, and keeps every process's log in its run directory.
@@ -35,6 +39,7 @@ use serde::Serialize;
 use tokio::process::Command;
 use tokio::time::Instant;
 
+use crate::checker::digest::{self, DigestVerdict};
 use crate::checker::{self, CheckOptions, CheckReport};
 use crate::cluster::{
     ACCESS_KEY, Cluster, ClusterOptions, DELETE_DELAY, ELECTION_TIMEOUT, RECLAIM_INTERVAL,
@@ -127,6 +132,9 @@ pub struct SeedResult {
     pub pending_deletions: Option<PendingDeletions>,
     /// Slow readers across an overwrite: one line each.
     pub slow_reads: Vec<String>,
+    /// The meta voters' state digests after the load: the last poll's
+    /// verdict (`Agree` passes).
+    pub state_digest: DigestVerdict,
     /// Every liveness and safety failure, one line each.
     pub failures: Vec<String>,
 }
@@ -464,6 +472,8 @@ async fn drive(
     if let Some(p) = pending.as_mut() {
         drain_pending(cluster, p, stopped_at).await;
     }
+    let state_digest = voter_digests(cluster).await;
+    tracing::info!(?state_digest, "meta voters' state digests");
     for (name, status) in cluster.exited() {
         crashes.push(format!(
             "{name} exited on its own ({status}); log {}",
@@ -527,6 +537,21 @@ async fn drive(
         }
     }
     failures.extend(read_back_gaps(&history, final_phase_start_us));
+    match &state_digest {
+        DigestVerdict::Agree { .. } => {}
+        DigestVerdict::Differ {
+            applied_index,
+            digests,
+        } => failures.push(format!(
+            "meta voters diverged: different state digests at applied index {applied_index}: {digests:?}"
+        )),
+        DigestVerdict::NotAligned { indexes } => failures.push(format!(
+            "state digests not compared: the meta voters never reported one applied index in {DIGEST_POLLS} polls (last: {indexes:?})"
+        )),
+        DigestVerdict::Unreadable(e) => {
+            failures.push(format!("state digests not compared: {e}"))
+        }
+    }
     if hung_requests > 0 {
         failures.push(format!(
             "{hung_requests} requests hit the client's {} attempt timeout",
@@ -605,8 +630,42 @@ async fn drive(
         peaks,
         pending_deletions: pending,
         slow_reads,
+        state_digest,
         failures,
     })
+}
+
+/// Polls of the voters' digests before giving up on their lining up.
+const DIGEST_POLLS: usize = 30;
+/// Pause between two polls.
+const DIGEST_POLL_EVERY: Duration = Duration::from_millis(500);
+
+/// Polls `sluice admin meta digest` until every voter reports the same
+/// applied index (or a divergence shows), at most [`DIGEST_POLLS`] times;
+/// the last verdict. Each poll asks the voters concurrently, so they line
+/// up as soon as no entry is appended for the poll's few milliseconds.
+async fn voter_digests(cluster: &Cluster) -> DigestVerdict {
+    let mut verdict = DigestVerdict::Unreadable("not polled".into());
+    for _ in 0..DIGEST_POLLS {
+        verdict = match cluster.admin(&["meta", "digest", "--json"]).await {
+            Ok(out) => match serde_json::from_str::<serde_json::Value>(&out)
+                .map_err(|e| e.to_string())
+                .and_then(|j| digest::parse(&j))
+            {
+                Ok(voters) => digest::compare(&voters),
+                Err(e) => DigestVerdict::Unreadable(format!("meta digest --json: {e}")),
+            },
+            Err(e) => DigestVerdict::Unreadable(e.to_string()),
+        };
+        if matches!(
+            verdict,
+            DigestVerdict::Agree { .. } | DigestVerdict::Differ { .. }
+        ) {
+            return verdict;
+        }
+        tokio::time::sleep(DIGEST_POLL_EVERY).await;
+    }
+    verdict
 }
 
 /// How often the leader's pending deletions are sampled during a storm.

@@ -9,11 +9,13 @@
 //! * [`members`] — meta voters: add, remove, replace, list.
 //! * [`datanodes`] — list, drain and remove datanodes.
 //! * `version` and `version finalize`: [`crate::version::Versions`].
+//! * [`settings`] — replicated cluster settings and the state digest.
 
 mod datanodes;
 pub(crate) mod members;
 
 mod keys;
+pub(crate) mod settings;
 pub(crate) mod status;
 
 use std::sync::Arc;
@@ -25,7 +27,7 @@ use sluice_proto::admin::{StatusRequest, StatusResponse};
 use tonic::{Request, Response, Status};
 
 use crate::liveness::Liveness;
-use crate::raft::MetaRaft;
+use crate::raft::{MetaRaft, StateDigester};
 use crate::store::KvStore;
 use crate::version::{Gate, Versions};
 
@@ -50,6 +52,11 @@ pub(crate) struct AdminService<K: KvStore> {
     pub(crate) gate: Arc<Gate>,
     /// `version` and `version finalize`.
     pub(crate) versions: Versions<K>,
+    /// Computes this node's state digest between applies.
+    pub(crate) digester: StateDigester<K>,
+    /// The longest epoch lease this node's session config allows
+    /// (checked when it sets the settings as leader).
+    pub(crate) lease_limit: settings::LeaseLimit,
 }
 
 fn catch_up(ms: Option<u64>) -> Option<Duration> {
@@ -229,5 +236,39 @@ impl<K: KvStore + 'static> Admin for AdminService<K> {
         _request: Request<apb::FinalizeVersionRequest>,
     ) -> Result<Response<apb::VersionResponse>, Status> {
         self.versions.finalize().await.map(Response::new)
+    }
+
+    // ---- cluster settings
+    async fn get_cluster_settings(
+        &self,
+        _request: Request<apb::GetClusterSettingsRequest>,
+    ) -> Result<Response<apb::ClusterSettingsResponse>, Status> {
+        settings::get_settings(&self.raft, self.kv.as_ref())
+            .await
+            .map(Response::new)
+    }
+
+    async fn set_cluster_settings(
+        &self,
+        request: Request<apb::SetClusterSettingsRequest>,
+    ) -> Result<Response<apb::ClusterSettingsResponse>, Status> {
+        settings::set_settings(
+            &self.raft,
+            self.kv.as_ref(),
+            &self.gate,
+            self.lease_limit,
+            request.into_inner(),
+        )
+        .await
+        .map(Response::new)
+    }
+
+    async fn state_digest(
+        &self,
+        _request: Request<apb::StateDigestRequest>,
+    ) -> Result<Response<apb::StateDigestResponse>, Status> {
+        settings::state_digest(self.node_id, &self.digester)
+            .await
+            .map(Response::new)
     }
 }

@@ -34,6 +34,9 @@ pub(crate) struct MetaService<K: KvStore> {
     pub(crate) sessions: SessionGate,
     /// The cluster version gate of this node's proposals.
     pub(crate) gate: Arc<Gate>,
+    /// The cluster settings this node proposes while none are stored
+    /// (from its config; see `crate::admin::settings::ensure_initial`).
+    pub(crate) initial_settings: sluice_proto::raft::ClusterSettings,
 }
 
 /// Counter: operations the leader refused `SLOW_DOWN` because the session
@@ -602,6 +605,15 @@ impl<K: KvStore> Meta for MetaService<K> {
         &self,
         request: Request<pb::OpenEpochRequest>,
     ) -> Result<Response<pb::OpenEpochResponse>, Status> {
+        // The lease granted is the replicated one: seed it first on a new
+        // cluster, so the first gateway gets the configured lease.
+        crate::admin::settings::ensure_initial(
+            &self.raft,
+            self.kv.as_ref(),
+            &self.gate,
+            &self.initial_settings,
+        )
+        .await?;
         match self.write(Command::OpenEpoch(request.into_inner())).await? {
             Applied::Epoch(resp) => Ok(Response::new(resp)),
             other => Err(unexpected("OpenEpoch", &other)),

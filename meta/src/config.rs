@@ -134,9 +134,13 @@ pub struct Config {
     /// How often the leader expires old session entries. Default 5 s.
     #[serde(with = "humantime_serde")]
     pub session_sweep_interval: Duration,
-    /// A write epoch not renewed (leader time) for this long is closed by
-    /// the leader's sweeper; OpenEpoch reports it to gateways, which renew
-    /// every lease/3. Default 30 s.
+    /// The *initial* write epoch lease of a new cluster: a leader proposes
+    /// it once while the replicated cluster settings hold no value
+    /// (`sm::settings`); afterwards the replicated `epoch_lease_ms` is in
+    /// force on every node, whatever this says, and is changed with
+    /// `sluice admin settings set --epoch-lease`. A write epoch not renewed
+    /// for the lease is closed by the leader's sweeper; OpenEpoch reports it
+    /// to gateways, which renew every lease/3. 1 ms ..= 1 h. Default 30 s.
     #[serde(with = "humantime_serde")]
     pub epoch_lease: Duration,
     /// How often the leader looks for expired write epochs. Default 2 s;
@@ -227,7 +231,7 @@ impl Default for Config {
             session_high_water: 0.9,
             client_retry_deadline: Duration::from_secs(20),
             session_sweep_interval: Duration::from_secs(5),
-            epoch_lease: Duration::from_millis(crate::sm::epochs::DEFAULT_LEASE_MS),
+            epoch_lease: Duration::from_millis(crate::sm::settings::DEFAULT_LEASE_MS),
             epoch_sweep_interval: Duration::from_secs(2),
             reclaim_interval: Duration::from_secs(30),
             delete_delay: Duration::from_secs(300),
@@ -249,6 +253,8 @@ impl Default for Config {
 pub enum ConfigError {
     #[error("advertise_addr {0:?} must be an http:// or https:// URL")]
     AdvertiseAddr(String),
+    #[error("epoch_lease ({0:?}) must be at most 1 h")]
+    EpochLeaseTooLong(Duration),
     #[error("voter {id} has address {addr:?}, which is not an http:// or https:// URL")]
     VoterAddr { id: u64, addr: String },
     #[error("voters do not include this node's id {0}")]
@@ -363,6 +369,9 @@ impl Config {
         }
         if self.replicated_format_override == Some(0) {
             return Err(ConfigError::Zero("replicated_format_override"));
+        }
+        if self.epoch_lease > Duration::from_millis(crate::sm::settings::MAX_LEASE_MS) {
+            return Err(ConfigError::EpochLeaseTooLong(self.epoch_lease));
         }
         sluice_net::validate_choice(
             self.cluster_tls.as_ref(),

@@ -26,7 +26,6 @@ use crate::raft::network::{MAX_MESSAGE_BYTES, Network};
 use crate::raft::service::{NodeVersionFn, RaftService};
 use crate::raft::{LogStore, MetaRaft, StateMachine};
 use crate::reclaimer::{GrpcDeleter, Reclaimer};
-use crate::sm;
 use crate::store::SledStore;
 use crate::sweeper::{LeaseSweeper, Sweeper, high_water_entries};
 use crate::version::{Gate, Versions};
@@ -100,7 +99,6 @@ pub async fn run(
         sluice_net::Role::Meta,
     )?;
     transport.warn_if_insecure("meta");
-    sm::epochs::set_lease_ms(ms(config.epoch_lease));
     std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::DataDir {
         path: config.data_dir.clone(),
         source,
@@ -148,6 +146,8 @@ pub async fn run(
         .understanding(gate.format());
     let snapshot_bytes = state_machine.snapshot_bytes();
     let apply_blocked = state_machine.blocked_index();
+    let digester = state_machine.digester();
+    let initial_settings = crate::admin::settings::initial_settings(config.epoch_lease);
     let raft = MetaRaft::new(
         config.node_id,
         Arc::new(raft_config),
@@ -219,7 +219,7 @@ pub async fn run(
         kv: kv.clone(),
         gate: gate.clone(),
         epoch_interval: config.epoch_sweep_interval,
-        lease: config.epoch_lease,
+        initial_settings,
         session_interval: config.session_sweep_interval,
         session_expiry: config.session_expiry,
         session_min_age: config.session_min_age,
@@ -261,6 +261,11 @@ pub async fn run(
         workers: workers.clone(),
         gate: gate.clone(),
         versions: versions.clone(),
+        digester,
+        lease_limit: crate::admin::settings::LeaseLimit {
+            session_expiry: config.session_expiry,
+            client_retry_deadline: config.client_retry_deadline,
+        },
     };
     let meta = MetaService {
         node_id: config.node_id,
@@ -270,6 +275,7 @@ pub async fn run(
         loads,
         sessions: crate::api::SessionGate::new(config.session_table_max_entries),
         gate,
+        initial_settings,
     };
     let node_version: NodeVersionFn = Arc::new(move || versions.local().map_err(|e| e.to_string()));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

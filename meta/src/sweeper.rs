@@ -15,7 +15,9 @@
 //!
 //! The same module holds the leader's lease sweeps ([`LeaseSweeper`]):
 //! every `epoch_sweep_interval` it closes write epochs it has not seen
-//! renewed for `epoch_lease` (`CloseEpochs`), and every
+//! renewed for their lease (`CloseEpochs`; the lease OpenEpoch granted,
+//! recorded in the epoch, from the replicated cluster settings, which this
+//! sweep seeds from the node's `epoch_lease` while none are stored), and every
 //! `session_sweep_interval` it expires session entries applied more than
 //! `session_expiry` ago (`ExpireSessions`); while the table holds more
 //! than its high-water mark (`session_high_water` ×
@@ -263,8 +265,8 @@ pub(crate) struct LeaseSweeper<K: KvStore> {
     pub gate: Arc<Gate>,
     /// `epoch_sweep_interval`.
     pub epoch_interval: Duration,
-    /// `epoch_lease`.
-    pub lease: Duration,
+    /// The cluster settings proposed while none are stored (`epoch_lease`).
+    pub initial_settings: rpb::ClusterSettings,
     /// `session_sweep_interval`.
     pub session_interval: Duration,
     /// `session_expiry`.
@@ -326,7 +328,7 @@ impl<K: KvStore> LeaseSweeper<K> {
                     match self.close_expired_epochs(&mut seen.epochs).await {
                         Ok(0) => worker.ran(),
                         Ok(closed) => {
-                            tracing::info!(closed, lease = ?self.lease, "closed expired write epochs");
+                            tracing::info!(closed, "closed expired write epochs");
                             worker.ran();
                         }
                         Err(SweepError::NotLeader) => worker.idle(),
@@ -348,12 +350,29 @@ impl<K: KvStore> LeaseSweeper<K> {
         }
     }
 
-    /// Closes every open epoch `watch` has not seen renewed for
-    /// `epoch_lease` (by this leader's monotonic clock); returns how many.
+    /// Closes every open epoch `watch` has not seen renewed for its lease
+    /// (by this leader's monotonic clock); returns how many. An epoch's
+    /// lease is the one OpenEpoch granted it (a settings change never
+    /// shortens a lease already granted), or the current setting for an
+    /// epoch that recorded none.
     pub(crate) async fn close_expired_epochs(
         &self,
         watch: &mut EpochWatch,
     ) -> Result<u64, SweepError> {
+        if crate::admin::settings::should_seed(
+            self.kv.as_ref(),
+            &self.gate,
+            &self.initial_settings,
+        )? {
+            propose(
+                &self.raft,
+                self.kv.as_ref(),
+                &self.gate,
+                crate::admin::settings::initial_command(&self.initial_settings),
+            )
+            .await?;
+        }
+        let current = Duration::from_millis(sm::settings::epoch_lease_ms(self.kv.as_ref())?);
         let now = Instant::now();
         let mut open = HashSet::new();
         let mut closed = 0u64;
@@ -367,7 +386,11 @@ impl<K: KvStore> LeaseSweeper<K> {
             after = page.last().map(|(e, _)| *e);
             let mut expired = Vec::new();
             for (epoch, record) in page {
-                if watch.expired(epoch, record.renewals, now, self.lease) {
+                let lease = match record.lease_ms {
+                    0 => current,
+                    ms => Duration::from_millis(ms),
+                };
+                if watch.expired(epoch, record.renewals, now, lease) {
                     expired.push(epoch);
                 } else {
                     open.insert(epoch);

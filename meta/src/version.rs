@@ -44,7 +44,16 @@ use crate::store::KvStore;
 /// then gated: give the new command kind (or the commands that set the
 /// new field) the new format in [`required_format`], so the leader
 /// proposes them only once the cluster version reached it.
-pub const REPLICATED_FORMAT: u32 = 1;
+///
+/// | format | release | what it added |
+/// |---|---|---|
+/// | 1 | v0.1.0 | the first release's commands and records |
+/// | 2 | v0.2.0 | `SetClusterSettings` (replicated cluster settings) and the lease an epoch records (`EpochRecord.lease_ms`) |
+pub const REPLICATED_FORMAT: u32 = 2;
+
+/// How often the leader retries recording a fresh cluster's version (at
+/// most `version_check_interval`).
+const FRESH_POLL: Duration = Duration::from_secs(1);
 
 /// This binary's version (its Cargo package version).
 pub const BINARY_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -79,6 +88,7 @@ pub fn command_kind(command: &Command) -> &'static str {
         Command::ReleaseBlobs(_) => "ReleaseBlobs",
         Command::ClaimPending(_) => "ClaimPending",
         Command::FinalizeVersion(_) => "FinalizeVersion",
+        Command::SetClusterSettings(_) => "SetClusterSettings",
         Command::CreateAccessKey(_) => "CreateAccessKey",
         Command::DeleteAccessKey(_) => "DeleteAccessKey",
         Command::SetKeyGrant(_) => "SetKeyGrant",
@@ -124,6 +134,7 @@ pub fn required_format(command: &Command) -> u32 {
         | Command::SetKeyGrant(_)
         | Command::DrainDatanode(_)
         | Command::RemoveDatanode(_) => 1,
+        Command::SetClusterSettings(_) => 2,
     }
 }
 
@@ -447,8 +458,16 @@ impl<K: KvStore> Versions<K> {
     /// binaries' format). Idle on followers.
     pub async fn run(self, auto_finalize: bool, interval: Duration, worker: WorkerHandle) {
         let mut ticker = crate::sweeper::periodic(interval);
+        // A fresh cluster's version is recorded as soon as every member
+        // answers, not a whole interval after the first election: until
+        // then the commands of this release's newer formats are refused.
+        let fresh_poll = interval.min(FRESH_POLL);
         loop {
-            ticker.tick().await;
+            if matches!(sm::cluster_version::recorded(self.kv.as_ref()), Ok(None)) {
+                tokio::time::sleep(fresh_poll).await;
+            } else {
+                ticker.tick().await;
+            }
             if !crate::sweeper::is_leader(&self.raft) {
                 worker.idle();
                 continue;
@@ -515,8 +534,8 @@ mod tests {
     }
 
     #[test]
-    fn every_command_kind_of_this_release_requires_format_1() {
-        assert_eq!(REPLICATED_FORMAT, 1);
+    fn the_first_releases_kinds_require_format_1_and_settings_format_2() {
+        assert_eq!(REPLICATED_FORMAT, 2);
         let kinds = [
             create_bucket(),
             Command::FinalizeVersion(rpb::FinalizeVersion { version: 1 }),
@@ -529,6 +548,25 @@ mod tests {
             assert!(required_format(c) <= REPLICATED_FORMAT);
         }
         assert_eq!(command_kind(&kinds[1]), "FinalizeVersion");
+        let settings = Command::SetClusterSettings(rpb::SetClusterSettings::default());
+        assert_eq!(required_format(&settings), 2);
+        assert_eq!(command_kind(&settings), "SetClusterSettings");
+        // Refused by the gate of a cluster still at version 1 (an upgrade
+        // from v0.1.0 not yet finalized), admitted once it is at 2.
+        let kv = MemStore::new();
+        let err = Gate::default().command(&kv, settings.clone()).unwrap_err();
+        assert!(
+            err.to_string().contains("finalize the upgrade first"),
+            "{err}"
+        );
+        finalize(&kv, 2);
+        assert_eq!(
+            Gate::default()
+                .command(&kv, settings)
+                .unwrap()
+                .requires_format,
+            2
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! End to end: `sluice admin meta` (the built binary) against `sluice dev`
 //! (one meta voter): `list` as a table and as JSON, and the refusals a
 //! single-voter cluster gives (`remove` of the last voter, `add` of a node
-//! that never catches up, which leaves the membership as it was); and
-//! `sluice admin version` (show, finalize) on that cluster.
+//! that never catches up, which leaves the membership as it was); the
+//! voter's state digest; `sluice admin settings show|set`; and `sluice
+//! admin version` (show, finalize) on that cluster.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -105,14 +106,13 @@ fn admin_meta_against_sluice_dev() {
         "learner left behind: {list}"
     );
 
-    // One meta node of this binary: the cluster version is 1, and
-    // finalize has nothing to raise (it may record it first).
+    // One meta node of this binary: it understands replicated format 2
+    // and the cluster version is (or, once finalized, becomes) 2.
     let version: serde_json::Value =
         serde_json::from_str(&ok(admin_area(&dev, "version", &["show", "--json"]))).expect("json");
-    assert_eq!(version["cluster_version"], 1, "{version}");
-    assert_eq!(version["leader_format"], 1, "{version}");
+    assert_eq!(version["leader_format"], 2, "{version}");
     assert_eq!(version["nodes"][0]["reachable"], true, "{version}");
-    assert_eq!(version["nodes"][0]["replicated_format"], 1, "{version}");
+    assert_eq!(version["nodes"][0]["replicated_format"], 2, "{version}");
     assert_eq!(
         version["nodes"][0]["binary_version"],
         env!("CARGO_PKG_VERSION"),
@@ -120,13 +120,44 @@ fn admin_meta_against_sluice_dev() {
     );
     let table = ok(admin_area(&dev, "version", &[]));
     assert!(
-        table.starts_with("cluster version 1  leader's replicated format 1\n"),
+        table.starts_with("cluster version ") && table.contains("  leader's replicated format 2\n"),
         "{table}"
     );
     ok(admin_area(&dev, "version", &["finalize"]));
     let again = ok(admin_area(&dev, "version", &["finalize"]));
     assert!(
-        again.starts_with("nothing to finalize: the cluster version is 1\n"),
+        again.starts_with("nothing to finalize: the cluster version is 2\n"),
         "{again}"
+    );
+
+    let digest: serde_json::Value =
+        serde_json::from_str(&ok(admin(&dev, &["digest", "--json"]))).expect("json");
+    let voter = &digest["voters"][0];
+    assert_eq!(voter["id"], 1, "{digest}");
+    assert!(
+        voter["applied_index"].as_u64().unwrap_or(0) >= 1,
+        "{digest}"
+    );
+    assert_eq!(voter["digest"].as_str().map(str::len), Some(64), "{digest}");
+    refused(admin(&dev, &["digest", "--node", "7"]), "not a member");
+
+    let shown: serde_json::Value =
+        serde_json::from_str(&ok(admin_area(&dev, "settings", &["show", "--json"]))).expect("json");
+    assert!(
+        shown["epoch_lease_ms"].as_u64().unwrap_or(0) >= 1,
+        "{shown}"
+    );
+    let set: serde_json::Value = serde_json::from_str(&ok(admin_area(
+        &dev,
+        "settings",
+        &["set", "--epoch-lease", "42s", "--json"],
+    )))
+    .expect("json");
+    assert_eq!(set["epoch_lease_ms"], 42_000, "{set}");
+    let table = ok(admin_area(&dev, "settings", &["show"]));
+    assert_eq!(table, "epoch_lease  42s\n");
+    refused(
+        admin_area(&dev, "settings", &["set", "--epoch-lease", "2h"]),
+        "out of range",
     );
 }

@@ -47,6 +47,7 @@
 //! it).
 
 mod content;
+pub mod digest;
 mod listing;
 mod register;
 #[cfg(test)]

@@ -18,7 +18,7 @@ pub mod snapshot;
 pub mod state_machine;
 
 pub use log_store::LogStore;
-pub use state_machine::StateMachine;
+pub use state_machine::{AppliedDigest, StateDigester, StateMachine};
 
 use crate::sm::Applied;
 

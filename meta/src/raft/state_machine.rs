@@ -76,6 +76,71 @@ pub struct StateMachine<K: KvStore> {
     /// The index of the entry apply stopped at because this binary cannot
     /// apply it (0: none; see [`StateMachine::blocked_index`]).
     blocked: Arc<AtomicU64>,
+    /// Held by every apply and install while it changes the store, and by
+    /// a [`StateDigester`] while it hashes: a digest sees the state at
+    /// one applied index.
+    apply_lock: Arc<AsyncMutex<()>>,
+}
+
+/// Computes [`sm::state_digest`] of a running state machine at its applied
+/// index, between two applies (openraft 0.9 has no call that runs a
+/// closure on the state machine task, so applies and the digest share a
+/// lock). Applies wait while the digest runs: it reads every record once,
+/// so it stalls writes for about as long as a snapshot build's walk.
+pub struct StateDigester<K: KvStore> {
+    kv: Arc<K>,
+    apply_lock: Arc<AsyncMutex<()>>,
+}
+
+impl<K: KvStore> Clone for StateDigester<K> {
+    fn clone(&self) -> Self {
+        StateDigester {
+            kv: self.kv.clone(),
+            apply_lock: self.apply_lock.clone(),
+        }
+    }
+}
+
+/// A digest and the applied log index it is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppliedDigest {
+    /// The last applied log index (0: nothing applied).
+    pub applied_index: u64,
+    pub digest: sm::StateDigest,
+}
+
+impl<K: KvStore> StateDigester<K> {
+    /// The digest of the applied state and its applied index.
+    ///
+    /// Errors: the store fails or a stored applied id does not decode.
+    pub async fn digest(&self) -> Result<AppliedDigest, StorageError> {
+        let guard = self.apply_lock.clone().lock_owned().await;
+        let kv = self.kv.clone();
+        let read = |e: &dyn std::error::Error| StorageIOError::read_state_machine(io_err(e));
+        tokio::task::spawn_blocking(move || {
+            let _guard = guard;
+            let applied = read_applied_id(kv.as_ref())?;
+            let digest = sm::state_digest(kv.as_ref()).map_err(|e| read(&e))?;
+            Ok::<_, StorageError>(AppliedDigest {
+                applied_index: applied.map_or(0, |l| l.index),
+                digest,
+            })
+        })
+        .await
+        .map_err(|e| read(&e))?
+    }
+}
+
+/// The last applied log id stored in `kv`.
+fn read_applied_id<K: KvStore>(kv: &K) -> Result<Option<LogId<u64>>, StorageError> {
+    let read = |e: &dyn std::error::Error| StorageIOError::read_state_machine(io_err(e));
+    match kv.get(Space::SmMeta, APPLIED).map_err(|e| read(&e))? {
+        Some(b) => {
+            let pb = rpb::LogId::decode(b.as_slice()).map_err(|e| read(&e))?;
+            Ok(Some(LogId::from_pb(pb).map_err(|e| read(&e))?))
+        }
+        None => Ok(None),
+    }
 }
 
 /// The batch that makes `stored` the current snapshot.
@@ -131,6 +196,7 @@ impl<K: KvStore> StateMachine<K> {
             snapshot_bytes: Arc::new(AtomicU64::new(bytes)),
             format: crate::version::REPLICATED_FORMAT,
             blocked: Arc::new(AtomicU64::new(0)),
+            apply_lock: Arc::new(AsyncMutex::new(())),
         })
     }
 
@@ -149,6 +215,14 @@ impl<K: KvStore> StateMachine<K> {
         self.blocked.clone()
     }
 
+    /// A handle that computes the state digest between applies.
+    pub fn digester(&self) -> StateDigester<K> {
+        StateDigester {
+            kv: self.kv.clone(),
+            apply_lock: self.apply_lock.clone(),
+        }
+    }
+
     /// The size in bytes of the current snapshot file, kept up to date by
     /// builds and installs (0: no snapshot yet).
     pub fn snapshot_bytes(&self) -> Arc<AtomicU64> {
@@ -157,13 +231,7 @@ impl<K: KvStore> StateMachine<K> {
 
     fn read_applied(&self) -> Result<AppliedState, StorageError> {
         let read = |e: &dyn std::error::Error| StorageIOError::read_state_machine(io_err(e));
-        let applied = match self.kv.get(Space::SmMeta, APPLIED).map_err(|e| read(&e))? {
-            Some(b) => {
-                let pb = rpb::LogId::decode(b.as_slice()).map_err(|e| read(&e))?;
-                Some(LogId::from_pb(pb).map_err(|e| read(&e))?)
-            }
-            None => None,
-        };
+        let applied = read_applied_id(self.kv.as_ref())?;
         let membership = match self
             .kv
             .get(Space::SmMeta, MEMBERSHIP)
@@ -337,6 +405,7 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let _applying = self.apply_lock.lock().await;
         let mut results = Vec::new();
         for entry in entries {
             let log_id = entry.log_id;
@@ -423,6 +492,7 @@ impl<K: KvStore> RaftStateMachine<TypeConfig> for StateMachine<K> {
         };
         // A build in progress reads the store this replaces: wait for it.
         let _lock = self.build_lock.clone().lock_owned().await;
+        let _applying = self.apply_lock.clone().lock_owned().await;
         let started = Instant::now();
         let name = self.dir.new_name(meta.last_log_id.map_or(0, |l| l.index));
         let path = self
@@ -778,6 +848,36 @@ mod tests {
     /// touched, with an error naming both versions; the store keeps its
     /// format version through an install.
     #[tokio::test]
+    async fn an_installed_snapshot_has_the_same_digest_and_settings() {
+        let (mut source, _dir) = populated().await;
+        let set = Command::SetClusterSettings(rpb::SetClusterSettings {
+            settings: Some(rpb::ClusterSettings {
+                epoch_lease_ms: Some(1_234),
+            }),
+            ..Default::default()
+        });
+        source.apply([entry(20, set)]).await.unwrap();
+        let at_source = source.digester().digest().await.unwrap();
+        assert_eq!(at_source.applied_index, 20);
+        assert_eq!(
+            at_source.digest,
+            sm::state_digest(source.kv.as_ref()).unwrap()
+        );
+        let snap = snapshot(&mut source).await;
+
+        let kv = Arc::new(MemStore::new());
+        let (mut target, _target_dir) = open(kv.clone()).await;
+        let empty = target.digester().digest().await.unwrap();
+        assert_eq!((empty.applied_index, empty.digest.records), (0, 0));
+        target
+            .install_snapshot(&snap.meta, snap.snapshot)
+            .await
+            .unwrap();
+        assert_eq!(target.digester().digest().await.unwrap(), at_source);
+        assert_eq!(sm::settings::epoch_lease_ms(kv.as_ref()).unwrap(), 1_234);
+    }
+
+    #[tokio::test]
     async fn a_snapshot_of_a_newer_format_is_refused() {
         use sluice_proto::format::{META_STORE_FORMAT, SNAPSHOT_FORMAT};
 
@@ -895,6 +995,9 @@ mod tests {
             snapshot_bytes: sm.snapshot_bytes.clone(),
             format: sm.format,
             blocked: sm.blocked.clone(),
+            // Its own: the hook applies through it from inside a store
+            // access, which may be one of the first handle's applies.
+            apply_lock: Arc::new(AsyncMutex::new(())),
         }
     }
 

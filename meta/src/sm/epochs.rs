@@ -11,7 +11,6 @@
 //! `sm::heal` (Collectable, UpdatePlacement) and must keep its signature.
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use prost::Message;
 use sluice_proto::meta::{self as pb, ErrorCode};
@@ -22,24 +21,14 @@ use crate::store::{Batch, KvStore, Space};
 
 type Outcome = Result<(Batch, Applied), SmError>;
 
-/// Default `epoch_lease` in ms.
-pub const DEFAULT_LEASE_MS: u64 = 30_000;
+pub use super::settings::DEFAULT_LEASE_MS;
+
+/// The cluster version from which OpenEpoch records the granted lease in
+/// the epoch (`EpochRecord.lease_ms`).
+const RECORDED_LEASE_FORMAT: u32 = 2;
 
 /// `Space::Epochs` key of the next epoch number (u64 BE).
 const NEXT_KEY: &[u8] = b"";
-
-/// The lease OpenEpoch answers with (`epoch_lease`, ms); set at node start.
-static LEASE_MS: AtomicU64 = AtomicU64::new(DEFAULT_LEASE_MS);
-
-/// Sets the lease (ms) that OpenEpoch reports to gateways.
-pub fn set_lease_ms(ms: u64) {
-    LEASE_MS.store(ms.max(1), Ordering::Relaxed);
-}
-
-/// The lease (ms) OpenEpoch reports.
-pub fn lease_ms() -> u64 {
-    LEASE_MS.load(Ordering::Relaxed)
-}
 
 /// `true` while write epoch `epoch` is open (it has a record in
 /// [`Space::Epochs`]). Epoch 0 is never open (numbering starts at 1).
@@ -90,8 +79,18 @@ fn next_epoch<K: KvStore>(kv: &K) -> Result<u64, SmError> {
     }
 }
 
+/// Opens the next epoch with the lease of the replicated cluster settings
+/// (`sm::settings`), which it answers and, from cluster version 2 on,
+/// records in the epoch (before that a voter of the previous release,
+/// which knows no such field, must write the same record).
 pub(crate) fn open_epoch<K: KvStore>(kv: &K, r: &pb::OpenEpochRequest, now_ms: i64) -> Outcome {
     let epoch = next_epoch(kv)?;
+    let lease_ms = super::settings::epoch_lease_ms(kv)?;
+    let recorded_lease_ms = if super::cluster_version::get(kv)? >= RECORDED_LEASE_FORMAT {
+        lease_ms
+    } else {
+        0
+    };
     let Some(after) = epoch.checked_add(1) else {
         return refuse(ErrorCode::Internal, "write epoch numbers are exhausted");
     };
@@ -100,17 +99,12 @@ pub(crate) fn open_epoch<K: KvStore>(kv: &K, r: &pb::OpenEpochRequest, now_ms: i
         opened_ms: now_ms,
         renewed_ms: now_ms,
         renewals: 0,
+        lease_ms: recorded_lease_ms,
     };
     let mut b = Batch::new();
     b.put(Space::Epochs, keys::epoch(epoch), record.encode_to_vec());
     b.put(Space::Epochs, NEXT_KEY, after.to_be_bytes().to_vec());
-    Ok((
-        b,
-        Applied::Epoch(pb::OpenEpochResponse {
-            epoch,
-            lease_ms: lease_ms(),
-        }),
-    ))
+    Ok((b, Applied::Epoch(pb::OpenEpochResponse { epoch, lease_ms })))
 }
 
 pub(crate) fn renew_epoch<K: KvStore>(kv: &K, r: &pb::RenewEpochRequest, now_ms: i64) -> Outcome {

@@ -24,9 +24,12 @@
 //! * [`pending`], [`leases`] — pending deletions of released blobs and the
 //!   read leases that hold them back.
 //! * `records` — object records as head and manifest rows.
+//! * [`settings`] — replicated cluster settings (the epoch lease).
+//! * [`digest`] — [`state_digest`]: one hash of the data spaces.
 
 pub mod access;
 pub mod cluster_version;
+pub mod digest;
 pub mod epochs;
 pub mod heal;
 pub mod keys;
@@ -39,6 +42,7 @@ pub mod records;
 pub mod refs;
 pub mod registry;
 pub mod sessions;
+pub mod settings;
 mod stale;
 pub mod versions;
 
@@ -51,6 +55,7 @@ use sluice_proto::meta::{self as pb, ErrorCode};
 
 use crate::store::{KvError, KvStore, Space};
 
+pub use digest::{StateDigest, state_digest};
 pub use heal::{MAX_SHARDS_PER_CALL, collectable};
 pub use mutate::{admission_op_id, apply_command, apply_command_as, multipart_etag, part_etag};
 pub use read::{

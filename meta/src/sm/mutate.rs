@@ -13,7 +13,7 @@ use sluice_proto::raft::{self as rpb, MetaCommand, meta_command::Command};
 use super::refs::{part_refs, update_index};
 use super::{
     Applied, MAX_PART_NUMBER, SmError, access, cluster_version, epochs, get, heal, keys, leases,
-    pending, records, refuse, registry, require_bucket, sessions, versions,
+    pending, records, refuse, registry, require_bucket, sessions, settings, versions,
 };
 use crate::store::{Batch, KvStore, Space};
 use crate::version::{REPLICATED_FORMAT, command_kind};
@@ -39,9 +39,10 @@ use versions::placements;
 /// * *Pending deletions*: every placement the mutation releases gets a
 ///   `PendingDeletion` record at leader time `leader_now_ms`.
 ///
-/// What it writes depends on the log alone: never on a node's config (the
-/// session table is bounded by the leader before proposing, see
-/// [`sessions::admit`]).
+/// What it writes depends on the state and the entry alone: never on a
+/// node's config, a process global or a clock (the session table is
+/// bounded by the leader before proposing, see [`sessions::admit`]; the
+/// epoch lease is replicated state, see [`settings`]).
 ///
 /// An entry this binary cannot apply is an error ([`SmError::NeedsNewer`]),
 /// never skipped: its command kind is unknown here (prost decodes a oneof
@@ -137,6 +138,7 @@ pub fn apply_command_as<K: KvStore>(
         Command::DrainDatanode(r) => registry::drain_datanode(kv, r),
         Command::RemoveDatanode(r) => registry::remove_datanode(kv, r),
         Command::FinalizeVersion(r) => cluster_version::finalize(kv, index, r, format),
+        Command::SetClusterSettings(r) => settings::set_cluster_settings(kv, r),
     }
     .and_then(|applied| {
         fence(kv, command)?;
@@ -193,6 +195,7 @@ fn op_id_of(command: &Command) -> &str {
         Command::SetKeyGrant(r) => &r.op_id,
         Command::DrainDatanode(r) => &r.op_id,
         Command::RemoveDatanode(r) => &r.op_id,
+        Command::SetClusterSettings(r) => &r.op_id,
         Command::CloseEpochs(_)
         | Command::CollectPending(_)
         | Command::ClaimPending(_)

@@ -1062,6 +1062,7 @@ mod exactly_once;
 mod heal;
 mod records;
 mod refs;
+mod settings;
 mod versions;
 
 fn put_config(kv: &MemStore, name: &str, config: pb::put_bucket_config_request::Config) -> Applied {

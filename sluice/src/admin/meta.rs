@@ -1,6 +1,6 @@
-//! `sluice admin meta list|add|remove|replace`: the meta cluster's voters,
-//! changed through openraft's membership API on the leader (see
-//! `sluice_meta`'s `admin/members.rs`).
+//! `sluice admin meta list|add|remove|replace|digest`: the meta cluster's
+//! voters, changed through openraft's membership API on the leader (see
+//! `sluice_meta`'s `admin/members.rs`), and each voter's state digest.
 //!
 //! `add` blocks until the new node has caught up and is a voter (or the
 //! catch-up timeout passed, and the learner was removed again); `replace`
@@ -45,6 +45,16 @@ pub enum MetaCommand {
         #[command(flatten)]
         output: Output,
     },
+    /// Each voter's digest of its applied state and the applied index it is
+    /// of (asked of every voter, or of the `--node` ids). Voters at the same
+    /// applied index must show the same digest.
+    Digest {
+        /// Only these node ids (repeatable); default: every voter.
+        #[arg(long = "node")]
+        nodes: Vec<u64>,
+        #[command(flatten)]
+        output: Output,
+    },
     /// Replace voter OLD by a new node: add the new one, then remove OLD.
     Replace {
         /// The node id to replace.
@@ -70,7 +80,7 @@ pub struct Output {
     pub json: bool,
 }
 
-fn humantime_arg(s: &str) -> Result<Duration, String> {
+pub(crate) fn humantime_arg(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
 
@@ -109,8 +119,110 @@ pub async fn run(conn: &AdminConn, command: MetaCommand) -> anyhow::Result<()> {
             let resp = replace(&client, old, id, addr, catch_up_timeout).await?;
             print_response(&resp, output);
         }
+        MetaCommand::Digest { nodes, output } => {
+            let digests = digests(conn, &client, &nodes).await?;
+            if output.json {
+                println!("{}", digests_json(&digests));
+            } else {
+                print!("{}", digests_table(&digests));
+            }
+        }
     }
     Ok(())
+}
+
+/// How long `meta digest` waits for one voter's answer (the digest reads
+/// the whole state).
+const DIGEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One voter's answer to StateDigest.
+#[derive(Debug, Clone)]
+pub struct VoterDigest {
+    pub id: u64,
+    pub addr: String,
+    pub result: Result<apb::StateDigestResponse, String>,
+}
+
+/// StateDigest of every voter (or of the ids in `only`), each asked
+/// directly at its address, concurrently.
+pub async fn digests(
+    conn: &AdminConn,
+    client: &MetaClient,
+    only: &[u64],
+) -> anyhow::Result<Vec<VoterDigest>> {
+    let members = list(client).await?;
+    let targets: Vec<(u64, String)> = members
+        .members
+        .iter()
+        .filter(|m| {
+            if only.is_empty() {
+                m.voter
+            } else {
+                only.contains(&m.id)
+            }
+        })
+        .map(|m| (m.id, m.addr.clone()))
+        .collect();
+    for id in only {
+        anyhow::ensure!(
+            targets.iter().any(|(t, _)| t == id),
+            "node {id} is not a member of the meta cluster"
+        );
+    }
+    let transport = super::transport(conn)?;
+    let asks = targets.into_iter().map(|(id, addr)| {
+        let node = MetaClient::with_timeouts(vec![addr.clone()], DIGEST_TIMEOUT, DIGEST_TIMEOUT)
+            .with_transport(transport.clone());
+        async move {
+            let result = node
+                .call_on("StateDigest", |channel| async move {
+                    AdminClient::new(channel)
+                        .state_digest(apb::StateDigestRequest {})
+                        .await
+                })
+                .await
+                .map_err(|e| e.to_string());
+            VoterDigest { id, addr, result }
+        }
+    });
+    Ok(futures::future::join_all(asks).await)
+}
+
+/// The digests as JSON (the `--json` output): `voters`, each with `id`,
+/// `addr` and either `applied_index`, `digest`, `records` or `error`.
+pub fn digests_json(d: &[VoterDigest]) -> serde_json::Value {
+    let voters: Vec<serde_json::Value> = d
+        .iter()
+        .map(|v| match &v.result {
+            Ok(r) => serde_json::json!({
+                "id": v.id,
+                "addr": v.addr,
+                "applied_index": r.applied_index,
+                "digest": r.digest_hex,
+                "records": r.records,
+            }),
+            Err(e) => serde_json::json!({ "id": v.id, "addr": v.addr, "error": e }),
+        })
+        .collect();
+    serde_json::json!({ "voters": voters })
+}
+
+/// The digests as a human table.
+pub fn digests_table(d: &[VoterDigest]) -> String {
+    let mut out = format!(
+        "{:>4}  {:>10}  {:>10}  DIGEST\n",
+        "ID", "APPLIED", "RECORDS"
+    );
+    for v in d {
+        match &v.result {
+            Ok(r) => out.push_str(&format!(
+                "{:>4}  {:>10}  {:>10}  {}\n",
+                v.id, r.applied_index, r.records, r.digest_hex
+            )),
+            Err(e) => out.push_str(&format!("{:>4}  error: {e}\n", v.id)),
+        }
+    }
+    out
 }
 
 /// ListMembers on the leader.

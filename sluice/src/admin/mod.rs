@@ -8,7 +8,10 @@
 //! # Layout
 //! * `mod.rs`: the subcommand tree, [`AdminConn`] and [`connect`].
 //! * `keys.rs`: `sluice admin key ...` (S3 access keys).
-//! * `meta.rs`: `sluice admin meta list|add|remove|replace` (meta voters).
+//! * `meta.rs`: `sluice admin meta list|add|remove|replace|digest` (meta
+//!   voters, their state digests).
+//! * `settings.rs`: `sluice admin settings show|set` (replicated cluster
+//!   settings).
 //! * [`datanodes`]: `sluice admin datanode list|drain|undrain|remove`.
 //! * `certs.rs`: `sluice admin certs init|issue`.
 //! * `status.rs`: `sluice admin status [--json]`.
@@ -20,6 +23,7 @@ mod datanodes;
 mod keys;
 pub mod meta;
 pub mod serve;
+mod settings;
 pub mod status;
 pub mod version;
 
@@ -77,6 +81,13 @@ pub enum AdminCommand {
         conn: AdminConn,
         #[command(subcommand)]
         command: datanodes::DatanodeCommand,
+    },
+    /// Replicated cluster settings (the write epoch lease): show, set.
+    Settings {
+        #[command(flatten)]
+        conn: AdminConn,
+        #[command(subcommand)]
+        command: settings::SettingsCommand,
     },
     // ---- ops
     /// The cluster at a glance: meta voters, datanodes, gateways, degraded
@@ -154,6 +165,7 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::Key { conn, command } => keys::run(&conn, command).await,
         AdminCommand::Meta { conn, command } => meta::run(&conn, command).await,
         AdminCommand::Datanode { conn, command } => datanodes::run(&conn, command).await,
+        AdminCommand::Settings { conn, command } => settings::run(&conn, command).await,
         AdminCommand::Status(args) => status::run(args).await,
         AdminCommand::Serve(args) => serve::run(args).await,
         AdminCommand::Version { conn, command } => version::run(&conn, command).await,

@@ -542,7 +542,12 @@ fn epochs_open_renew_close_and_never_reopen() {
         panic!()
     };
     assert_eq!(e1.epoch, 1);
-    assert_eq!(e1.lease_ms, epochs::lease_ms());
+    // No settings record: the default lease, recorded in the epoch.
+    assert_eq!(e1.lease_ms, epochs::DEFAULT_LEASE_MS);
+    assert_eq!(
+        epochs::get_epoch(&kv, 1).unwrap().unwrap().lease_ms,
+        epochs::DEFAULT_LEASE_MS
+    );
     // A retried OpenEpoch gets the same epoch.
     assert_eq!(at(&kv, 1001, open("e-a")), Applied::Epoch(e1));
     let Applied::Epoch(e2) = at(&kv, 1002, open("e-b")) else {

@@ -26,6 +26,7 @@ fn open_epoch(kv: &MemStore, epoch: u64) {
         opened_ms: 1,
         renewed_ms: 1,
         renewals: 0,
+        lease_ms: 0,
     };
     b.put(Space::Epochs, keys::epoch(epoch), rec.encode_to_vec());
     kv.apply(b).unwrap();
