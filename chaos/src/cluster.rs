@@ -464,6 +464,9 @@ impl Cluster {
         );
         t.insert("delete_delay".into(), dur(DELETE_DELAY).into());
         t.insert("reclaim_interval".into(), dur(RECLAIM_INTERVAL).into());
+        // Upgrades are finalized by the upgrade fault, by hand: a leader
+        // that finalized on its own would close the rollback window.
+        t.insert("auto_finalize".into(), false.into());
         t.insert(
             "cluster_tls".into(),
             self.tls_table("meta", &id.to_string())?.into(),
