@@ -130,6 +130,9 @@ pub struct Node {
     pub loop_dev: Option<String>,
     /// Datanode: the proxy's control file.
     pub proxy_control: Option<PathBuf>,
+    /// The `sluice` binary it runs (the previous release's until an
+    /// upgrade fault restarts it on this one).
+    pub bin: PathBuf,
     /// Log file (appended across restarts).
     pub log: PathBuf,
     /// RSS right after the cluster became ready, bytes.
@@ -145,8 +148,12 @@ pub struct Node {
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
-    /// The `sluice` binary.
+    /// The `sluice` binary (also the one `sluice admin` and the health
+    /// probes run).
     pub bin: PathBuf,
+    /// The previous release's `sluice` binary: every process starts on it
+    /// (the upgrade faults move them to [`ClusterOptions::bin`]).
+    pub old_bin: Option<PathBuf>,
     /// The `sluice-chaos` binary (for the proxies).
     pub chaos_bin: PathBuf,
     /// Run directory (configs, data images, logs).
@@ -419,6 +426,11 @@ impl Cluster {
             volume: None,
             loop_dev: None,
             proxy_control: None,
+            bin: self
+                .opts
+                .old_bin
+                .clone()
+                .unwrap_or_else(|| self.opts.bin.clone()),
             baseline_rss: None,
             child: None,
             pid: None,
@@ -452,6 +464,9 @@ impl Cluster {
         );
         t.insert("delete_delay".into(), dur(DELETE_DELAY).into());
         t.insert("reclaim_interval".into(), dur(RECLAIM_INTERVAL).into());
+        // Upgrades are finalized by the upgrade fault, by hand: a leader
+        // that finalized on its own would close the rollback window.
+        t.insert("auto_finalize".into(), false.into());
         t.insert(
             "cluster_tls".into(),
             self.tls_table("meta", &id.to_string())?.into(),
@@ -644,7 +659,7 @@ impl Cluster {
     /// # Errors
     /// The process cannot be spawned.
     pub fn start(&mut self, name: &str, faketime: Option<&str>) -> anyhow::Result<()> {
-        let bin = self.opts.bin.clone();
+        let bin = self.node(name).bin.clone();
         let chaos_bin = self.opts.chaos_bin.clone();
         let filter = self.opts.log_filter.clone();
         let ns = self.hosts[&self.node(name).host].ns.clone();
@@ -689,6 +704,11 @@ impl Cluster {
         node.pid = child.id();
         node.child = Some(child);
         Ok(())
+    }
+
+    /// Sets the binary `name` runs from its next start on.
+    pub fn set_bin(&mut self, name: &str, bin: &Path) {
+        self.node_mut(name).bin = bin.to_owned();
     }
 
     /// Sends `signal` to `name` (no wait).

@@ -19,6 +19,8 @@
 //! | partition-datanodes-from-meta | iptables DROP to/from the meta nodes in two storage hosts' namespaces | rules deleted |
 //! | disk-read-errors | `strace --inject` failing every positioned read (`pread64`, `preadv`, `preadv2`) of two datanodes with EIO | strace interrupted (it detaches); scrub's counters checked |
 //! | overwrite-storm, slow-reader-overwrite | workload phases (the workload runs them at their times) | (nothing) |
+//! | rolling-upgrade | every process stopped (SIGTERM) and started on this release, one at a time: meta followers, meta leader, datanodes, gateways; the new version's commands must be refused | `sluice admin version finalize`, then a new-version command must succeed |
+//! | upgrade-rollback | the meta nodes, one datanode per host and one gateway upgraded the same way | each restarted on the previous release, before finalizing |
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -88,6 +90,14 @@ pub enum Undo {
         injectors: Vec<u32>,
         /// Their scrub counters when the flags were made.
         before: Vec<ScrubCounters>,
+    },
+    /// Finalize the upgrade (`sluice admin version finalize`) and use a
+    /// feature of the new cluster version.
+    Finalize,
+    /// Restart these processes on the previous release, in this order.
+    Downgrade {
+        /// Node names.
+        names: Vec<String>,
     },
     /// Several undos, each tried.
     Many {
@@ -406,6 +416,41 @@ pub async fn inject(cluster: &mut Cluster, fault: &Fault) -> anyhow::Result<(Str
         (FaultKind::OverwriteStorm | FaultKind::SlowReaderOverwrite, Target::Workload) => {
             Ok(("the workload".into(), Undo::Nothing))
         }
+        (FaultKind::RollingUpgrade, Target::Cluster) => {
+            let order = upgrade_order(cluster, &datanodes(cluster), &gateways(cluster)).await?;
+            let new = cluster.opts.bin.clone();
+            for n in &order {
+                restart_on(cluster, n, &new).await?;
+            }
+            // Every process runs the new release, but until the upgrade is
+            // finalized the cluster speaks the previous release's format:
+            // the new version's commands are refused.
+            expect_not_finalized(cluster).await?;
+            Ok((format!("upgraded {}", order.join(",")), Undo::Finalize))
+        }
+        (FaultKind::UpgradeRollback, Target::Cluster) => {
+            // Every meta node, one datanode of each host, one gateway.
+            let dns: Vec<String> = datanodes(cluster).into_iter().step_by(2).collect();
+            let gws: Vec<String> = gateways(cluster).into_iter().take(1).collect();
+            let order = upgrade_order(cluster, &dns, &gws).await?;
+            let new = cluster.opts.bin.clone();
+            let mut done = Vec::new();
+            for n in &order {
+                if let Err(e) = restart_on(cluster, n, &new).await {
+                    done.push(n.clone());
+                    done.reverse();
+                    let _ = Box::pin(heal(cluster, &Undo::Downgrade { names: done })).await;
+                    return Err(e);
+                }
+                done.push(n.clone());
+            }
+            expect_not_finalized(cluster).await?;
+            done.reverse();
+            Ok((
+                format!("upgraded {}", order.join(",")),
+                Undo::Downgrade { names: done },
+            ))
+        }
         (kind, target) => bail!("fault {kind} cannot hit {target:?}"),
     }
 }
@@ -620,9 +665,94 @@ pub async fn heal(cluster: &mut Cluster, undo: &Undo) -> anyhow::Result<()> {
                 bail!("{}", errors.join("; "));
             }
         }
+        Undo::Finalize => {
+            let out = cluster.admin(&["version", "finalize"]).await?;
+            tracing::info!(output = %out.trim(), "upgrade finalized");
+            // A command of the new cluster version is accepted now.
+            cluster
+                .admin(&["settings", "set", "--epoch-lease", UPGRADE_PROBE_LEASE])
+                .await
+                .context("a new-version command after finalizing")?;
+        }
+        Undo::Downgrade { names } => {
+            let old = cluster
+                .opts
+                .old_bin
+                .clone()
+                .context("no previous-release binary")?;
+            for n in names {
+                restart_on(cluster, n, &old).await?;
+            }
+        }
         Undo::Nothing => {}
     }
     Ok(())
+}
+
+/// The epoch lease the upgrade faults set to probe the new cluster
+/// version: the default, so the cluster's behaviour does not change.
+const UPGRADE_PROBE_LEASE: &str = "30s";
+
+fn datanodes(cluster: &Cluster) -> Vec<String> {
+    cluster.names(crate::cluster::Role::Datanode)
+}
+
+fn gateways(cluster: &Cluster) -> Vec<String> {
+    cluster.names(crate::cluster::Role::Gateway)
+}
+
+/// The order of a rolling upgrade: the meta followers, then the meta
+/// leader (so the leadership moves once, to an upgraded node), then
+/// `datanodes`, then `gateways`.
+async fn upgrade_order(
+    cluster: &Cluster,
+    datanodes: &[String],
+    gateways: &[String],
+) -> anyhow::Result<Vec<String>> {
+    let l = leader(cluster)
+        .await
+        .context("no meta leader known: cannot order the upgrade")?;
+    let mut order: Vec<String> = cluster
+        .names(crate::cluster::Role::Meta)
+        .into_iter()
+        .filter(|m| *m != l)
+        .collect();
+    order.push(l);
+    order.extend_from_slice(datanodes);
+    order.extend_from_slice(gateways);
+    Ok(order)
+}
+
+/// Stops `name` (SIGTERM, as an operator's service manager does), starts
+/// it on `bin` and waits until it is ready; a meta node, until a leader
+/// is known again.
+async fn restart_on(cluster: &mut Cluster, name: &str, bin: &Path) -> anyhow::Result<()> {
+    tracing::info!(node = name, bin = %bin.display(), "restarting on another release");
+    cluster.stop(name, Duration::from_secs(15)).await;
+    cluster.set_bin(name, bin);
+    cluster.start(name, None)?;
+    cluster
+        .wait_ready(&[name.to_owned()], Duration::from_secs(120))
+        .await?;
+    if cluster.node(name).role == crate::cluster::Role::Meta {
+        leader(cluster)
+            .await
+            .with_context(|| format!("no meta leader after restarting {name}"))?;
+    }
+    Ok(())
+}
+
+/// Checks that the upgrade is not finalized: a command of the new
+/// cluster version is refused, saying so.
+async fn expect_not_finalized(cluster: &Cluster) -> anyhow::Result<()> {
+    match cluster
+        .admin(&["settings", "set", "--epoch-lease", UPGRADE_PROBE_LEASE])
+        .await
+    {
+        Ok(out) => bail!("a new-version command was accepted before finalizing: {out}"),
+        Err(e) if format!("{e:#}").contains("finalize") => Ok(()),
+        Err(e) => Err(e.context("a new-version command before finalizing")),
+    }
 }
 
 /// Injects, recording the event (an injection error is recorded, not

@@ -82,6 +82,10 @@ pub struct RunArgs {
     /// The `sluice` binary (default: `sluice` beside this binary).
     #[arg(long)]
     pub sluice_bin: Option<PathBuf>,
+    /// The previous release's `sluice` binary: the cluster starts on it.
+    /// Needed by the upgrade kinds (`rolling-upgrade`, `upgrade-rollback`).
+    #[arg(long)]
+    pub old_sluice_bin: Option<PathBuf>,
     /// Output directory (one `seed-N/` per seed: logs, history, schedule,
     /// events, check report, summary).
     #[arg(long, default_value = "/tmp/sluice-chaos")]
@@ -178,6 +182,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Vec<SeedResult>> {
         crate::cluster::sh(&["sh", "-c", "command -v strace"])
             .context("disk-read-errors needs strace on PATH")?;
     }
+    match &args.old_sluice_bin {
+        Some(b) if !b.exists() => bail!("no previous-release binary at {}", b.display()),
+        None if kinds.iter().any(|k| k.upgrade()) => {
+            bail!("the upgrade kinds need --old-sluice-bin (the previous release's sluice)")
+        }
+        _ => {}
+    }
     let chaos_bin = std::env::current_exe()?;
     let sluice_bin = match &args.sluice_bin {
         Some(b) => b.clone(),
@@ -258,6 +269,7 @@ async fn run_seed(
     }
     let mut cluster = Cluster::setup(ClusterOptions {
         bin: sluice_bin.to_owned(),
+        old_bin: args.old_sluice_bin.clone(),
         chaos_bin: chaos_bin.to_owned(),
         dir: dir.clone(),
         prefix: format!("sc{}", std::process::id() % 100_000),
@@ -495,7 +507,7 @@ async fn drive(
     // while such a fault lasted is not a liveness failure.
     let beyond_budget: Vec<(u64, u64)> = events
         .iter()
-        .filter(|e| e.fault.kind.exclusive())
+        .filter(|e| e.fault.kind.beyond_budget())
         .map(|e| (e.start_us, if e.end_us == 0 { u64::MAX } else { e.end_us }))
         .collect();
     let hung_requests = history

@@ -81,9 +81,24 @@ pub enum FaultKind {
     /// A client GETs a large object slowly, for longer than
     /// `delete_delay`, while another overwrites and deletes it.
     SlowReaderOverwrite,
+    /// Every process restarted, one at a time, from the previous release
+    /// (`--old-sluice-bin`) onto this one: meta followers, the meta leader,
+    /// datanodes, gateways. When the fault ends the upgrade is finalized
+    /// (`sluice admin version finalize`) and a feature of the new cluster
+    /// version is used. Alone in its window; not part of `all`.
+    RollingUpgrade,
+    /// The meta nodes, half of the datanodes and one gateway upgraded as
+    /// in [`FaultKind::RollingUpgrade`], then, before finalizing, every
+    /// upgraded process rolled back to the previous release. Alone in its
+    /// window; not part of `all`.
+    UpgradeRollback,
 }
 
-/// Every kind, in declaration order.
+/// The kinds that need the previous release's binary
+/// (`--old-sluice-bin`): named one by one, never part of `all`.
+pub const UPGRADES: &[FaultKind] = &[FaultKind::RollingUpgrade, FaultKind::UpgradeRollback];
+
+/// Every kind of `all`, in declaration order.
 pub const ALL: &[FaultKind] = &[
     FaultKind::KillDatanode,
     FaultKind::KillMetaLeader,
@@ -133,17 +148,35 @@ impl FaultKind {
             FaultKind::DiskReadErrors => "disk-read-errors",
             FaultKind::OverwriteStorm => "overwrite-storm",
             FaultKind::SlowReaderOverwrite => "slow-reader-overwrite",
+            FaultKind::RollingUpgrade => "rolling-upgrade",
+            FaultKind::UpgradeRollback => "upgrade-rollback",
         }
     }
 
     /// Past the failure budget (more than the parity count of datanodes
-    /// out): such a fault runs alone, and only safety is checked while it
-    /// lasts.
-    pub fn exclusive(self) -> bool {
+    /// out): only safety is checked while it lasts.
+    pub fn beyond_budget(self) -> bool {
         matches!(
             self,
             FaultKind::PauseDatanodesPastDownAfter | FaultKind::PartitionDatanodesFromMeta
         )
+    }
+
+    /// Runs alone in its window: the kinds past the failure budget, and
+    /// the upgrades (which restart every process in turn).
+    pub fn exclusive(self) -> bool {
+        matches!(
+            self,
+            FaultKind::PauseDatanodesPastDownAfter
+                | FaultKind::PartitionDatanodesFromMeta
+                | FaultKind::RollingUpgrade
+                | FaultKind::UpgradeRollback
+        )
+    }
+
+    /// Needs the previous release's binary ([`UPGRADES`]).
+    pub fn upgrade(self) -> bool {
+        UPGRADES.contains(&self)
     }
 
     /// A length fixed by the cluster's timers instead of drawn from the
@@ -165,6 +198,10 @@ impl FaultKind {
             // The slow GET (delete_delay + 5 reclaimer passes) and one
             // more pass.
             FaultKind::SlowReaderOverwrite => Some(slow_read_duration() + RECLAIM_INTERVAL),
+            // The restarts themselves take longer (each process waits for
+            // the one before it to be ready); the mixed-version cluster
+            // then serves this long before it is finalized or rolled back.
+            FaultKind::RollingUpgrade | FaultKind::UpgradeRollback => Some(UPGRADE_HOLD),
             _ => None,
         }
     }
@@ -200,19 +237,27 @@ impl std::fmt::Display for FaultKind {
 impl FromStr for FaultKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        ALL.iter().copied().find(|k| k.name() == s).ok_or_else(|| {
-            format!(
-                "unknown fault kind `{s}` (known: all, {})",
-                names().join(", ")
-            )
-        })
+        ALL.iter()
+            .chain(UPGRADES)
+            .copied()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown fault kind `{s}` (known: all, {})",
+                    names().join(", ")
+                )
+            })
     }
 }
 
 /// Every kind's name.
 pub fn names() -> Vec<&'static str> {
-    ALL.iter().map(|k| k.name()).collect()
+    ALL.iter().chain(UPGRADES).map(|k| k.name()).collect()
 }
+
+/// How long an upgraded (or half-upgraded) cluster serves before it is
+/// finalized (or rolled back), from the fault's start.
+pub const UPGRADE_HOLD: Duration = Duration::from_secs(20);
 
 /// Parses `--faults`: `all` or a comma list of kinds.
 ///
@@ -259,6 +304,8 @@ pub enum Target {
     Hosts(Vec<String>),
     /// The workload itself (a workload phase).
     Workload,
+    /// Every process (an upgrade).
+    Cluster,
 }
 
 /// How long the slow reader's GET lasts: `delete_delay` and five
@@ -338,7 +385,7 @@ impl Fault {
             Target::Process(p) => (0, 0, vec![p.clone()]),
             Target::Datanodes(d) => (0, 0, d.clone()),
             Target::Hosts(hs) => (0, 0, hs.iter().flat_map(|h| host_dns(h)).collect()),
-            Target::Workload => (0, 0, vec![]),
+            Target::Workload | Target::Cluster => (0, 0, vec![]),
         }
     }
 }
@@ -518,6 +565,7 @@ fn draw(rng: &mut StdRng, n: usize, kind: FaultKind, at: Duration, duration: Dur
             (Target::Datanodes(dns), 0, 0)
         }
         FaultKind::OverwriteStorm | FaultKind::SlowReaderOverwrite => (Target::Workload, 0, 0),
+        FaultKind::RollingUpgrade | FaultKind::UpgradeRollback => (Target::Cluster, 0, 0),
     };
     Fault {
         n,
