@@ -465,8 +465,13 @@ impl Cluster {
         t.insert("delete_delay".into(), dur(DELETE_DELAY).into());
         t.insert("reclaim_interval".into(), dur(RECLAIM_INTERVAL).into());
         // Upgrades are finalized by the upgrade fault, by hand: a leader
-        // that finalized on its own would close the rollback window.
+        // that finalized on its own would close the rollback window. The
+        // version task still records a fresh cluster's version, within
+        // seconds (a cluster whose version was never recorded takes the
+        // version its meta nodes all understand when they are next asked,
+        // which after a rolling upgrade is the new one).
         t.insert("auto_finalize".into(), false.into());
+        t.insert("version_check_interval".into(), "2s".into());
         t.insert(
             "cluster_tls".into(),
             self.tls_table("meta", &id.to_string())?.into(),

@@ -11,29 +11,13 @@
 //! The long run is `sluice-chaos run --faults all --seeds 10 --duration 5m`
 //! (chaos/README.md).
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
-
-fn have_everything() -> Result<(), String> {
-    if !nix::unistd::Uid::effective().is_root() {
-        return Err("not root".into());
-    }
-    for tool in sluice_chaos::cluster::TOOLS {
-        let ok = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if !ok {
-            return Err(format!("no {tool}"));
-        }
-    }
-    Ok(())
-}
-
 #[test]
 fn a_short_seeded_run_loses_nothing_and_stays_live() {
-    if let Err(why) = have_everything() {
+    if let Err(why) = common::have_everything(&[]) {
         eprintln!("skipping the chaos short run: {why}");
         return;
     }
@@ -87,7 +71,7 @@ fn a_short_seeded_run_loses_nothing_and_stays_live() {
             "chaos run failed ({}); kept {}\n--- stdout\n{stdout}\n--- stderr (tail)\n{}",
             output.status,
             kept.display(),
-            tail(&stderr, 60)
+            common::tail(&stderr, 60)
         );
     }
     let line = stdout
@@ -128,9 +112,4 @@ fn a_short_seeded_run_loses_nothing_and_stays_live() {
         acknowledged >= 100,
         "only {acknowledged} acknowledged operations checked"
     );
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }

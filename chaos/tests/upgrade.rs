@@ -14,30 +14,14 @@
 //! and the repository's history (a full clone): the previous release is
 //! built once into `target/previous-release/` and kept.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
 /// The release this build upgrades from (CHANGELOG.md).
-const PREVIOUS_RELEASE: &str = "v0.2.0";
+const PREVIOUS_RELEASE: &str = "v0.1.0";
 /// Its commit (the tag may not travel with a clone; the commit does).
-const PREVIOUS_COMMIT: &str = "0000000000000000000000000000000000000000";
-
-fn have_everything() -> Result<(), String> {
-    if !nix::unistd::Uid::effective().is_root() {
-        return Err("not root".into());
-    }
-    for tool in sluice_chaos::cluster::TOOLS.iter().chain(&["git", "tar"]) {
-        let ok = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if !ok {
-            return Err(format!("no {tool}"));
-        }
-    }
-    Ok(())
-}
+const PREVIOUS_COMMIT: &str = "2594d6d8a1f11f6177b7f9e59b12ac1caeae8cdf";
 
 /// Builds the previous release's `sluice` (debug, its own target dir under
 /// this build's) unless it is there already; its path.
@@ -124,19 +108,19 @@ fn run(kind: &str, seed: u64, duration: &str, old: &Path, new: &Path, chaos: &Pa
         .expect("running sluice-chaos");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let seed_line = format!("seed {seed}: ");
+    let (pass, fail) = (format!("seed {seed}: PASS"), format!("seed {seed}: FAIL"));
     if !output.status.success() {
         let kept = out.keep();
         panic!(
             "{kind} run failed ({}); kept {}\n--- stdout\n{stdout}\n--- stderr (tail)\n{}",
             output.status,
             kept.display(),
-            tail(&stderr, 60)
+            common::tail(&stderr, 60)
         );
     }
     let line = stdout
         .lines()
-        .find(|l| l.starts_with(&seed_line))
+        .find(|l| l.starts_with(&pass) || l.starts_with(&fail))
         .unwrap_or_else(|| panic!("no seed line in\n{stdout}"));
     let summary: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(out.path().join(format!("seed-{seed}/summary.json"))).unwrap(),
@@ -166,7 +150,7 @@ fn run(kind: &str, seed: u64, duration: &str, old: &Path, new: &Path, chaos: &Pa
 
 #[test]
 fn upgrade_from_the_previous_release_and_roll_back_lose_nothing() {
-    if let Err(why) = have_everything() {
+    if let Err(why) = common::have_everything(&["git", "tar"]) {
         eprintln!("skipping the upgrade test: {why}");
         return;
     }
@@ -186,9 +170,4 @@ fn upgrade_from_the_previous_release_and_roll_back_lose_nothing() {
     // One run after the other: each is a whole cluster.
     run("rolling-upgrade", 1, "150s", &old, &new, &chaos);
     run("upgrade-rollback", 2, "120s", &old, &new, &chaos);
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }

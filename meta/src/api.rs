@@ -34,6 +34,8 @@ pub(crate) struct MetaService<K: KvStore> {
     pub(crate) sessions: SessionGate,
     /// The cluster version gate of this node's proposals.
     pub(crate) gate: Arc<Gate>,
+    /// Records a fresh cluster's version before its first write epoch.
+    pub(crate) versions: crate::version::Versions<K>,
     /// The cluster settings this node proposes while none are stored
     /// (from its config; see `crate::admin::settings::ensure_initial`).
     pub(crate) initial_settings: sluice_proto::raft::ClusterSettings,
@@ -606,7 +608,17 @@ impl<K: KvStore> Meta for MetaService<K> {
         request: Request<pb::OpenEpochRequest>,
     ) -> Result<Response<pb::OpenEpochResponse>, Status> {
         // The lease granted is the replicated one: seed it first on a new
-        // cluster, so the first gateway gets the configured lease.
+        // cluster, so the first gateway gets the configured lease. The
+        // seed needs the cluster version of a fresh cluster recorded: do
+        // it now rather than wait for the leader's version task (if a
+        // member does not answer yet, the default lease is granted).
+        if sm::cluster_version::recorded(self.kv.as_ref())
+            .map_err(sm_status)?
+            .is_none()
+            && let Err(e) = self.versions.record_initial().await
+        {
+            tracing::debug!(reason = e.message(), "cluster version not recorded yet");
+        }
         crate::admin::settings::ensure_initial(
             &self.raft,
             self.kv.as_ref(),

@@ -275,6 +275,7 @@ pub async fn run(
         loads,
         sessions: crate::api::SessionGate::new(config.session_table_max_entries),
         gate,
+        versions: versions.clone(),
         initial_settings,
     };
     let node_version: NodeVersionFn = Arc::new(move || versions.local().map_err(|e| e.to_string()));

@@ -437,7 +437,7 @@ impl<K: KvStore> Versions<K> {
 
     /// Records the version of a cluster that has none (a fresh one): the
     /// least format its members understand, once every member answered.
-    async fn record_initial(&self) -> Result<apb::VersionResponse, Status> {
+    pub(crate) async fn record_initial(&self) -> Result<apb::VersionResponse, Status> {
         let shown = self.show().await?;
         let least = shown.nodes.iter().map(|n| n.replicated_format).min();
         match least {

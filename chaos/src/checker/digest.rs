@@ -36,6 +36,9 @@ pub enum DigestVerdict {
     NotAligned { indexes: Vec<(u64, u64)> },
     /// A voter did not answer, or the output did not parse (poll again).
     Unreadable(String),
+    /// Not compared, and why: the voters run the previous release, which
+    /// has no state digest (an upgrade rolled back).
+    Skipped(String),
 }
 
 /// Parses `sluice admin meta digest --json`.

@@ -542,12 +542,10 @@ fn epochs_open_renew_close_and_never_reopen() {
         panic!()
     };
     assert_eq!(e1.epoch, 1);
-    // No settings record: the default lease, recorded in the epoch.
+    // No settings record: the default lease. At cluster version 1 (no
+    // version recorded) the epoch records none, as a v0.1.0 voter would.
     assert_eq!(e1.lease_ms, epochs::DEFAULT_LEASE_MS);
-    assert_eq!(
-        epochs::get_epoch(&kv, 1).unwrap().unwrap().lease_ms,
-        epochs::DEFAULT_LEASE_MS
-    );
+    assert_eq!(epochs::get_epoch(&kv, 1).unwrap().unwrap().lease_ms, 0);
     // A retried OpenEpoch gets the same epoch.
     assert_eq!(at(&kv, 1001, open("e-a")), Applied::Epoch(e1));
     let Applied::Epoch(e2) = at(&kv, 1002, open("e-b")) else {

@@ -32,6 +32,21 @@ fn open(kv: &MemStore) -> pb::OpenEpochResponse {
 fn open_epoch_grants_the_replicated_lease() {
     let kv = MemStore::new();
     assert_eq!(settings::stored(&kv).unwrap(), None);
+    // Cluster version 1 (an upgrade from v0.1.0 not yet finalized): the
+    // default lease, and the epoch records none, as a v0.1.0 voter's.
+    let e = open(&kv);
+    assert_eq!(e.lease_ms, settings::DEFAULT_LEASE_MS);
+    assert_eq!(
+        epochs::get_epoch(&kv, e.epoch).unwrap().unwrap().lease_ms,
+        0
+    );
+    assert_eq!(
+        exec(
+            &kv,
+            Command::FinalizeVersion(rpb::FinalizeVersion { version: 2 })
+        ),
+        Applied::Done
+    );
     assert_eq!(open(&kv).lease_ms, settings::DEFAULT_LEASE_MS);
 
     assert_eq!(exec(&kv, set(Some(600), true)), Applied::Done);
