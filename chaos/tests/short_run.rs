@@ -14,7 +14,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 #[test]
 fn a_short_seeded_run_loses_nothing_and_stays_live() {
     if let Err(why) = common::have_everything(&[]) {
@@ -28,19 +27,17 @@ fn a_short_seeded_run_loses_nothing_and_stays_live() {
         "no sluice binary beside {} (cargo build -p sluice)",
         chaos.display()
     );
-    let out = tempfile::Builder::new()
-        .prefix("sluice-chaos-ci")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let output = Command::new(&chaos)
-        .args([
-            "run",
+    let common::ChaosRun {
+        out: _out,
+        line,
+        summary,
+    } = common::run_chaos(
+        &chaos,
+        "sluice-chaos-ci",
+        1,
+        [
             "--faults",
             "kill-meta-leader,kill-datanode,partition-host,pause-gateway,wipe-disk,bitrot,pause-datanodes-past-down-after",
-            "--seed",
-            "1",
-            "--seeds",
-            "1",
             "--duration",
             "180s",
             "--clients",
@@ -55,38 +52,17 @@ fn a_short_seeded_run_loses_nothing_and_stays_live() {
             "4m",
             "--log-filter",
             "info",
-        ])
-        .arg("--sluice-bin")
-        .arg(&sluice)
-        .arg("--out")
-        .arg(out.path())
-        .output()
-        .expect("running sluice-chaos");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() {
-        // Keep the run directory (logs of every process) for the CI log.
-        let kept = out.keep();
-        panic!(
-            "chaos run failed ({}); kept {}\n--- stdout\n{stdout}\n--- stderr (tail)\n{}",
-            output.status,
-            kept.display(),
-            common::tail(&stderr, 60)
-        );
-    }
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("seed 1: PASS") || l.starts_with("seed 1: FAIL"))
-        .unwrap_or_else(|| panic!("no seed line in\n{stdout}"));
+            "--sluice-bin",
+        ]
+        .map(std::ffi::OsString::from)
+        .into_iter()
+        .chain([sluice.into_os_string()]),
+    );
     assert!(
         line.contains("PASS") && line.contains(" 0 violations"),
         "{line}"
     );
     // Every scheduled kind was injected and the workload did real work.
-    let summary: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.path().join("seed-1/summary.json")).unwrap(),
-    )
-    .unwrap();
     for e in summary["events"].as_array().unwrap() {
         assert!(e["error"].is_null(), "fault not applied: {e}");
     }

@@ -79,16 +79,13 @@ fn previous_release_bin(target: &Path) -> PathBuf {
 /// One chaos run of `kind` from the previous release to this build; panics
 /// unless it passed with every acknowledged operation read back.
 fn run(kind: &str, seed: u64, duration: &str, old: &Path, new: &Path, chaos: &Path) {
-    let out = tempfile::Builder::new()
-        .prefix("sluice-upgrade-ci")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let output = Command::new(chaos)
-        .args(["run", "--faults", kind, "--seed"])
-        .arg(seed.to_string())
-        .args([
-            "--seeds",
-            "1",
+    let common::ChaosRun { out, line, summary } = common::run_chaos(
+        chaos,
+        "sluice-upgrade-ci",
+        seed,
+        [
+            "--faults",
+            kind,
             "--duration",
             duration,
             "--clients",
@@ -97,35 +94,16 @@ fn run(kind: &str, seed: u64, duration: &str, old: &Path, new: &Path, chaos: &Pa
             "4m",
             "--log-filter",
             "info",
-        ])
-        .arg("--sluice-bin")
-        .arg(new)
-        .arg("--old-sluice-bin")
-        .arg(old)
-        .arg("--out")
-        .arg(out.path())
-        .output()
-        .expect("running sluice-chaos");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let (pass, fail) = (format!("seed {seed}: PASS"), format!("seed {seed}: FAIL"));
-    if !output.status.success() {
-        let kept = out.keep();
-        panic!(
-            "{kind} run failed ({}); kept {}\n--- stdout\n{stdout}\n--- stderr (tail)\n{}",
-            output.status,
-            kept.display(),
-            common::tail(&stderr, 60)
-        );
-    }
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with(&pass) || l.starts_with(&fail))
-        .unwrap_or_else(|| panic!("no seed line in\n{stdout}"));
-    let summary: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.path().join(format!("seed-{seed}/summary.json"))).unwrap(),
-    )
-    .unwrap();
+        ]
+        .map(std::ffi::OsString::from)
+        .into_iter()
+        .chain([
+            "--sluice-bin".into(),
+            new.as_os_str().to_owned(),
+            "--old-sluice-bin".into(),
+            old.as_os_str().to_owned(),
+        ]),
+    );
     let events = summary["events"].as_array().unwrap();
     let ok = line.contains("PASS")
         && line.contains(" 0 violations")
